@@ -1,0 +1,68 @@
+# gemmlab: one entry point for every machine.
+#   make run        execute every notebook headless into build/ on this hardware, then a table
+#   make test       unit tests + nbval regression of every notebook (what CI runs)
+#   make lab        JupyterLab on notebooks/
+#   make gpu-check  on an H100/H200 (or B200): GPU tests required, benchmarks,
+#                   notebooks re-executed in place, nbval with gpu cells required
+#   make lock       regenerate requirements.lock from the current .venv
+#
+# run/test/lab create .venv from requirements.lock when it is missing.
+# gpu-check uses .venv if present, else a python3 that already imports the
+# stack (an offline GPU machine), else creates .venv.
+
+BOOT_PYTHON ?= python3
+VENV        := .venv
+VENV_PY     := $(VENV)/bin/python
+STACK_CHECK := import cutlass, torch, nbval, nbclient, matplotlib, ipykernel
+NBVAL_ARGS  := --nbval --nbval-current-env --nbval-sanitize-with nbval-sanitize.cfg --nbval-cell-timeout 900
+export PYTHONPATH := $(CURDIR)/lib$(if $(PYTHONPATH),:$(PYTHONPATH))
+export MPLBACKEND := Agg
+
+.PHONY: venv run test lab gpu-check bench lock clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	@test -x $(VENV_PY) || $(BOOT_PYTHON) -m venv $(VENV)
+	$(VENV_PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(VENV_PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+run: venv
+	$(VENV_PY) -m gemmlab.runner
+
+test: venv
+	$(VENV_PY) -m pytest -q -p no:cacheprovider tests notebooks $(NBVAL_ARGS)
+
+lab: venv
+	$(VENV_PY) -m jupyter lab notebooks
+
+# The interpreter for gpu-check, chosen as the header says.
+GPU_PY = $(shell if [ -x $(VENV_PY) ]; then echo $(VENV_PY); \
+	elif python3 -c "$(STACK_CHECK)" >/dev/null 2>&1; then echo python3; \
+	else echo NEEDS_VENV; fi)
+
+gpu-check:
+	@py="$(GPU_PY)"; \
+	if [ "$$py" = NEEDS_VENV ]; then $(MAKE) venv && py=$(VENV_PY); fi; \
+	tier=$$($$py -c "from gemmlab.tiers import detect_tier; print(detect_tier())"); \
+	if [ "$$tier" = cpu ]; then echo "gpu-check needs a GPU of tier sm90 or sm100; this machine is tier cpu" >&2; exit 2; fi; \
+	echo "== gpu-check on tier $$tier with $$py"; \
+	set -e; export GEMMLAB_TIER=$$tier; \
+	echo "== 1/4 unit tests (GPU tests required)"; \
+	$$py -m pytest -q -p no:cacheprovider tests; \
+	echo "== 2/4 benchmarks"; \
+	$$py benchmarks/run.py; \
+	echo "== 3/4 notebooks re-executed in place"; \
+	$$py -m gemmlab.runner --inplace; \
+	echo "== 4/4 nbval (gpu cells required)"; \
+	$$py -m pytest -q -p no:cacheprovider notebooks $(NBVAL_ARGS)
+
+bench:
+	$(or $(filter-out NEEDS_VENV,$(GPU_PY)),$(VENV_PY)) benchmarks/run.py
+
+lock: venv
+	$(VENV_PY) -m pip freeze --exclude-editable | sed -E 's/^(torch==[0-9.]+)\+.*/\1/' > requirements.lock
+
+clean:
+	rm -rf build

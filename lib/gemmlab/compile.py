@@ -1,0 +1,148 @@
+"""Compiling CuTe DSL kernels for an explicit target, and reading their PTX.
+
+Compile-only cells name the target (``sm_90a`` or ``sm_100a``) so that they print
+the same PTX on a laptop, in CI and on the GPU machine. Launching cells compile
+for :func:`gemmlab.tiers.device_target`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+
+TARGETS = ("sm_90a", "sm_100a")
+
+# Kept PTX files land here rather than in the notebook's folder.
+_DUMP_DIR = os.path.join(tempfile.gettempdir(), "gemmlab-ptx")
+
+
+def check_target(target: str) -> str:
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {', '.join(TARGETS)}; got {target!r}")
+    return target
+
+
+def compile_options(target: str) -> str:
+    """The ``cute.compile`` options string used everywhere in the course."""
+    check_target(target)
+    os.makedirs(_DUMP_DIR, exist_ok=True)
+    return f"--gpu-arch {target} --keep-ptx --dump-dir {_DUMP_DIR}"
+
+
+def compile_for(target: str, fn, *args):
+    """``cute.compile(fn, *args)`` for ``target``, keeping the PTX (``.__ptx__``)."""
+    import cutlass.cute as cute
+
+    return cute.compile(fn, *args, options=compile_options(target))
+
+
+def ptx_of(compiled) -> str:
+    ptx = compiled.__ptx__
+    if not ptx:
+        raise RuntimeError("no PTX kept: compile with gemmlab.compile.compile_for")
+    return ptx
+
+
+def ptx_lines(ptx, *patterns: str) -> list[str]:
+    """The PTX lines (stripped) matching any of the regular expressions ``patterns``.
+
+    ``ptx`` is PTX text or a compiled function. Registers are renumbered by the
+    compiler between versions, so tests match instruction names, not operands.
+    """
+    if not isinstance(ptx, str):
+        ptx = ptx_of(ptx)
+    regexes = [re.compile(p) for p in patterns]
+    out = []
+    for line in ptx.splitlines():
+        s = line.strip()
+        if s.startswith("//") or not s:
+            continue
+        if any(r.search(s) for r in regexes):
+            out.append(s)
+    return out
+
+
+def ptx_opcodes(ptx, *patterns: str) -> list[str]:
+    """Like :func:`ptx_lines` but only the instruction (no operands), de-duplicated in order.
+
+    This is what compile-only cells print: it does not change when the register
+    allocator renumbers, so it is identical on every machine.
+    """
+    seen: dict[str, None] = {}
+    for line in ptx_lines(ptx, *patterns):
+        op = line.split()[0] if not line.startswith("@") else " ".join(line.split()[:2])
+        seen.setdefault(op, None)
+    return list(seen)
+
+
+def fake_tensor(dtype, shape, *, align: int = 16, stride_order=None):
+    """A compile-time stand-in for a global tensor (no memory, no GPU needed).
+
+    ``shape`` entries may be ints or ``cute.sym_int()`` for dynamic extents.
+    """
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    return make_fake_compact_tensor(dtype, tuple(shape), assumed_align=align, stride_order=stride_order)
+
+
+def fake_stream():
+    """A stream argument for compile-only calls (never launched)."""
+    import cuda.bindings.driver as cuda
+
+    return cuda.CUstream(0)
+
+
+def current_stream():
+    """torch's current CUDA stream as the ``cuda.CUstream`` CuTe DSL kernels launch on."""
+    import cuda.bindings.driver as cuda
+    import torch
+
+    return cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+
+
+def to_cute(t, align: int = 16):
+    """A torch tensor as a CuTe DSL tensor (shared memory, no copy)."""
+    from cutlass.cute.runtime import from_dlpack
+
+    return from_dlpack(t, assumed_align=align)
+
+
+_CACHE: dict = {}
+
+
+def _key_of(arg):
+    import torch
+
+    if isinstance(arg, torch.Tensor):
+        return ("tensor", arg.dtype, tuple(arg.shape), tuple(arg.stride()), arg.device.type)
+    return ("value", type(arg).__name__, arg if isinstance(arg, (int, float, str, bool, tuple)) else id(arg))
+
+
+def launcher(fn, *args, target: str | None = None, align: int = 16):
+    """Compile ``fn`` (a ``@cute.jit`` host function) for ``args`` once; return a launch.
+
+    ``args`` are torch tensors and Python values; the last parameter of ``fn``
+    is the stream and is supplied here. Kernels are specialised on static
+    shapes (the extents are baked into the code), and compiled functions are
+    cached per (function, target, dtypes, shapes, strides, values), so a second
+    call with the same configuration does not compile. The returned ``run()``
+    launches on torch's current stream with exactly these arguments (converted
+    once, so timing loops measure the kernel, not the conversion).
+    """
+    import torch
+
+    from .tiers import device_target
+
+    target = target or device_target()
+    key = (fn, target, align, tuple(_key_of(a) for a in args))
+    conv = [to_cute(a, align) if isinstance(a, torch.Tensor) else a for a in args]
+    compiled = _CACHE.get(key)
+    if compiled is None:
+        compiled = compile_for(target, fn, *conv, current_stream())
+        _CACHE[key] = compiled
+
+    def run():
+        compiled(*conv, current_stream())
+
+    run.compiled = compiled
+    return run
