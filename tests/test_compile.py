@@ -1,0 +1,38 @@
+"""Compile-only helpers: explicit targets, PTX kept, opcodes extracted."""
+import cutlass
+import cutlass.cute as cute
+import cuda.bindings.driver as cuda
+import pytest
+
+from gemmlab.compile import compile_for, fake_stream, fake_tensor, ptx_lines, ptx_opcodes
+
+
+@cute.kernel
+def _add_one(src: cute.Tensor, dst: cute.Tensor):
+    tidx, _, _ = cute.arch.thread_idx()
+    dst[tidx] = src[tidx] + cutlass.Float32(1.0)
+
+
+@cute.jit
+def _host(src: cute.Tensor, dst: cute.Tensor, stream: cuda.CUstream):
+    _add_one(src, dst).launch(grid=(1, 1, 1), block=(128, 1, 1), stream=stream)
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_compile_for_names_the_target(target):
+    c = compile_for(target, _host, fake_tensor(cutlass.Float32, (128,)), fake_tensor(cutlass.Float32, (128,)), fake_stream())
+    assert ptx_lines(c, r"^\.target") == [f".target {target}"]
+    assert "add.f32" in ptx_opcodes(c, r"^add\.")
+    assert ptx_opcodes(c, r"ld\.global") == ["ld.global.b32"]  # the DSL loads raw 32-bit words
+
+
+def test_ptx_lines_skips_comments_and_matches_any_pattern():
+    ptx = "// ld.global.f32 in a comment\n\tld.global.f32 %f1, [%rd1];\n\tst.global.f32 [%rd2], %f1;\n"
+    assert ptx_lines(ptx, r"ld\.global") == ["ld.global.f32 %f1, [%rd1];"]
+    assert len(ptx_lines(ptx, r"ld\.", r"st\.")) == 2
+    assert ptx_opcodes("@%p1 bra $L1;\n", r"bra") == ["@%p1 bra"]
+
+
+def test_compile_for_rejects_unknown_target():
+    with pytest.raises(ValueError, match="target must be one of"):
+        compile_for("sm_80", _host)
