@@ -6,7 +6,8 @@
 #                   notebooks re-executed in place, nbval with gpu cells required
 #   make lock       regenerate requirements.lock from the current .venv
 #
-# run/test/lab create .venv from requirements.lock when it is missing.
+# run/test/lab create .venv from requirements.lock when it is missing
+# (`make run PYTHON=python3` uses that interpreter instead and installs nothing).
 # gpu-check uses .venv if present, else a python3 that already imports the
 # stack (an offline GPU machine), else creates .venv.
 
@@ -18,6 +19,14 @@ NBVAL_ARGS  := --nbval --nbval-current-env --nbval-sanitize-with nbval-sanitize.
 export PYTHONPATH := $(CURDIR)/lib$(if $(PYTHONPATH),:$(PYTHONPATH))
 export MPLBACKEND := Agg
 
+ifdef PYTHON
+PY       := $(PYTHON)
+VENV_DEP :=
+else
+PY       := $(VENV_PY)
+VENV_DEP := venv
+endif
+
 .PHONY: venv run test lab gpu-check bench lock clean
 
 venv: $(VENV)/.installed
@@ -28,14 +37,14 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(VENV_PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
-run: venv
-	$(VENV_PY) -m gemmlab.runner
+run: $(VENV_DEP)
+	$(PY) -m gemmlab.runner
 
-test: venv
-	$(VENV_PY) -m pytest -q -p no:cacheprovider tests notebooks $(NBVAL_ARGS)
+test: $(VENV_DEP)
+	$(PY) -m pytest -q -p no:cacheprovider tests notebooks $(NBVAL_ARGS)
 
-lab: venv
-	$(VENV_PY) -m jupyter lab notebooks
+lab: $(VENV_DEP)
+	$(PY) -m jupyter lab notebooks
 
 # The interpreter for gpu-check, chosen as the header says.
 GPU_PY = $(shell if [ -x $(VENV_PY) ]; then echo $(VENV_PY); \
@@ -62,7 +71,8 @@ bench:
 	$(or $(filter-out NEEDS_VENV,$(GPU_PY)),$(VENV_PY)) benchmarks/run.py
 
 lock: venv
-	$(VENV_PY) -m pip freeze --exclude-editable | sed -E 's/^(torch==[0-9.]+)\+.*/\1/' > requirements.lock
+	$(VENV_PY) -m pip freeze --all --exclude-editable | grep -v '^pip==' \
+	  | sed -E 's/^(torch==[0-9.]+)\+.*/\1/; s/^nvidia-cutlass-dsl==/nvidia-cutlass-dsl[cu13]==/' > requirements.lock
 
 clean:
 	rm -rf build

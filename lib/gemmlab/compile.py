@@ -118,6 +118,21 @@ def _key_of(arg):
     return ("value", type(arg).__name__, arg if isinstance(arg, (int, float, str, bool, tuple)) else id(arg))
 
 
+def _constexpr_mask(fn, n: int) -> list[bool]:
+    """For the first ``n`` parameters of host function ``fn``: is it a ``Constexpr``?"""
+    import inspect
+
+    import cutlass
+
+    params = list(inspect.signature(fn).parameters.values())[:n]
+    mask = []
+    for p in params:
+        ann = p.annotation
+        name = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+        mask.append(ann is cutlass.Constexpr or str(name).split(".")[-1] == "Constexpr")
+    return mask + [False] * (n - len(mask))
+
+
 def launcher(fn, *args, target: str | None = None, align: int = 16):
     """Compile ``fn`` (a ``@cute.jit`` host function) for ``args`` once; return a launch.
 
@@ -141,8 +156,13 @@ def launcher(fn, *args, target: str | None = None, align: int = 16):
         compiled = compile_for(target, fn, *conv, current_stream())
         _CACHE[key] = compiled
 
+    # The compiled function takes only the runtime parameters: Constexpr values
+    # are baked into the code, and passing them again would shift the stream
+    # into the wrong slot (the DSL reports extra "workspace arguments").
+    runtime = [a for a, const in zip(conv, _constexpr_mask(fn, len(conv))) if not const]
+
     def run():
-        compiled(*conv, current_stream())
+        compiled(*runtime, current_stream())
 
     run.compiled = compiled
     return run
