@@ -28,6 +28,7 @@ def test_runner_skips_missing_tier_and_counts_failures(tmp_path):
     assert row["run"] == 2 and row["skipped"] == 2
     assert row["skipped_tiers"] == "gpu,sm100"
     assert row["failures"] == 1
+    assert row["errors"] == ["cell 3: RuntimeError: boom"]
     done = nbformat.read(out, as_version=4)
     assert done.cells[0].outputs[0]["text"] == "2\n"
     assert done.cells[1].outputs == []          # skipped, not executed

@@ -91,9 +91,12 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int) -> dict:
         os.environ.clear()
         os.environ.update(old)
     wall = time.perf_counter() - t0
-    failures = sum(
-        1 for c in code_cells if any(o.get("output_type") == "error" for o in c.get("outputs", []))
-    )
+    errors = [
+        f"cell {i}: {o.get('ename')}: {str(o.get('evalue', ''))[:160]}"
+        for i, c in enumerate(nb.cells) if c.cell_type == "code"
+        for o in c.get("outputs", []) if o.get("output_type") == "error"
+    ]
+    failures = len(errors)
     # Remove our skip marks again so the written notebook keeps its own tags.
     for c in code_cells:
         tags = c.metadata.get("tags", [])
@@ -109,6 +112,7 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int) -> dict:
         "skipped_tiers": ",".join(sorted(skipped)) or "-",
         "failures": failures + (1 if error else 0),
         "error": error,
+        "errors": errors,
         "wall_s": wall,
     }
 
@@ -136,8 +140,8 @@ def main(argv=None) -> int:
         out = p if args.inplace else BUILD / p.name
         print(f"running {p.name} ...", flush=True)
         row = run_notebook(p.resolve(), out, have, args.timeout)
-        if row["error"]:
-            print(f"  {row['error']}", flush=True)
+        for msg in ([row["error"]] if row["error"] else []) + row["errors"]:
+            print(f"  FAILED {msg}", flush=True)
         rows.append(row)
     print(format_report(rows, have))
     return 1 if any(r["failures"] for r in rows) else 0
