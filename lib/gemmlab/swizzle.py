@@ -1,0 +1,229 @@
+"""Chapter 04 (the model): where TMA puts each 16-byte chunk of a tile in shared memory.
+
+What it teaches
+    Shared memory has 32 banks of 4 bytes: a 128-byte *line* touches every
+    bank once, and a 16-byte *chunk* covers a group of four banks (a "bank
+    group"; 8 per line). A tile stored row after row with 128-byte rows puts
+    column chunk ``c`` of every row in the same bank group, so eight threads
+    reading one column of eight rows (what ``ldmatrix`` and WGMMA do) queue up
+    eight deep. TMA's swizzle modes fix this by permuting the chunks of each
+    line: the chunk index (address bits 4..6) is XORed with the line index
+    (address bits 7..9), restricted to 1, 2 or 3 bits:
+
+    ==========  ==============================================  ===============
+    mode        physical byte address                          CuTe swizzle
+    ==========  ==============================================  ===============
+    ``none``    ``a``                                           ``Swizzle<0,4,3>``
+    ``32B``     ``a ^ (((a >> 7) & 1) << 4)``                   ``Swizzle<1,4,3>``
+    ``64B``     ``a ^ (((a >> 7) & 3) << 4)``                   ``Swizzle<2,4,3>``
+    ``128B``    ``a ^ (((a >> 7) & 7) << 4)``                   ``Swizzle<3,4,3>``
+    ==========  ==============================================  ===============
+
+    ``a`` is the byte offset from a shared-memory base aligned to the
+    pattern's repeat (1024 bytes covers every mode). CuTe's
+    ``Swizzle<B, M, S>`` XORs the ``B`` bits starting at bit ``M + S`` into
+    the ``B`` bits starting at bit ``M``: here ``M = 4`` (16-byte chunks),
+    ``S = 3`` (the line index starts 3 bits higher, at bit 7 = 128 bytes).
+    The *span* of a mode (32, 64 or 128 bytes) is the longest row TMA may
+    write with it: rows of exactly one span are the layouts GEMMs use.
+
+    The XOR is its own inverse, so the same function maps logical to physical
+    and physical to logical.
+
+What it adds over chapter 01
+    Chapter 01 measured bank conflicts and removed them by padding rows. A
+    swizzle removes them without wasting a byte, and because TMA (and WGMMA)
+    apply it in hardware, it is the layout every Hopper GEMM keeps its
+    operand tiles in. ``gemmlab.tma`` checks this model against the bytes a
+    real TMA load writes.
+"""
+from __future__ import annotations
+
+from .checks import check_choice, check_int
+
+#: The swizzle modes of a tensor map, in the order of the CUDA enum (CU_TENSOR_MAP_SWIZZLE_*).
+MODES = ("none", "32B", "64B", "128B")
+#: Bits of the chunk index that are XORed (CuTe's ``B`` in ``Swizzle<B, 4, 3>``).
+SWIZZLE_BITS = {"none": 0, "32B": 1, "64B": 2, "128B": 3}
+#: The longest inner box row, in bytes, that each swizzle mode may write (none: no limit from the swizzle).
+SPAN = {"none": None, "32B": 32, "64B": 64, "128B": 128}
+#: Shared-memory alignment the pattern repeats at: 8 lines of 128 bytes.
+PATTERN_BYTES = 1024
+CHUNK = 16  # bytes per chunk: one bank group (4 banks x 4 bytes)
+LINE = 128  # bytes per line: all 32 banks once
+BANK_GROUPS = LINE // CHUNK
+
+
+def cute_swizzle(mode: str) -> tuple[int, int, int]:
+    """The CuTe ``Swizzle<B, M, S>`` of ``mode`` as ``(B, M, S)``: ``make_swizzle(*cute_swizzle(mode))``."""
+    check_choice("mode", mode, MODES)
+    return (SWIZZLE_BITS[mode], 4, 3)
+
+
+def swizzle_offset(mode: str, byte_offset):
+    """The physical shared-memory byte offset where TMA puts logical byte ``byte_offset``.
+
+    ``byte_offset`` is an int or an integer numpy array (element-wise).
+    """
+    check_choice("mode", mode, MODES)
+    if isinstance(byte_offset, bool) or (isinstance(byte_offset, int) and byte_offset < 0):
+        raise ValueError(f"byte_offset must be a non-negative integer; got {byte_offset!r}")
+    mask = (1 << SWIZZLE_BITS[mode]) - 1
+    return byte_offset ^ (((byte_offset >> 7) & mask) << 4)
+
+
+def _check_rows(rows: int, row_bytes: int, mode: str) -> None:
+    check_int("rows", rows, lo=1)
+    check_int("row_bytes", row_bytes, lo=CHUNK, multiple_of=CHUNK)
+    span = SPAN[mode]
+    if span is not None and row_bytes > span:
+        raise ValueError(f"row_bytes must be <= {span} for swizzle {mode} (the swizzle span); got {row_bytes}")
+
+
+def tile_layout(mode: str, rows: int, row_bytes: int):
+    """Where each 16-byte chunk of a ``rows`` x ``row_bytes`` tile lands: ``(line, bank_group)`` per chunk.
+
+    Returns an int numpy array of shape ``(rows, row_bytes // 16, 2)``: for
+    the chunk in box row ``r``, column chunk ``c``, the 128-byte line and the
+    bank group (0..7, banks ``4g .. 4g + 3``) it occupies in shared memory.
+    """
+    import numpy as np
+
+    check_choice("mode", mode, MODES)
+    _check_rows(rows, row_bytes, mode)
+    r, c = np.meshgrid(np.arange(rows), np.arange(row_bytes // CHUNK), indexing="ij")
+    phys = swizzle_offset(mode, r * row_bytes + c * CHUNK)
+    return np.stack([phys // LINE, (phys % LINE) // CHUNK], axis=-1)
+
+
+def expected_smem(tile_bytes, mode: str):
+    """The bytes TMA writes into shared memory for a tile, as a flat uint8 numpy array.
+
+    ``tile_bytes``: a 2-D uint8 array (box rows x inner box bytes), the tile as
+    it is in global memory (out-of-bounds elements already zero).
+    """
+    import numpy as np
+
+    check_choice("mode", mode, MODES)
+    tile_bytes = np.asarray(tile_bytes)
+    if tile_bytes.dtype != np.uint8 or tile_bytes.ndim != 2:
+        raise ValueError(f"tile_bytes must be a 2-D uint8 array; got {tile_bytes.dtype} of shape {tile_bytes.shape}")
+    rows, row_bytes = tile_bytes.shape
+    _check_rows(rows, row_bytes, mode)
+    logical = np.arange(rows * row_bytes)
+    out = np.zeros(rows * row_bytes, dtype=np.uint8)
+    out[swizzle_offset(mode, logical)] = tile_bytes.reshape(-1)
+    return out
+
+
+def column_read_ways(mode: str, row_bytes: int, chunk: int = 0, rows: int = 8) -> int:
+    """Bank-conflict ways when ``rows`` threads each read chunk ``chunk`` of consecutive box rows.
+
+    This is one 8-address phase of ``ldmatrix`` on a tile whose rows are
+    ``row_bytes`` long: 1 means every thread hits its own bank group (one
+    wavefront), 8 means all eight queue on the same group.
+    """
+    _check_rows(rows, row_bytes, mode)
+    check_int("chunk", chunk, lo=0, hi=row_bytes // CHUNK - 1)
+    layout = tile_layout(mode, rows, row_bytes)
+    hits: dict[int, int] = {}
+    for r in range(rows):
+        g = int(layout[r, chunk, 1])
+        hits[g] = hits.get(g, 0) + 1
+    return max(hits.values())
+
+
+#: The swizzle mode whose span equals a row length.
+MODE_FOR_ROW_BYTES = {32: "32B", 64: "64B", 128: "128B"}
+
+
+def conflict_table(row_bytes_list=(32, 64, 128)) -> list[dict]:
+    """Worst ways of a column read (8 rows), unswizzled against the swizzle whose span is the row length."""
+    rows = []
+    for rb in row_bytes_list:
+        check_choice("row_bytes_list[i]", rb, tuple(MODE_FOR_ROW_BYTES))
+        mode = MODE_FOR_ROW_BYTES[rb]
+        rows.append({
+            "row bytes": rb,
+            "mode": mode,
+            "ways none": max(column_read_ways("none", rb, c) for c in range(rb // CHUNK)),
+            "ways swizzled": max(column_read_ways(mode, rb, c) for c in range(rb // CHUNK)),
+        })
+    return rows
+
+
+def line_map(mode: str, row_bytes: int | None = None, lines: int = 8):
+    """For each 128-byte line and bank group, the ``(box row, chunk)`` that TMA puts there.
+
+    ``row_bytes`` defaults to the mode's span (128 for ``none``). Returns an
+    int numpy array of shape ``(lines, 8, 2)``: the data behind :func:`draw_swizzle`.
+    """
+    import numpy as np
+
+    check_choice("mode", mode, MODES)
+    row_bytes = row_bytes or SPAN[mode] or LINE
+    check_int("lines", lines, lo=1)
+    n = lines * LINE
+    _check_rows(n // row_bytes, row_bytes, mode)
+    phys = np.arange(0, n, CHUNK)
+    logical = swizzle_offset(mode, phys)  # an involution: the same XOR undoes it
+    out = np.stack([logical // row_bytes, (logical % row_bytes) // CHUNK], axis=-1)
+    return out.reshape(lines, BANK_GROUPS, 2)
+
+
+def draw_swizzle(mode: str, row_bytes: int | None = None):
+    """Draw :func:`line_map` for one mode: 8 lines x 8 bank groups, each cell "row.chunk", coloured by chunk.
+
+    Saved as ``figures/04_swizzle_<mode>.png``; returns ``(path, data)`` with
+    ``data`` the ``(lines, 8, 2)`` array drawn.
+    """
+    from .figures import new_figure, save
+
+    data = line_map(mode, row_bytes)
+    fig, ax = new_figure(figsize=(5, 4))
+    _draw_map(ax, mode, data, row_bytes or SPAN[mode] or LINE)
+    return save(fig, f"04_swizzle_{mode}"), data
+
+
+_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860", "#DA8BC3", "#8C8C8C"]
+
+
+def _draw_map(ax, mode, data, row_bytes):
+    from matplotlib.patches import Rectangle
+
+    lines = data.shape[0]
+    for line in range(lines):
+        for g in range(BANK_GROUPS):
+            row, chunk = (int(v) for v in data[line, g])
+            ax.add_patch(Rectangle((g, line), 1, 1, facecolor=_COLORS[chunk % len(_COLORS)], edgecolor="white", lw=1.5))
+            ax.text(g + 0.5, line + 0.5, f"{row}.{chunk}", ha="center", va="center", fontsize=8, color="white",
+                    fontweight="bold")
+    ax.set_xlim(0, BANK_GROUPS)
+    ax.set_ylim(lines, 0)
+    ax.set_xticks([g + 0.5 for g in range(BANK_GROUPS)])
+    ax.set_xticklabels([f"{4 * g}-{4 * g + 3}" for g in range(BANK_GROUPS)], fontsize=7, rotation=45)
+    ax.set_yticks([line + 0.5 for line in range(lines)])
+    ax.set_yticklabels([str(line) for line in range(lines)], fontsize=8)
+    ax.set_xlabel("banks (one 16-byte bank group per column)", fontsize=8)
+    ax.set_ylabel("128-byte line of shared memory", fontsize=8)
+    ax.set_title(f"swizzle {mode}: rows of {row_bytes} B, Swizzle<{SWIZZLE_BITS[mode]},4,3>", fontsize=9)
+
+
+def draw_swizzle_modes(modes=MODES):
+    """All modes side by side (``figures/04_swizzle_modes.png``); returns ``(path, {mode: data})``.
+
+    Each cell says which ``box row . chunk`` lands in that bank group; the
+    colour is the chunk (the tile's column of 16 bytes). A column of one
+    colour is a bank conflict waiting to happen.
+    """
+    from .figures import new_figure, save
+
+    for m in modes:
+        check_choice("modes[i]", m, MODES)
+    fig, axes = new_figure(1, len(modes), figsize=(4.2 * len(modes), 4.4), squeeze=False)
+    datas = {}
+    for ax, m in zip(axes[0], modes):
+        datas[m] = line_map(m)
+        _draw_map(ax, m, datas[m], SPAN[m] or LINE)
+    fig.suptitle("Which 16-byte chunk of the tile TMA puts in each bank group (cell: box row . chunk)", fontsize=11)
+    return save(fig, "04_swizzle_modes"), datas
