@@ -296,3 +296,24 @@ def test_expected_raw_pads_partial_boxes_with_zeros():
     # our kernels (and the model) take exactly one swizzle span per box row
     with pytest.raises(ValueError, match="equal the swizzle span"):
         tma.check_tma_box((3, 32), torch.uint8, (2, 16), "32B")
+
+
+def test_tma_store_is_issued_by_one_elected_lane():
+    """The DSL elects a lane for TMA loads but not for stores: ours must elect one itself.
+
+    Without it every lane of the storing warp issues the same bulk store (32 stores
+    of one box). In the PTX the store must come after a second ``elect.sync`` (the
+    first one guards the load) with no other bulk-tensor instruction in between.
+    """
+    from gemmlab.compile import ptx_of
+
+    ptx = ptx_of(tma.compile_roundtrip("sm_90a"))
+    lines = [line.strip() for line in ptx[ptx.find(".entry"):].splitlines()]
+    elects = [i for i, line in enumerate(lines) if line.startswith("elect.sync")]
+    stores = [i for i, line in enumerate(lines)
+              if line.startswith("cp.async.bulk.tensor") and ".global.shared" in line]
+    assert len(stores) == 1 and len(elects) >= 2
+    guard = max(i for i in elects if i < stores[0])
+    assert guard != elects[0]  # not the load's election
+    between = lines[guard + 1:stores[0]]
+    assert not any(line.startswith("cp.async.bulk.tensor") for line in between)

@@ -249,9 +249,13 @@ def tma_store_tile(store_atom: cute.CopyAtom, s_tile: cute.Tensor, g_tile: cute.
     """Issue one TMA store of ``s_tile`` into the box ``g_tile``, commit it, wait until it has read shared memory."""
     s_part, g_part = cpasync.tma_partition(store_atom, 0, cute.make_layout(1), cute.group_modes(s_tile, 0, 2),
                                            cute.group_modes(g_tile, 0, 2))
-    cute.copy(store_atom, s_part, g_part)
-    cute.arch.cp_async_bulk_commit_group()
-    cute.arch.cp_async_bulk_wait_group(0, read=True)  # shared memory may be reused / freed after this
+    # Unlike TMA loads, the DSL does not elect a lane for TMA stores: called by a
+    # whole warp, every lane would issue the same store. One elected lane issues,
+    # commits and waits (bulk groups are per thread, so the same lane must wait).
+    with cute.arch.elect_one():
+        cute.copy(store_atom, s_part, g_part)
+        cute.arch.cp_async_bulk_commit_group()
+        cute.arch.cp_async_bulk_wait_group(0, read=True)  # shared memory may be reused / freed after this
 
 
 @cute.kernel
