@@ -1,0 +1,724 @@
+"""Chapter 10: the persistent 2-CTA BF16 GEMM for Blackwell (sm_100a).
+
+What it teaches
+    One kernel, three roles, three pipelines, in the shape of DeepGEMM's sm100
+    BF16 GEMM (simplified: no split-K, no swap-AB, one output dtype per input dtype).
+
+    * A **cluster of two CTAs** (a *CTA pair*) owns one 256 x ``block_n`` tile of C.
+      Each CTA loads 128 rows of A and half of B's ``block_n`` rows; one
+      ``tcgen05.mma.cta_group::2`` issued by the *leader* CTA multiplies the
+      pair's shared-memory operands into both CTAs' tensor memory (TMEM).
+    * **Roles** (warps of each 192-thread CTA):
+
+      ======  =========================  ========================================
+      warp    role                       runs in
+      ======  =========================  ========================================
+      0-3     epilogue warpgroup         both CTAs: TMEM -> registers -> SMEM -> TMA store
+      4       MMA warp                   leader CTA only (the peer's warp 4 idles)
+      5       TMA-load warp              both CTAs (one elected lane issues)
+      ======  =========================  ========================================
+
+    * **Pipelines**, each walked with a :class:`gemmlab.pipeline.DevicePipelineState`
+      that is created once and carried across tiles and k-iterations:
+
+      ==========  =====================  ==================================================
+      pipeline    carries                barriers (who arrives -> who waits)
+      ==========  =====================  ==================================================
+      SMEM-AB     A/B k-blocks, S stages ``ab_full[s]``: TMA bytes (both CTAs) -> MMA;
+                                         ``ab_empty[s]``: ``tcgen05.commit`` multicast -> TMA
+      TMEM-C      accumulators, 2 stages ``tmem_full[a]``: ``tcgen05.commit`` multicast -> epilogue;
+                                         ``tmem_empty[a]``: 8 epilogue warps (2 CTAs) -> MMA
+      SMEM-C      output staging, 2      TMA-store bulk groups (``cp.async.bulk.wait_group.read``)
+      ==========  =====================  ==================================================
+
+      Two accumulator stages of 256 fp32 columns fill TMEM's 512 columns, so
+      the epilogue of tile *i* overlaps the main loop of tile *i + 1*.
+    * A **persistent grid**: ``num_sms / 2`` clusters walk the output tiles
+      ``cluster, cluster + clusters, ...`` in chapter 07's grouped raster order
+      (:class:`gemmlab.scheduler.TileScheduler`; on the device
+      :func:`tile_coord_device`).
+
+What it adds over chapter 09 (tcgen05_tmem) and Part III (persistent_gemm_sm90)
+    Chapter 09 issued single tcgen05 instructions; here they form a full
+    pipelined GEMM. Over the Hopper kernel of chapter 07 it swaps WGMMA's
+    register accumulators for TMEM (so the MMA warp is one thread and the
+    epilogue is a separate role with its own pipeline), uses the 2-CTA MMA in
+    place of multicast between consumer warpgroups, and adds the TMEM-C
+    pipeline. The CPU model of the schedule is :mod:`gemmlab.sm100_model`.
+
+Proof on the CPU tier
+    :func:`compile_gemm_sm100` compiles the kernel for sm_100a at every
+    configuration :func:`choose_config` can return; tests read the PTX.
+    :func:`gemm_sm100` launches it on a B200 (``sm100`` tests and cells only).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils as utils
+import cuda.bindings.driver as cuda
+from cutlass import Float32, Int32, Int64
+from cutlass.cute.nvgpu import cpasync, tcgen05
+
+from .checks import check_choice, check_int
+from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
+from .pipeline import DevicePipelineState
+from .scheduler import device_tile
+from .tiers import require_tier
+
+# --------------------------------------------------------------------------------------
+# The fixed shape of the kernel
+# --------------------------------------------------------------------------------------
+
+PAIR_M = 256  # rows of C per CTA pair (one 2-CTA MMA tile)
+CTA_M = 128  # rows of C (and of A) per CTA
+BLOCK_K = 64  # K per pipeline stage: 64 bf16 = 128 bytes, one 128B-swizzle row
+MMA_K = 16  # K of one tcgen05.mma.kind::f16 instruction
+ACC_STAGES = 2  # TMEM-C stages: epilogue of tile i overlaps the main loop of tile i + 1
+C_STAGES = 2  # SMEM-C staging buffers for TMA stores
+BLOCK_N_CHOICES = (256, 128)  # N of the pair's tile (each CTA loads half of it from B)
+
+EPILOGUE_WARPS = 4  # warps 0-3: warp w may read TMEM lanes 32w..32w+31, so they come first
+MMA_WARP = 4
+TMA_WARP = 5
+THREADS = 32 * 6
+EPILOGUE_THREADS = 32 * EPILOGUE_WARPS
+EPILOGUE_BARRIER_ID = 1  # named barrier of the epilogue warpgroup (0 is __syncthreads)
+
+SMEM_CAPACITY = 232448  # 227 KB: the most shared memory one sm_100 CTA may use
+TMEM_COLUMNS = 512  # TMEM per SM: 128 lanes x 512 columns of 32 bits
+BARRIER_RESERVE = 1024  # bytes kept for mbarriers and the TMEM address (rounded up)
+SMEM_ALIGN = 1024  # 128B-swizzled tiles start on 1024-byte boundaries
+
+DEFAULT_NUM_SMS = 148  # B200
+GROUP_M = 8  # the tile order: bands of 8 M-tiles (gemmlab.scheduler, chapter 07)
+RASTER = "m"
+
+_TORCH_TO_CUTLASS = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+
+
+# --------------------------------------------------------------------------------------
+# Configuration: what the heuristic may choose, and what it costs in SMEM and TMEM
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sm100Config:
+    """One compiled variant of the kernel.
+
+    ``block_n``: N of the pair's tile (256 or 128); ``ab_stages``: depth of the
+    SMEM-AB ring; ``epi_n``: columns per TMA store (the SMEM-C buffer is
+    ``128 x epi_n``); ``num_sms``: the persistent grid is ``num_sms // 2`` clusters.
+    """
+
+    block_n: int = 256
+    ab_stages: int = 6
+    epi_n: int = 32
+    num_sms: int = DEFAULT_NUM_SMS
+    dtype: str = "bfloat16"  # of A, B and C
+    b_major: str = "k"  # "k": B is N x K (K contiguous); "n": B is K x N (N contiguous)
+
+    @property
+    def elem_bytes(self) -> int:
+        return 2
+
+    @property
+    def a_stage_bytes(self) -> int:
+        """One CTA's A k-block: 128 rows x 64 K."""
+        return CTA_M * BLOCK_K * self.elem_bytes
+
+    @property
+    def b_stage_bytes(self) -> int:
+        """One CTA's half of B's k-block: ``block_n / 2`` rows x 64 K."""
+        return self.block_n // 2 * BLOCK_K * self.elem_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a_stage_bytes + self.b_stage_bytes
+
+    @property
+    def tx_bytes(self) -> int:
+        """Bytes the leader's ``ab_full`` barrier waits for: both CTAs' loads."""
+        return 2 * self.stage_bytes
+
+    @property
+    def c_stage_bytes(self) -> int:
+        return CTA_M * self.epi_n * self.elem_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory per CTA: barriers + A/B ring + C staging, each 1024-aligned."""
+        return BARRIER_RESERVE + self.ab_stages * self.stage_bytes + C_STAGES * self.c_stage_bytes
+
+    @property
+    def tmem_columns(self) -> int:
+        """TMEM per CTA: ``ACC_STAGES`` fp32 accumulators of 128 lanes x ``block_n`` columns."""
+        return ACC_STAGES * self.block_n
+
+    @property
+    def num_clusters(self) -> int:
+        return self.num_sms // 2
+
+
+def max_ab_stages(block_n: int, epi_n: int = 32) -> int:
+    """The deepest SMEM-AB ring that fits next to the barriers and the C staging."""
+    probe = Sm100Config(block_n=block_n, ab_stages=0, epi_n=epi_n)
+    return (SMEM_CAPACITY - probe.smem_bytes) // probe.stage_bytes
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+WAVE_GAIN = 0.8  # block_n = 128 must cut the padded work to <= 80% of block_n = 256's
+
+
+def padded_work(m: int, n: int, block_n: int, num_sms: int = DEFAULT_NUM_SMS) -> int:
+    """Waves x ``block_n``: the N-columns one cluster computes, partial tiles and idle clusters included."""
+    tiles = ceil_div(m, PAIR_M) * ceil_div(n, block_n)
+    return ceil_div(tiles, num_sms // 2) * block_n
+
+
+def choose_config(m: int, n: int, k: int, *, num_sms: int = DEFAULT_NUM_SMS, dtype: str = "bfloat16",
+                  b_major: str = "k") -> Sm100Config:
+    """The heuristic: ``block_n`` = 256 unless 128 cuts the padded work by 20%; then the deepest ring.
+
+    A 256-wide tile feeds twice the MMA work per A k-block of a 128-wide one
+    (less shared-memory traffic per FLOP), so it is the default. A problem
+    with few tiles (few waves, or a ragged last wave) can still finish
+    sooner with narrower tiles: :func:`padded_work` counts waves x ``block_n``.
+    """
+    check_int("m", m, lo=1)
+    check_int("n", n, lo=1)
+    check_int("k", k, lo=1)
+    check_int("num_sms", num_sms, lo=2)
+    check_choice("dtype", dtype, tuple(_TORCH_TO_CUTLASS))
+    check_choice("b_major", b_major, ("k", "n"))
+    wide, narrow = padded_work(m, n, 256, num_sms), padded_work(m, n, 128, num_sms)
+    block_n = 128 if narrow <= WAVE_GAIN * wide else 256
+    return Sm100Config(block_n=block_n, ab_stages=max_ab_stages(block_n), num_sms=num_sms, dtype=dtype,
+                       b_major=b_major)
+
+
+def heuristic_configs(shapes, *, num_sms: int = DEFAULT_NUM_SMS, dtypes=("bfloat16",), b_majors=("k",)):
+    """The distinct configurations :func:`choose_config` returns for ``shapes`` ((m, n, k) triples)."""
+    seen = {}
+    for dt in dtypes:
+        for bm in b_majors:
+            for m, n, k in shapes:
+                cfg = choose_config(m, n, k, num_sms=num_sms, dtype=dt, b_major=bm)
+                seen.setdefault(cfg, None)
+    return list(seen)
+
+
+# --------------------------------------------------------------------------------------
+# Small device helpers
+# --------------------------------------------------------------------------------------
+
+
+def tcgen05_fence_before_thread_sync():
+    """Order this thread's earlier tcgen05 ops (``tcgen05.ld``) before a barrier arrive / sync."""
+    cute.arch.inline_ptx("tcgen05.fence::before_thread_sync;")
+
+
+def tcgen05_fence_after_thread_sync():
+    """Order this thread's later tcgen05 ops after the barrier wait / sync it just passed."""
+    cute.arch.inline_ptx("tcgen05.fence::after_thread_sync;")
+
+
+@cute.jit
+def tile_coord_device(linear: Int32, m_tiles: cutlass.Constexpr, n_tiles: cutlass.Constexpr):
+    """Linear tile -> ``(m_tile, n_tile)`` on the device: chapter 07's grouped raster order.
+
+    Bands of ``GROUP_M`` M-tiles, walked down M first, so the clusters running
+    at the same time share a few B column-blocks and A row-blocks (L2 reuse).
+    The CPU model uses the same scheduler (:class:`gemmlab.scheduler.TileScheduler`).
+    """
+    return device_tile(linear, m_tiles, n_tiles, RASTER, GROUP_M)
+
+
+# --------------------------------------------------------------------------------------
+# The three workers. Each loops over this cluster's tiles with its own PipelineStates.
+# --------------------------------------------------------------------------------------
+
+
+@cute.jit
+def tma_load_worker(tma_atom_a: cute.CopyAtom, tAgA: cute.Tensor, tAsA: cute.Tensor,
+                    tma_atom_b: cute.CopyAtom, tBgB: cute.Tensor, tBsB: cute.Tensor,
+                    ab_full, ab_empty, is_leader, cluster, my_tiles,
+                    m_tiles: cutlass.Constexpr, n_tiles: cutlass.Constexpr, k_tiles: cutlass.Constexpr,
+                    ab_stages: cutlass.Constexpr, num_clusters: cutlass.Constexpr, tx_bytes: cutlass.Constexpr):
+    """TMA-load warp (both CTAs): fill SMEM-AB stage by stage.
+
+    Each CTA loads its 128 rows of A and its half of B. The 2-CTA TMA signals
+    the *leader's* ``ab_full[s]``, so only the leader announces the bytes
+    (both CTAs' worth) with ``arrive.expect_tx``. Each CTA waits on its own
+    ``ab_empty[s]``, which the MMA's multicast commit releases in both.
+    """
+    smem_ab = DevicePipelineState.producer(ab_stages)  # phase 1: fresh ab_empty reads as "empty"
+    for i in cutlass.range(my_tiles, unroll=1):
+        m_tile, n_tile = tile_coord_device(cluster + i * num_clusters, m_tiles, n_tiles)
+        for k in cutlass.range(k_tiles, unroll=1):
+            cute.arch.mbarrier_wait(ab_empty + smem_ab.index, smem_ab.phase)
+            if is_leader:
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(ab_full + smem_ab.index, tx_bytes)
+            cute.copy(tma_atom_a, tAgA[(None, m_tile, k)], tAsA[(None, smem_ab.index)],
+                      tma_bar_ptr=ab_full + smem_ab.index)
+            cute.copy(tma_atom_b, tBgB[(None, n_tile, k)], tBsB[(None, smem_ab.index)],
+                      tma_bar_ptr=ab_full + smem_ab.index)
+            smem_ab.advance()  # carried into the next tile: never reset
+
+
+@cute.jit
+def mma_worker(tiled_mma: cute.TiledMma, tCtAcc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor,
+               ab_full, ab_empty, tmem_full, tmem_empty, my_tiles,
+               k_tiles: cutlass.Constexpr, ab_stages: cutlass.Constexpr):
+    """MMA warp (leader CTA only): consume SMEM-AB, produce TMEM-C.
+
+    Per tile: wait until accumulator stage ``a`` is drained, then per k-block
+    wait ``ab_full[s]``, issue four ``tcgen05.mma.cta_group::2`` (K = 16 each)
+    and commit to ``ab_empty[s]`` of *both* CTAs (multicast mask ``0b11``).
+    After the last k-block, commit to ``tmem_full[a]`` of both CTAs.
+    """
+    smem_ab = DevicePipelineState.consumer(ab_stages)
+    tmem_c = DevicePipelineState.producer(ACC_STAGES)  # phase 1: both accumulators start free
+    for i in cutlass.range(my_tiles, unroll=1):
+        cute.arch.mbarrier_wait(tmem_empty + tmem_c.index, tmem_c.phase)
+        tcgen05_fence_after_thread_sync()
+        acc = tCtAcc[(None, None, None, tmem_c.index)]
+        tiled_mma.set(tcgen05.Field.ACCUMULATE, False)  # the first MMA of a tile overwrites
+        for k in cutlass.range(k_tiles, unroll=1):
+            cute.arch.mbarrier_wait(ab_full + smem_ab.index, smem_ab.phase)
+            for kb in cutlass.range_constexpr(BLOCK_K // MMA_K):
+                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, smem_ab.index)],
+                          tCrB[(None, None, kb, smem_ab.index)], acc)
+                tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+            with cute.arch.elect_one():  # stage s is free once these MMAs have read it
+                tcgen05.commit(ab_empty + smem_ab.index, 0b11, tcgen05.CtaGroup.TWO)
+            smem_ab.advance()
+        with cute.arch.elect_one():  # accumulator a is complete once every MMA of the tile is done
+            tcgen05.commit(tmem_full + tmem_c.index, 0b11, tcgen05.CtaGroup.TWO)
+        tmem_c.advance()
+
+
+@cute.jit
+def epilogue_worker(tidx, tiled_copy_t2r: cute.TiledCopy, tTR_tAcc: cute.Tensor, tTR_rAcc: cute.Tensor,
+                    tiled_copy_r2s: cute.TiledCopy, tRS_rC: cute.Tensor, tRS_sC: cute.Tensor,
+                    tma_atom_c: cute.CopyAtom, bSG_sC: cute.Tensor, bSG_gC: cute.Tensor,
+                    tmem_full, tmem_empty, cluster, my_tiles,
+                    m_tiles: cutlass.Constexpr, n_tiles: cutlass.Constexpr, num_clusters: cutlass.Constexpr,
+                    subtiles: cutlass.Constexpr):
+    """Epilogue warpgroup (both CTAs): consume TMEM-C, produce SMEM-C, store C with TMA.
+
+    Per tile: wait ``tmem_full[a]``; per 128 x ``epi_n`` sub-tile, ``tcgen05.ld``
+    the fp32 accumulator into registers, convert to the output type, wait
+    until the TMA store that last read staging buffer ``c`` has finished
+    reading (``wait_group.read``), write the buffer, fence the async proxy and
+    let one thread issue the TMA store. Then every warp tells the leader's
+    MMA warp (remote arrive on ``tmem_empty[a]``) that accumulator ``a`` is free.
+    """
+    tmem_c = DevicePipelineState.consumer(ACC_STAGES)
+    smem_c = DevicePipelineState.producer(C_STAGES)  # only the index is used: bulk groups, not mbarriers
+    for i in cutlass.range(my_tiles, unroll=1):
+        m_tile, n_tile = tile_coord_device(cluster + i * num_clusters, m_tiles, n_tiles)
+        cute.arch.mbarrier_wait(tmem_full + tmem_c.index, tmem_c.phase)
+        tcgen05_fence_after_thread_sync()
+        for sub in cutlass.range_constexpr(subtiles):
+            # TMEM -> registers (tcgen05.ld + tcgen05.wait::ld), fp32 -> output type
+            cute.copy(tiled_copy_t2r, tTR_tAcc[(None, None, None, 0, sub, tmem_c.index)], tTR_rAcc)
+            tRS_rC.store(tiled_copy_r2s.retile(tTR_rAcc).load().to(tRS_rC.element_type))
+            # SMEM-C: staging buffer c is free once the store issued C_STAGES stores ago has read it
+            if tidx == 0:
+                cute.arch.cp_async_bulk_wait_group(C_STAGES - 1, read=True)
+            cute.arch.barrier(barrier_id=EPILOGUE_BARRIER_ID, number_of_threads=EPILOGUE_THREADS)
+            cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, smem_c.index)])
+            cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy writes -> TMA reads
+            cute.arch.barrier(barrier_id=EPILOGUE_BARRIER_ID, number_of_threads=EPILOGUE_THREADS)
+            if tidx == 0:
+                cute.copy(tma_atom_c, bSG_sC[(None, smem_c.index)], bSG_gC[(None, 0, sub, m_tile, n_tile)])
+                cute.arch.cp_async_bulk_commit_group()
+            smem_c.advance()
+        # TMEM-C: this warp has read accumulator a; tell the leader CTA's MMA warp
+        tcgen05_fence_before_thread_sync()
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(tmem_empty + tmem_c.index, 0)
+        tmem_c.advance()
+    if tidx == 0:
+        cute.arch.cp_async_bulk_wait_group(0, read=False)  # every store has landed in global memory
+
+
+# --------------------------------------------------------------------------------------
+# The kernel: set-up in the order of the notes, then the roles
+# --------------------------------------------------------------------------------------
+
+
+@cute.kernel
+def gemm_kernel(tiled_mma: cute.TiledMma,
+                tma_atom_a: cute.CopyAtom, mA: cute.Tensor,
+                tma_atom_b: cute.CopyAtom, mB: cute.Tensor,
+                tma_atom_c: cute.CopyAtom, mC: cute.Tensor,
+                a_smem_layout: cute.ComposedLayout, b_smem_layout: cute.ComposedLayout,
+                c_smem_layout: cute.ComposedLayout, epi_tile: cute.Tile,
+                block_n: cutlass.Constexpr, ab_stages: cutlass.Constexpr, tmem_columns: cutlass.Constexpr,
+                m_tiles: cutlass.Constexpr, n_tiles: cutlass.Constexpr, k_tiles: cutlass.Constexpr,
+                num_clusters: cutlass.Constexpr, tx_bytes: cutlass.Constexpr,
+                ab_dtype: cutlass.Constexpr, c_dtype: cutlass.Constexpr):
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())  # 0: leader, 1: peer
+    is_leader = cta_rank == 0
+    cluster = bidx // 2
+    num_tiles = m_tiles * n_tiles
+    my_tiles = (num_tiles - cluster + num_clusters - 1) // num_clusters  # tiles cluster, cluster + C, ...
+
+    # 1. Descriptor prefetch: pull the three TMA descriptors into the cache early.
+    if warp == TMA_WARP:
+        cpasync.prefetch_descriptor(tma_atom_a)
+        cpasync.prefetch_descriptor(tma_atom_b)
+        cpasync.prefetch_descriptor(tma_atom_c)
+
+    # 2. Shared memory: barriers first (8 bytes each), the TMEM address, then the tiles.
+    smem = cutlass.memory.SmemAllocator()
+    ab_full = smem.allocate_array(Int64, ab_stages)  # SMEM-AB: "stage s holds A and B" (leader's counts)
+    ab_empty = smem.allocate_array(Int64, ab_stages)  # SMEM-AB: "stage s may be overwritten"
+    tmem_full = smem.allocate_array(Int64, ACC_STAGES)  # TMEM-C: "accumulator a is complete"
+    tmem_empty = smem.allocate_array(Int64, ACC_STAGES)  # TMEM-C: "accumulator a has been read" (leader's)
+    tmem_addr = smem.allocate_array(Int32, 1)  # where tcgen05.alloc writes the TMEM base address
+    sA = smem.allocate_tensor(ab_dtype, a_smem_layout.outer, byte_alignment=SMEM_ALIGN,
+                              swizzle=a_smem_layout.inner)  # (MMA, MMA_M, MMA_K, STAGE)
+    sB = smem.allocate_tensor(ab_dtype, b_smem_layout.outer, byte_alignment=SMEM_ALIGN,
+                              swizzle=b_smem_layout.inner)  # (MMA, MMA_N, MMA_K, STAGE)
+    sC = smem.allocate_tensor(c_dtype, c_smem_layout.outer, byte_alignment=SMEM_ALIGN,
+                              swizzle=c_smem_layout.inner)  # (EPI_M, EPI_N, C_STAGE)
+
+    # 3. TMEM allocation: one warp in *each* CTA of the pair (cta_group::2 allocates in both).
+    if warp == 0:
+        cute.arch.alloc_tmem(tmem_columns, tmem_addr, is_two_cta=True)
+        cute.arch.relinquish_tmem_alloc_permit(is_two_cta=True)
+
+    # 4. Barrier init (one thread per CTA), made visible to the whole cluster.
+    if warp == TMA_WARP:
+        with cute.arch.elect_one():
+            for s in cutlass.range_constexpr(ab_stages):
+                cute.arch.mbarrier_init(ab_full + s, 1)  # the leader's arrive.expect_tx (+ bytes)
+                cute.arch.mbarrier_init(ab_empty + s, 1)  # one tcgen05.commit
+            for a in cutlass.range_constexpr(ACC_STAGES):
+                cute.arch.mbarrier_init(tmem_full + a, 1)  # one tcgen05.commit
+                cute.arch.mbarrier_init(tmem_empty + a, 2 * EPILOGUE_WARPS)  # every epilogue warp of the pair
+            cute.arch.mbarrier_init_fence()
+    tcgen05_fence_before_thread_sync()
+    cute.arch.cluster_arrive()  # both CTAs: barriers initialised, TMEM address written
+    cute.arch.cluster_wait()
+    tcgen05_fence_after_thread_sync()
+
+    # 5. Views: this CTA's slice of the pair's MMA, tiles of A, B, C, and the accumulators in TMEM.
+    thr_mma = tiled_mma.get_slice(cta_rank)
+    gA = cute.local_tile(mA, (PAIR_M, BLOCK_K), (None, None))  # (PAIR_M, BLOCK_K, m_tiles, k_tiles)
+    gB = cute.local_tile(mB, (block_n, BLOCK_K), (None, None))  # (block_n, BLOCK_K, n_tiles, k_tiles)
+    gC = cute.local_tile(mC, (PAIR_M, block_n), (None, None))  # (PAIR_M, block_n, m_tiles, n_tiles)
+    tCgA = thr_mma.partition_A(gA)  # this CTA's 128 rows of A
+    tCgB = thr_mma.partition_B(gB)  # this CTA's half of B
+    tCgC = thr_mma.partition_C(gC)  # this CTA's 128 rows of C
+    tAsA, tAgA = cpasync.tma_partition(tma_atom_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 3),
+                                       cute.group_modes(tCgA, 0, 3))
+    tBsB, tBgB = cpasync.tma_partition(tma_atom_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 3),
+                                       cute.group_modes(tCgB, 0, 3))
+    tCrA = tiled_mma.make_fragment_A(sA)  # smem descriptors, (MMA, MMA_M, MMA_K, STAGE)
+    tCrB = tiled_mma.make_fragment_B(sB)
+    acc_shape = tiled_mma.partition_shape_C((PAIR_M, block_n))
+    acc_layout = tiled_mma.make_fragment_C(cute.append(acc_shape, ACC_STAGES)).layout
+    tmem_ptr = cute.arch.retrieve_tmem_ptr(Float32, alignment=16, ptr_to_buffer_holding_addr=tmem_addr)
+    tCtAcc = cute.make_tensor(tmem_ptr, acc_layout)  # (MMA, MMA_M, MMA_N, ACC_STAGE) in TMEM
+
+    # 6. The roles: one program per warp role, each looping over this cluster's tiles.
+    if warp == TMA_WARP:
+        tma_load_worker(tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, ab_full, ab_empty, is_leader, cluster,
+                        my_tiles, m_tiles, n_tiles, k_tiles, ab_stages, num_clusters, tx_bytes)
+    if warp == MMA_WARP:
+        if is_leader:
+            mma_worker(tiled_mma, tCtAcc, tCrA, tCrB, ab_full, ab_empty, tmem_full, tmem_empty, my_tiles,
+                       k_tiles, ab_stages)
+    if warp < EPILOGUE_WARPS:
+        # TMEM -> registers: a tcgen05.ld 32x32b copy, each thread one TMEM lane (one row of C)
+        t2r_atom = utils.sm100.get_tmem_load_op((CTA_M, block_n, BLOCK_K), utils.LayoutEnum.ROW_MAJOR,
+                                                c_dtype, Float32, epi_tile, True)
+        tAcc_epi = cute.flat_divide(tCtAcc[((None, None), 0, 0, None)], epi_tile)  # (EM, EN, 1, subtiles, STAGE)
+        tiled_copy_t2r = tcgen05.make_tmem_copy(t2r_atom, tAcc_epi[(None, None, 0, 0, 0)])
+        thr_t2r = tiled_copy_t2r.get_slice(tidx)
+        tTR_tAcc = thr_t2r.partition_S(tAcc_epi)
+        gC_epi = cute.flat_divide(tCgC[((None, None), 0, 0, None, None)], epi_tile)  # (EM, EN, 1, sub, mt, nt)
+        tTR_gC = thr_t2r.partition_D(gC_epi)
+        tTR_rAcc = cute.make_rmem_tensor(tTR_gC[(None, None, None, 0, 0, 0, 0)].shape, Float32)
+        tTR_rC = cute.make_rmem_tensor(tTR_rAcc.shape, c_dtype)
+        # registers -> shared memory, matching the TMEM copy's register layout
+        r2s_atom = utils.sm100.get_smem_store_op(utils.LayoutEnum.ROW_MAJOR, c_dtype, Float32,
+                                                 tiled_copy_t2r)
+        tiled_copy_r2s = cute.make_tiled_copy_D(r2s_atom, tiled_copy_t2r)
+        tRS_sC = tiled_copy_r2s.get_slice(tidx).partition_D(sC)
+        tRS_rC = tiled_copy_r2s.retile(tTR_rC)
+        # shared memory -> global memory: one TMA store per sub-tile
+        bSG_sC, bSG_gC = cpasync.tma_partition(tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
+                                               cute.group_modes(gC_epi, 0, 2))
+        epilogue_worker(tidx, tiled_copy_t2r, tTR_tAcc, tTR_rAcc, tiled_copy_r2s, tRS_rC, tRS_sC, tma_atom_c,
+                        bSG_sC, bSG_gC, tmem_full, tmem_empty, cluster, my_tiles, m_tiles, n_tiles, num_clusters,
+                        block_n // cute.size(epi_tile[1]))
+
+    # 7. Teardown: both CTAs finished (so every MMA and every TMEM read is done), then free TMEM.
+    tcgen05_fence_before_thread_sync()
+    cute.arch.cluster_arrive()
+    cute.arch.cluster_wait()
+    if warp == 0:
+        tcgen05_fence_after_thread_sync()
+        cute.arch.dealloc_tmem(tmem_ptr, tmem_columns, is_two_cta=True)
+
+
+# --------------------------------------------------------------------------------------
+# Host side: layouts, TMA descriptors, the launch
+# --------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_host(cfg: Sm100Config, m: int, n: int, k: int):
+    """The ``@cute.jit`` host function for ``cfg`` and a static problem shape."""
+    block_n, ab_stages = cfg.block_n, cfg.ab_stages
+    b_mode = tcgen05.OperandMajorMode.K if cfg.b_major == "k" else tcgen05.OperandMajorMode.MN
+    m_tiles, n_tiles, k_tiles = ceil_div(m, PAIR_M), ceil_div(n, block_n), ceil_div(k, BLOCK_K)
+    num_clusters = min(cfg.num_clusters, m_tiles * n_tiles)
+
+    @cute.jit
+    def gemm_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, stream: cuda.CUstream):
+        ab_dtype = a.element_type
+        tiled_mma = utils.sm100.make_trivial_tiled_mma(ab_dtype, ab_dtype, tcgen05.OperandMajorMode.K, b_mode,
+                                                       Float32, tcgen05.CtaGroup.TWO, (PAIR_M, block_n))
+        mma_tiler = (PAIR_M, block_n, BLOCK_K)
+        a_smem_layout = utils.sm100.make_smem_layout_a(tiled_mma, mma_tiler, ab_dtype, ab_stages)
+        b_smem_layout = utils.sm100.make_smem_layout_b(tiled_mma, mma_tiler, ab_dtype, ab_stages)
+        epi_tile = (CTA_M, cfg.epi_n)
+        c_smem_layout = utils.sm100.make_smem_layout_epi(c.element_type, utils.LayoutEnum.ROW_MAJOR, epi_tile,
+                                                         C_STAGES)
+        cluster_vmnk = cute.tiled_divide(cute.make_layout((2, 1, 1)), (tiled_mma.thr_id.shape,))
+        # 2-CTA TMA loads: each CTA fills its own SMEM, completion goes to the leader's barrier
+        load_op = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.TWO)
+        tma_atom_a, tma_a = cute.nvgpu.make_tiled_tma_atom_A(
+            load_op, a, cute.slice_(a_smem_layout, (None, None, None, 0)), mma_tiler, tiled_mma, cluster_vmnk.shape)
+        tma_atom_b, tma_b = cute.nvgpu.make_tiled_tma_atom_B(
+            load_op, b, cute.slice_(b_smem_layout, (None, None, None, 0)), mma_tiler, tiled_mma, cluster_vmnk.shape)
+        tma_atom_c, tma_c = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(), c, cute.select(c_smem_layout, mode=[0, 1]), epi_tile)
+        gemm_kernel(tiled_mma, tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c,
+                    a_smem_layout, b_smem_layout, c_smem_layout, epi_tile,
+                    block_n, ab_stages, cfg.tmem_columns, m_tiles, n_tiles, k_tiles, num_clusters,
+                    cfg.tx_bytes, ab_dtype, c.element_type).launch(grid=(2 * num_clusters, 1, 1), block=(THREADS, 1, 1),
+                                         cluster=(2, 1, 1), stream=stream)
+
+    return gemm_host
+
+
+def _fake_operands(cfg: Sm100Config, m: int, n: int, k: int):
+    dt = _TORCH_TO_CUTLASS[cfg.dtype]
+    a = fake_tensor(dt, (m, k), stride_order=(1, 0))  # row-major: K contiguous
+    if cfg.b_major == "k":
+        b = fake_tensor(dt, (n, k), stride_order=(1, 0))  # N x K, K contiguous
+    else:
+        b = fake_tensor(dt, (n, k), stride_order=(0, 1))  # the transpose view of a K x N row-major tensor
+    c = fake_tensor(dt, (m, n), stride_order=(1, 0))
+    return a, b, c
+
+
+def compile_gemm_sm100(cfg: Sm100Config | None = None, m: int = 4096, n: int = 4096, k: int = 4096,
+                       target: str = "sm_100a"):
+    """Compile the kernel for ``cfg`` (default: the heuristic's choice) and shape (m, n, k), no GPU needed."""
+    check_target(target)
+    if target != "sm_100a":
+        raise ValueError(f"the tcgen05 GEMM needs target sm_100a; got {target!r}")
+    cfg = cfg or choose_config(m, n, k)
+    check_config(cfg)
+    return compile_for(target, _gemm_host(cfg, m, n, k), *_fake_operands(cfg, m, n, k), fake_stream())
+
+
+def check_config(cfg: Sm100Config) -> Sm100Config:
+    """Reject a configuration that cannot fit: SMEM <= 227 KB, TMEM <= 512 columns."""
+    check_choice("block_n", cfg.block_n, BLOCK_N_CHOICES)
+    check_int("ab_stages", cfg.ab_stages, lo=2)
+    check_choice("epi_n", cfg.epi_n, (16, 32, 64))
+    if cfg.smem_bytes > SMEM_CAPACITY:
+        raise ValueError(f"configuration needs {cfg.smem_bytes} bytes of shared memory per CTA; "
+                         f"sm_100 allows {SMEM_CAPACITY}")
+    if cfg.tmem_columns > TMEM_COLUMNS:
+        raise ValueError(f"configuration needs {cfg.tmem_columns} TMEM columns; an SM has {TMEM_COLUMNS}")
+    return cfg
+
+
+# --------------------------------------------------------------------------------------
+# The public entry point (gemmlab.gemm dispatches here on sm100)
+# --------------------------------------------------------------------------------------
+
+
+def check_gemm_args(a, b, out=None):
+    """The contract shared with the sm90 path: returns ``(m, n, k, b_major)``.
+
+    ``a``: M x K, K contiguous. ``b``: N x K with K contiguous (``b_major="k"``)
+    or K x N with N contiguous (``b_major="n"``); BF16 or FP16, same dtype as
+    ``a``. ``out`` (optional): M x N, same dtype, contiguous. Contiguous
+    extents must be multiples of 8 elements (16 bytes, the TMA rule), and
+    pointers 16-byte aligned.
+    """
+    import torch
+
+    dtypes = (torch.bfloat16, torch.float16)
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+        if t.dtype not in dtypes:
+            raise TypeError(f"{name} must have dtype bfloat16 or float16; got {str(t.dtype).replace('torch.', '')}")
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D; got shape {tuple(t.shape)}")
+        if t.stride(1) != 1 or t.stride(0) < t.shape[1]:
+            raise ValueError(f"{name} must be row-major with a contiguous last dimension; got strides "
+                             f"{tuple(t.stride())}")
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name} must start at a 16-byte aligned address")
+        if t.shape[1] % 8 or t.stride(0) % 8:
+            raise ValueError(f"{name}'s contiguous dimension and row stride must be multiples of 8 elements "
+                             f"(16 bytes, for TMA); got shape {tuple(t.shape)}, strides {tuple(t.stride())}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"a and b must have the same dtype; got {a.dtype} and {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on the same device; got {a.device} and {b.device}")
+    m, k = a.shape
+    if b.shape[1] == k:
+        n, b_major = b.shape[0], "k"  # N x K
+    elif b.shape[0] == k:
+        n, b_major = b.shape[1], "n"  # K x N
+    else:
+        raise ValueError(f"b must be N x K or K x N with K = a.shape[1] = {k}; got shape {tuple(b.shape)}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out must be a torch.Tensor; got {type(out).__name__}")
+        if out.dtype != a.dtype:
+            raise TypeError(f"out must have dtype {str(a.dtype).replace('torch.', '')}; got "
+                            f"{str(out.dtype).replace('torch.', '')}")
+        if tuple(out.shape) != (m, n):
+            raise ValueError(f"out must have shape {(m, n)}; got {tuple(out.shape)}")
+        if not out.is_contiguous() or out.data_ptr() % 16 or n % 8:
+            raise ValueError("out must be contiguous, 16-byte aligned, with N a multiple of 8")
+        if out.device != a.device:
+            raise ValueError(f"out must be on {a.device}; got {out.device}")
+    elif n % 8:
+        raise ValueError(f"N must be a multiple of 8 (16-byte rows of C for the TMA store); got {n}")
+    return m, n, k, b_major
+
+
+def prepare_gemm_sm100(a, b, out):
+    """Check, compile once and return ``run()`` that launches ``out = a @ B`` (for timing loops)."""
+    import torch
+
+    m, n, k, b_major = check_gemm_args(a, b, out)
+    if out is None:
+        raise ValueError("out must be given to prepare_gemm_sm100")
+    require_tier("sm100", "gemmlab.gemm_sm100")
+    if a.device.type != "cuda":
+        raise ValueError(f"a must be on a cuda device; got {a.device}")
+    num_sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    cfg = choose_config(m, n, k, num_sms=num_sms, dtype=str(a.dtype).replace("torch.", ""), b_major=b_major)
+    b_nk = b if b_major == "k" else b.t()  # the kernel sees B as N x K either way (strides tell the major)
+    return launcher(_gemm_host(cfg, m, n, k), a, b_nk, out, target="sm_100a")
+
+
+def gemm_sm100(a, b, out=None):
+    """``a @ b.T`` (b N x K) or ``a @ b`` (b K x N) on a B200: FP32 accumulate, output in a's dtype."""
+    import torch
+
+    m, n, k, _ = check_gemm_args(a, b, out)
+    require_tier("sm100", "gemmlab.gemm_sm100")
+    if out is None:
+        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    prepare_gemm_sm100(a, b, out)()
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Reading the compiled kernel back: shared memory per CTA, TMEM columns
+# --------------------------------------------------------------------------------------
+
+
+def launch_smem_bytes(compiled) -> int:
+    """The dynamic shared memory the compiled host function asks for at launch.
+
+    The DSL sums the kernel's ``SmemAllocator`` requests and stores the total
+    in the launch configuration (``CUlaunchConfig.sharedMemBytes``, the third
+    field of the struct the host code fills); this reads that constant from
+    the host IR, so it is what the launch will really request.
+    """
+    import re
+
+    ir = str(compiled.ir_module)
+    gep = re.search(r"(%\d+) = llvm\.getelementptr %\d+\[0, 2\] : \(!llvm\.ptr\) -> !llvm\.ptr, "
+                    r"!llvm\.struct<\(array<3 x i32>, array<3 x i32>, i64", ir)
+    if not gep:
+        raise RuntimeError("no launch configuration found in the host IR")
+    store = re.search(r"llvm\.store (%\d+), " + re.escape(gep.group(1)) + r" : i64", ir[gep.end():])
+    if not store:
+        raise RuntimeError("the launch configuration's sharedMemBytes is never stored")
+    const = re.search(re.escape(store.group(1)) + r" = llvm\.mlir\.constant\((\d+) : i64\)", ir)
+    if not const:
+        raise RuntimeError("sharedMemBytes is not a compile-time constant")
+    return int(const.group(1))
+
+
+def tmem_alloc_columns(compiled) -> int:
+    """The column count of the kernel's ``tcgen05.alloc`` (read from the PTX)."""
+    import re
+
+    from .compile import ptx_of
+
+    ptx = ptx_of(compiled)
+    alloc = re.search(r"tcgen05\.alloc\.cta_group::2\S*\s+\[[^\]]+\],\s*(%r\d+|\d+);", ptx)
+    if not alloc:
+        raise RuntimeError("no tcgen05.alloc.cta_group::2 in the PTX")
+    operand = alloc.group(1)
+    if operand.isdigit():
+        return int(operand)
+    movs = re.findall(r"mov\.b32\s+" + re.escape(operand) + r",\s*(\d+);", ptx[:alloc.start()])
+    if not movs:
+        raise RuntimeError(f"cannot find the value of {operand}")
+    return int(movs[-1])
+
+
+def kernel_sections() -> dict[str, str]:
+    """The source of :func:`gemm_kernel` cut at its numbered comments (``# 1. ...``), for the notebook.
+
+    Key ``"0. Coordinates"`` is what precedes section 1; the text is the code that compiles.
+    """
+    import re
+    import textwrap
+
+    from .show import source_of
+
+    body = source_of(gemm_kernel).splitlines()
+    start = next(i for i, line in enumerate(body) if line.lstrip().startswith("warp = "))
+    sections, title, chunk = {}, "0. Coordinates", []
+    for line in body[start:]:
+        mt = re.match(r"\s*# (\d+\. [^:(]+?)[:(.]", line)
+        if mt:
+            sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
+            title, chunk = mt.group(1).strip(), []
+        chunk.append(line)
+    sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
+    return sections
+
+
+def show_kernel_section(number: int) -> None:
+    """Display section ``number`` of :func:`gemm_kernel` (rendered from the library source)."""
+    from IPython.display import Markdown, display
+
+    for title, text in kernel_sections().items():
+        if title.startswith(f"{number}."):
+            display(Markdown(f"`gemmlab.gemm_sm100.gemm_kernel`, section {title}\n\n```python\n{text}\n```"))
+            return
+    raise ValueError(f"gemm_kernel has no section {number}")
