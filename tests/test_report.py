@@ -1,0 +1,30 @@
+"""README's results tables are exactly what the stored benchmark JSON says."""
+import json
+
+import pytest
+
+from gemmlab import report
+
+
+def test_readme_results_match_the_stored_json():
+    text = report.README.read_text()
+    assert report.splice(text, report.render()) == text, "run: python -m gemmlab.report --write"
+
+
+def test_every_copy_row_reaches_the_readme():
+    text = report.README.read_text()
+    for path in report.RESULTS.glob("*/copy_bandwidth.json"):
+        doc = json.loads(path.read_text())
+        assert doc["device"] in text
+        for row in doc["rows"]:
+            assert f"| {row['kernel']} | {row['ms']:.3f} | {row['GB/s']:.0f} |" in text
+
+
+def test_prediction_is_labelled():
+    assert "PREDICTION, not a measurement" in report.render()
+
+
+def test_splice_needs_markers():
+    with pytest.raises(ValueError, match="markers"):
+        report.splice("no markers here", "x")
+    assert report.splice(f"a{report.START}old{report.END}b", "new") == f"a{report.START}\nnew\n{report.END}b"
