@@ -4,7 +4,7 @@ import cutlass.cute as cute
 import cuda.bindings.driver as cuda
 import pytest
 
-from gemmlab.compile import compile_for, fake_stream, fake_tensor, ptx_lines, ptx_opcodes
+from gemmlab.compile import compile_for, fake_stream, fake_tensor, ptx_instructions, ptx_lines, ptx_opcodes, ptx_sequence
 
 
 @cute.kernel
@@ -36,3 +36,16 @@ def test_ptx_lines_skips_comments_and_matches_any_pattern():
 def test_compile_for_rejects_unknown_target():
     with pytest.raises(ValueError, match="target must be one of"):
         compile_for("sm_80", _host)
+
+
+def test_ptx_sequence_keeps_order_and_collapses_runs():
+    ptx = "st.shared.u32 [%r1], %r2;\nst.shared.u32 [%r3], %r4;\nfence.proxy.async.shared::cta;\nbar.sync 0;\n"
+    assert ptx_sequence(ptx, r"^st\.", r"^fence", r"^bar") == [
+        "st.shared.u32 x 2", "fence.proxy.async.shared::cta", "bar.sync"]
+
+
+def test_ptx_instructions_looks_inside_inline_asm_blocks():
+    ptx = "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%r1], 0; }\nmbarrier.arrive.shared::cta.b64 _, [%r1];\n"
+    assert ptx_opcodes(ptx, r"mbarrier") == ["{", "mbarrier.arrive.shared::cta.b64"]
+    assert ptx_instructions(ptx, r"mbarrier[\w.:]*") == [
+        "mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.shared::cta.b64"]

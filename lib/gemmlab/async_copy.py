@@ -738,25 +738,6 @@ def compile_cluster_swap(target: str, *, tiles: int = 4, tile_bytes: int = 16384
                        fake_stream())
 
 
-def ptx_sequence(compiled, *patterns: str) -> list[str]:
-    """The instructions matching ``patterns`` in program order, runs of one instruction collapsed (``op x n``).
-
-    Like :func:`gemmlab.compile.ptx_opcodes` (names only, so identical on
-    every machine) but keeping order and repeats: it shows *where* a fence or
-    a wait sits relative to the stores around it.
-    """
-    from .compile import ptx_lines
-
-    out: list[list] = []
-    for line in ptx_lines(compiled, *patterns):
-        op = line.split()[0].rstrip(";")
-        if out and out[-1][0] == op:
-            out[-1][1] += 1
-        else:
-            out.append([op, 1])
-    return [op if n == 1 else f"{op} x {n}" for op, n in out]
-
-
 # ---------------------------------------------------------------------------
 # Models and figures
 # ---------------------------------------------------------------------------

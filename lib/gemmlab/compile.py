@@ -75,6 +75,38 @@ def ptx_opcodes(ptx, *patterns: str) -> list[str]:
     return list(seen)
 
 
+def ptx_sequence(ptx, *patterns: str) -> list[str]:
+    """The instructions matching ``patterns`` in program order, runs of one instruction collapsed (``op x n``).
+
+    Like :func:`ptx_opcodes` (names only, so identical on every machine) but
+    keeping order and repeats: it shows *where* a fence or a wait sits
+    relative to the stores around it.
+    """
+    out: list[list] = []
+    for line in ptx_lines(ptx, *patterns):
+        op = line.split()[0].rstrip(";")
+        if out and out[-1][0] == op:
+            out[-1][1] += 1
+        else:
+            out.append([op, 1])
+    return [op if n == 1 else f"{op} x {n}" for op, n in out]
+
+
+def ptx_instructions(ptx, pattern: str) -> list[str]:
+    """Instruction names matching ``pattern`` anywhere in a line, in order, once each.
+
+    Unlike :func:`ptx_opcodes` this also finds instructions inside inline-asm
+    ``{ ... }`` blocks (where our wrappers put probes and spin loops), because
+    it matches the name itself rather than a line's first token.
+    """
+    rx = re.compile(pattern)
+    seen: dict[str, None] = {}
+    for line in ptx_lines(ptx, pattern):
+        for name in rx.findall(line):
+            seen.setdefault(name.rstrip(".;"), None)
+    return list(seen)
+
+
 def fake_tensor(dtype, shape, *, align: int = 16, stride_order=None):
     """A compile-time stand-in for a global tensor (no memory, no GPU needed).
 

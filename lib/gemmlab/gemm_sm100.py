@@ -67,6 +67,7 @@ from .checks import check_choice, check_int
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
 from .pipeline import DevicePipelineState
 from .scheduler import device_tile
+from .tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_sync  # chapter 09's wrappers
 from .tiers import require_tier
 
 # --------------------------------------------------------------------------------------
@@ -217,16 +218,6 @@ def heuristic_configs(shapes, *, num_sms: int = DEFAULT_NUM_SMS, dtypes=("bfloat
 # --------------------------------------------------------------------------------------
 # Small device helpers
 # --------------------------------------------------------------------------------------
-
-
-def tcgen05_fence_before_thread_sync():
-    """Order this thread's earlier tcgen05 ops (``tcgen05.ld``) before a barrier arrive / sync."""
-    cute.arch.inline_ptx("tcgen05.fence::before_thread_sync;")
-
-
-def tcgen05_fence_after_thread_sync():
-    """Order this thread's later tcgen05 ops after the barrier wait / sync it just passed."""
-    cute.arch.inline_ptx("tcgen05.fence::after_thread_sync;")
 
 
 @cute.jit

@@ -458,18 +458,11 @@ def dsl_twins_host(out: cute.Tensor, stream: cuda.CUstream):
 def mbarrier_instructions(compiled) -> list[str]:
     """The ``mbarrier.*`` / ``fence.mbarrier_init`` instruction names in a kernel's PTX, in order, once each.
 
-    Unlike :func:`gemmlab.compile.ptx_opcodes` this also looks inside inline-asm
-    ``{ ... }`` blocks, where our probes and spin loop live.
+    Also inside inline-asm ``{ ... }`` blocks, where our probes and spin loop live.
     """
-    import re
+    from .compile import ptx_instructions
 
-    from .compile import ptx_lines
-
-    seen: dict[str, None] = {}
-    for line in ptx_lines(compiled, r"mbarrier"):
-        for name in re.findall(r"(?:fence\.)?mbarrier[\w.:]*", line):
-            seen.setdefault(name.rstrip(";"), None)
-    return list(seen)
+    return ptx_instructions(compiled, r"(?:fence\.)?mbarrier[\w.:]*")
 
 
 def compile_wrappers(target: str = "sm_90a", dsl: bool = False):

@@ -65,7 +65,7 @@ import cuda.bindings.driver as cuda
 from cutlass import BFloat16, Float32, Int32, Int64
 
 from .checks import check_choice, check_int, check_tensor
-from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher, ptx_lines
+from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher, ptx_instructions, ptx_lines
 from .tiers import require_tier
 from .tmem import (  # noqa: F401  (tmem_ld_32x32b_model is part of this module's API)
     LD_32X32B_NUMS,
@@ -568,6 +568,23 @@ def fill_sw128(dst: cute.Tensor, src: cute.Tensor, row0, rows: cutlass.Constexpr
         dst[panel * rows * 64 + r * 64 + chunk * 8 + col % 8] = src[row0 + r, kk]
 
 
+@cute.jit
+def tcgen05_thread_sync(cta_group: cutlass.Constexpr):
+    """Fence, sync every thread of the CTA (or of the CTA pair), fence.
+
+    The tcgen05 fences around a thread sync order tensor-memory work (alloc,
+    MMA, ld) of one thread before, and of another thread after, the sync that
+    connects them; a pair syncs through the cluster barrier.
+    """
+    tcgen05_fence_before_thread_sync()
+    if cutlass.const_expr(cta_group == 2):
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
+    else:
+        cute.arch.barrier()
+    tcgen05_fence_after_thread_sync()
+
+
 @cute.kernel
 def mma_tile_kernel(a: cute.Tensor, b: cute.Tensor, regs: cute.Tensor, n: cutlass.Constexpr,
                     k: cutlass.Constexpr, num: cutlass.Constexpr, cta_group: cutlass.Constexpr):
@@ -612,13 +629,7 @@ def mma_tile_kernel(a: cute.Tensor, b: cute.Tensor, regs: cute.Tensor, n: cutlas
     cute.arch.fence_proxy("async.shared", space="cta")
 
     # 3. Everyone waits for the alloc, the barrier init and the operands.
-    tcgen05_fence_before_thread_sync()
-    if cutlass.const_expr(cta_group == 2):
-        cute.arch.cluster_arrive()
-        cute.arch.cluster_wait()
-    else:
-        cute.arch.barrier()
-    tcgen05_fence_after_thread_sync()
+    tcgen05_thread_sync(cta_group)
     taddr = held[0]
 
     # 4. One thread (of the leader CTA) issues K/16 MMAs and commits.
@@ -651,13 +662,7 @@ def mma_tile_kernel(a: cute.Tensor, b: cute.Tensor, regs: cute.Tensor, n: cutlas
             regs[row, c * num + j] = vals[j]
 
     # 7. Free the columns once every warp (of both CTAs) is done reading them.
-    tcgen05_fence_before_thread_sync()
-    if cutlass.const_expr(cta_group == 2):
-        cute.arch.cluster_arrive()
-        cute.arch.cluster_wait()
-    else:
-        cute.arch.barrier()
-    tcgen05_fence_after_thread_sync()
+    tcgen05_thread_sync(cta_group)
     if warp == 0:
         tmem_dealloc(taddr, ncols, cta_group)
 
@@ -865,14 +870,9 @@ def dsl_mma_constants(compiled) -> dict:
 def tcgen05_instructions(compiled) -> list[str]:
     """The ``tcgen05.*`` instruction names in a kernel's PTX, in order, once each.
 
-    Unlike :func:`gemmlab.compile.ptx_opcodes` this also looks inside
-    inline-asm ``{ ... }`` blocks, where our MMA and commit wrappers live.
+    Also inside inline-asm ``{ ... }`` blocks, where our MMA and commit wrappers live.
     """
-    seen: dict[str, None] = {}
-    for line in ptx_lines(compiled, r"tcgen05\."):
-        for name in re.findall(r"tcgen05\.[\w.:]+", line):
-            seen.setdefault(name.rstrip("."), None)
-    return list(seen)
+    return ptx_instructions(compiled, r"tcgen05\.[\w.:]+")
 
 
 def cta_pair_split(n: int = 256, k: int = 64) -> dict:
