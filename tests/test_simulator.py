@@ -132,3 +132,28 @@ def test_drawings_are_written(tmp_path, monkeypatch):
         assert path.endswith(f"{name}.png") and (tmp_path / f"{name}.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="titles must have one entry per timeline"):
         sm.draw_timeline(tls, "05_w", titles=["one"])
+
+
+def test_fit_ring_recovers_load_and_compute():
+    # One stage: load + compute per item; a deep ring: compute per item.
+    one = sm.simulate(1, (4, 5), 3, 1).total / 20
+    deep = sm.simulate(8, (40, 5), 3, 1).total / 200  # fill latency amortised over many items
+    load, compute = sm.fit_ring(one, 1.0)
+    assert (load, compute) == (3.0, 1.0) and deep == pytest.approx(1.0, abs=0.02)
+    with pytest.raises(ValueError, match="deep_ring_item must be <= one_stage_item"):
+        sm.fit_ring(1.0, 2.0)
+    with pytest.raises(ValueError, match="one_stage_item must be > 0"):
+        sm.fit_ring(0, 0)
+
+
+def test_predict_designs_by_hand():
+    # The hand-worked case: two tiles of 5, 4 stages, load 3, compute 1: 13 against 16.
+    p = sm.predict_designs(4, (2, 5), 3, 1)
+    assert p == {"carried": 13.0, "unrolled": 16.0, "extra": 3.0, "extra per tile": 1.5}
+    # n tiles: n - 1 boundaries of one load latency each, when the ring is just deep enough.
+    assert sm.predict_designs(4, (8, 5), 3, 1)["extra"] == pytest.approx(7 * 3)
+    # No tail (stages divides k): nothing to predict.
+    assert sm.predict_designs(2, (8, 4), 3, 1)["extra"] == 0
+    # A shallow ring (2 stages, k = 3): both stall, the unrolled design more.
+    p = sm.predict_designs(2, (8, 3), 3, 1)
+    assert p["carried"] > 3 + 24 and p["extra"] > 0

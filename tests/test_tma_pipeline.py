@@ -1,9 +1,11 @@
 """Chapter 05: the warp-specialized TMA pipeline (row scale + cast).
 
 CPU: the PTX of both designs holds the TMA loads and stores, expect_tx and
-try_wait.parity, in the order the pipeline needs; every bad input raises
-before any launch. GPU: both designs against torch on random data with
-partial tiles, outputs poisoned before each run.
+try_wait.parity, in the order the pipeline needs, and the spin variant's
+clock loop sits between the wait on a stage and its release; every bad input
+raises before any launch. GPU: both designs (with and without synthetic
+compute) against torch on random data with partial tiles, outputs poisoned
+before each run.
 """
 from __future__ import annotations
 
@@ -82,6 +84,39 @@ def test_unrolled_design_has_constant_stages_and_dummy_arrives(ptx):
     assert len(ptx_lines(tail, r"^mbarrier\.arrive\.expect_tx")) == 5
     # The consumers' arrives on empty: 5 real (each after reading) + 3 for the empty tail slots.
     assert len(ptx_lines(tail, r"^mbarrier\.arrive\.shared")) >= 5 + 3 + 3
+
+
+@pytest.mark.parametrize("design", tp.DESIGNS)
+def test_spin_variant_holds_each_stage_before_reading_it(design):
+    # spin_cycles > 0: after the wait on full[s], a %clock64 loop, then the stage is read and released.
+    c = tp.compile_row_scale("sm_90a", shape=(77, 1200), design=design, spin_cycles=1000)
+    lines = _norm(ptx_lines(c, r"."))
+    clocks = [i for i, line in enumerate(lines) if "%clock64" in line]
+    # Two reads per spin loop (start, then in the loop); one loop per k-iteration in the code.
+    assert len(clocks) == 2 * (1 if design == "carried" else 5)
+    assert any(re.match(r"setp\.lt\.s64 .*, 1000;", line) for line in lines)
+    first = clocks[0]
+    wait = max(i for i in range(first) if lines[i].startswith("mbarrier.try_wait"))
+    read = _index(lines, r"^ld\.shared\.v4", first)
+    release = _index(lines, r"^mbarrier\.arrive\.shared", read)
+    assert wait < first < read < release
+    # Without spin there is no clock read at all: spin_cycles = 0 is the plain kernel.
+    assert ptx_lines(tp.compile_row_scale("sm_90a", shape=(77, 1200), design=design), r"%clock64") == []
+
+
+def test_row_scales_are_prefetched_a_tile_ahead(ptx):
+    # The consumers load the first tile's scales before the loop and the next tile's in it: 2 x passes
+    # global loads, passes = 32 x 256 bfloat16 per box / (8 per 16-byte read x 128 threads) = 8.
+    assert len(ptx_lines(ptx["carried"], r"^ld\.global")) == 2 * 8
+
+
+def test_spin_errors():
+    with pytest.raises(ValueError, match="spin_cycles must be >= 0"):
+        tp.compile_row_scale("sm_90a", spin_cycles=-1)
+    with pytest.raises(TypeError, match="spin_cycles must be an int"):
+        tp.compile_row_scale("sm_90a", spin_cycles=1.5)
+    with pytest.raises(ValueError, match="spin_cycles must be <= "):
+        tp.compile_row_scale("sm_90a", spin_cycles=tp.MAX_SPIN_CYCLES + 1)
 
 
 def test_casts_compile_to_vector_shared_accesses():
@@ -264,6 +299,20 @@ def test_small_grid_and_small_boxes():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("design", tp.DESIGNS)
+@pytest.mark.parametrize("stages,shape", [(2, (4099, 768)), (3, (4099, 1200)), (4, (77, 1280))])
+def test_spin_variant_matches_torch(design, stages, shape):
+    # Synthetic compute changes the timing, never the result: k = stages + 1 (the tail) and partial tiles,
+    # few CTAs each running many tiles (the tail-bubble experiment's configuration), output poisoned.
+    x = torch.randn(shape, device="cuda").to(torch.bfloat16)
+    scale = torch.rand(shape[0], device="cuda") + 0.5
+    out = _poisoned(shape, torch.bfloat16)
+    tp.row_scale(x, scale, out, stages=stages, design=design, ctas=7, spin_cycles=500)
+    torch.cuda.synchronize()
+    assert torch.equal(out, tp.reference(x, scale))
+
+
+@pytest.mark.gpu
 def test_api_errors_on_gpu():
     buf = torch.zeros(64 * 1024 + 8, dtype=torch.bfloat16, device="cuda")
     s = torch.ones(64, device="cuda")
@@ -273,3 +322,13 @@ def test_api_errors_on_gpu():
         tp.row_scale(buf[:64 * 1024].view(64, 1024), torch.ones(64))
     with pytest.raises(ValueError, match="ctas must be >= 1"):
         tp.row_scale(buf[:64 * 1024].view(64, 1024), s, ctas=0)
+    with pytest.raises(ValueError, match="spin_cycles must be >= 0"):
+        tp.row_scale(buf[:64 * 1024].view(64, 1024), s, spin_cycles=-5)
+
+
+def test_plot_tail_bubble(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
+    rows = [{"spin": 0, "stages": s, "k": k, "extra us": 0.3 * (k - s), "model extra us": 0.4 * (k - s),
+             "net extra us": 0.3 if k > s else float("nan")} for s in (2, 4) for k in (s, s + 1)]
+    p = tp.plot_tail_bubble(rows, "05_bubble_test")
+    assert p.endswith("05_bubble_test.png") and (tmp_path / "05_bubble_test.png").stat().st_size > 1000

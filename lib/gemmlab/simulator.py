@@ -55,6 +55,9 @@ The API
 * :func:`draw_timeline` draws one or several timelines, one above the other
   on a shared time axis, and saves the figure.
 * :func:`sweep_stages`: totals for a range of stage counts.
+* :func:`fit_ring`: ``load_time`` and ``compute_time`` from two measurements
+  (one stage, a deep ring); :func:`predict_designs`: both designs' totals and
+  the unrolled design's extra time per tile.
 
 Closed forms the tests check (``issue_time = 0`` unless said, ``n`` slots):
 
@@ -332,6 +335,36 @@ def simulate(stages: int, tiles, load_time: float, compute_time: float, *, issue
         elif last_slot_of_tile:
             epi_end.append(max(cons_free))
     return tl
+
+
+def fit_ring(one_stage_item: float, deep_ring_item: float) -> tuple[float, float]:
+    """``(load_time, compute_time)`` from two measured times per k-iteration.
+
+    With one stage nothing overlaps, so an item costs ``load + compute``;
+    with a ring deep enough to cover the latency the consumer runs back to
+    back, so an item costs ``compute``. (A kernel whose consumers release a
+    stage before they finish with it gets an effective ``load_time`` shortened
+    by the work after the release; the model with these two numbers
+    reproduces both measurements and the tail bubble.)
+    """
+    one = _number("one_stage_item", one_stage_item, positive=True)
+    deep = _number("deep_ring_item", deep_ring_item, positive=True)
+    if deep > one:
+        raise ValueError(f"deep_ring_item must be <= one_stage_item (a deeper ring is never slower); "
+                         f"got {deep} > {one}")
+    return one - deep, deep
+
+
+def predict_designs(stages: int, tiles, load_time: float, compute_time: float, **kw) -> dict:
+    """Both designs' totals for the same work; the unrolled design's extra time, in total and per tile.
+
+    Returns ``{"carried": total, "unrolled": total, "extra": unrolled - carried,
+    "extra per tile": extra / number of tiles}``. ``kw`` goes to :func:`simulate`.
+    """
+    c = simulate(stages, tiles, load_time, compute_time, design="carried", **kw).total
+    u = simulate(stages, tiles, load_time, compute_time, design="unrolled", **kw).total
+    n = len(_tiles_list(tiles))
+    return {"carried": c, "unrolled": u, "extra": u - c, "extra per tile": (u - c) / n}
 
 
 def sweep_stages(stage_counts: Iterable[int], tiles, load_time: float, compute_time: float, **kw) -> list[dict]:

@@ -44,6 +44,9 @@ The code
     * :func:`compile_row_scale`: compile-only, any machine.
     * :func:`benchmark`, :func:`stage_sweep`, :func:`compare_designs`: GPU
       measurements against torch's device-to-device copy of the same bytes.
+    * :func:`calibrate_ring`, :func:`tail_bubble`: the unrolled design's tail
+      bubble with synthetic compute (``spin_cycles``) on a few SMs, against the
+      simulator's prediction from measured load and compute times.
 """
 from __future__ import annotations
 
@@ -72,6 +75,8 @@ CONSUMER_THREADS = 32 * CONSUMER_WARPS
 OUT_STAGES = 2
 #: Named barrier the consumer warps use among themselves (0 is ``__syncthreads``).
 CONSUMER_BARRIER = 1
+#: Upper bound of the synthetic compute per stage (``spin_cycles``): 1M cycles, about half a millisecond.
+MAX_SPIN_CYCLES = 1 << 20
 
 DESIGNS = ("carried", "unrolled")
 #: torch dtype name -> CuTe DSL type. TMA moves any of them; the consumers compute in float32.
@@ -92,12 +97,14 @@ def default_block(dtype: str) -> tuple[int, int]:
 @cute.kernel
 def row_scale_kernel(load_x: cute.CopyAtom, tma_x: cute.Tensor, store_y: cute.CopyAtom, tma_y: cute.Tensor,
                      scale: cute.Tensor, x_dtype: Constexpr, y_dtype: Constexpr, block_m: Constexpr,
-                     block_n: Constexpr, stages: Constexpr, design: Constexpr):
+                     block_n: Constexpr, stages: Constexpr, design: Constexpr, spin_cycles: Constexpr = 0):
     """``y = cast(x * scale[:, None])``: warp 0 loads with TMA, warps 1..4 scale and store with TMA.
 
     Tiles (``block_m`` rows) are dealt round-robin to the persistent CTAs;
     each tile has ``k_tiles`` k-iterations (``block_n`` columns each), each
     one stage of the load ring ("x-tile ring": ``full``/``empty`` per stage).
+    ``spin_cycles > 0``: the consumers hold every stage that long (synthetic
+    compute, like an MMA reading its operands) before reading and releasing it.
     """
     tidx, _, _ = cute.arch.thread_idx()
     bid, _, _ = cute.arch.block_idx()
@@ -171,13 +178,19 @@ def row_scale_kernel(load_x: cute.CopyAtom, tma_x: cute.Tensor, store_y: cute.Co
         vec = 16 * 8 // x_dtype.width  # elements per 16-byte read of x
         passes = tile_elems // (vec * CONSUMER_THREADS)
         y_ring = DevicePipelineState(OUT_STAGES, 0, 0)  # which y buffer is next (phase unused)
+        # Row scales: this tile's in registers, the next tile's loads in flight (issued a tile ahead,
+        # so their global-memory latency never stalls the consumers at a tile boundary).
         row_scale = cute.make_rmem_tensor(cute.make_layout(passes), Float32)
+        next_scale = cute.make_rmem_tensor(cute.make_layout(passes), Float32)
+        load_row_scales(scale, next_scale, bid, c, rows, block_m, block_n, vec, passes)
         if cutlass.const_expr(design == "carried"):
             x_ring = DevicePipelineState.consumer(stages)
             for tile in cutlass.range(bid, m_tiles, ctas, unroll=1):
-                load_row_scales(scale, row_scale, tile, c, rows, block_m, block_n, vec, passes)
+                row_scale.store(next_scale.load())
+                load_row_scales(scale, next_scale, tile + ctas, c, rows, block_m, block_n, vec, passes)
                 for k in cutlass.range(k_tiles, unroll=1):
                     cute.arch.mbarrier_wait(full + x_ring.index, x_ring.phase)
+                    spin(spin_cycles)  # synthetic compute while holding the stage (0: none)
                     scale_stage(sx, sy, empty, x_ring.index, y_ring.index, row_scale, c, vec, passes, tile_elems,
                                 x_dtype, y_dtype)
                     store_stage(store_y, tsy, tgy, y_ring.index, tile, k, c)
@@ -186,11 +199,13 @@ def row_scale_kernel(load_x: cute.CopyAtom, tma_x: cute.Tensor, store_y: cute.Co
         else:
             phase = Int32(0)
             for tile in cutlass.range(bid, m_tiles, ctas, unroll=1):
-                load_row_scales(scale, row_scale, tile, c, rows, block_m, block_n, vec, passes)
+                row_scale.store(next_scale.load())
+                load_row_scales(scale, next_scale, tile + ctas, c, rows, block_m, block_n, vec, passes)
                 for g in cutlass.range_constexpr((k_tiles + stages - 1) // stages):
                     for s in cutlass.range_constexpr(stages):
                         cute.arch.mbarrier_wait(full + s, phase)
                         if cutlass.const_expr(g * stages + s < k_tiles):
+                            spin(spin_cycles)
                             scale_stage(sx, sy, empty, s, y_ring.index, row_scale, c, vec, passes, tile_elems,
                                         x_dtype, y_dtype)
                             store_stage(store_y, tsy, tgy, y_ring.index, tile, g * stages + s, c)
@@ -206,11 +221,23 @@ def row_scale_kernel(load_x: cute.CopyAtom, tma_x: cute.Tensor, store_y: cute.Co
 @cute.jit
 def load_row_scales(scale: cute.Tensor, row_scale: cute.Tensor, tile, c, rows: Constexpr, block_m: Constexpr,
                     block_n: Constexpr, vec: Constexpr, passes: Constexpr):
-    """The scale of every row this thread touches in ``tile`` (once per tile, reused for all k)."""
+    """The scale of every row this thread touches in ``tile`` (once per tile, reused for all k).
+
+    ``tile`` may be past the last tile (the prefetch after the last one): rows are clamped.
+    """
     for j in cutlass.range_constexpr(passes):
         r = tile * block_m + ((c + j * CONSUMER_THREADS) * vec) // block_n  # pass j reads piece c + 128 j
         # Rows past the end belong to a partial tile: clamp the read; TMA will not store them.
         row_scale[j] = scale[cutlass.min(r, rows - 1)]
+
+
+@cute.jit
+def spin(cycles: Constexpr):
+    """Busy-wait ``cycles`` SM clock cycles (``%clock64``): synthetic compute the compiler cannot remove."""
+    if cutlass.const_expr(cycles > 0):
+        start = cute.arch.clock64()
+        while cute.arch.clock64() - start < cycles:
+            pass
 
 
 @cute.jit
@@ -259,13 +286,14 @@ def store_stage(store_y: cute.CopyAtom, tsy: cute.Tensor, tgy: cute.Tensor, y_st
 
 @cute.jit
 def row_scale_host(x: cute.Tensor, y: cute.Tensor, scale: cute.Tensor, block_m: Constexpr, block_n: Constexpr,
-                   stages: Constexpr, design: Constexpr, ctas: Constexpr, stream: cuda.CUstream):
+                   stages: Constexpr, design: Constexpr, ctas: Constexpr, spin_cycles: Constexpr,
+                   stream: cuda.CUstream):
     """Build the TMA atoms (tensor maps) for ``x`` (load) and ``y`` (store); launch a persistent grid."""
     tile = cute.make_layout((block_m, block_n), stride=(block_n, 1))  # row-major box, no swizzle
     load_x, tma_x = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), x, tile, (block_m, block_n))
     store_y, tma_y = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), y, tile, (block_m, block_n))
     row_scale_kernel(load_x, tma_x, store_y, tma_y, scale, x.element_type, y.element_type, block_m, block_n,
-                     stages, design).launch(
+                     stages, design, spin_cycles).launch(
         grid=(ctas, 1, 1), block=(32 * (1 + CONSUMER_WARPS), 1, 1), stream=stream)
 
 
@@ -387,22 +415,24 @@ def _sm_count() -> int:
 
 
 def prepare_row_scale(x, scale, out, *, block=None, stages: int = 4, design: str = "carried",
-                      ctas_per_sm: int | None = None, ctas: int | None = None):
+                      ctas_per_sm: int | None = None, ctas: int | None = None, spin_cycles: int = 0):
     """Check the arguments, compile once; return a zero-argument launch of ``out = cast(x * scale[:, None])``.
 
     ``ctas`` overrides the persistent grid size (default: ``ctas_per_sm`` x SMs, at most one CTA per tile).
+    ``spin_cycles``: synthetic compute per stage (the consumers hold each stage that many SM cycles).
     """
     block, ctas_per_sm = _check_call(x, scale, out, block, stages, design, ctas_per_sm)
     if ctas is not None:
         check_int("ctas", ctas, lo=1)
+    check_int("spin_cycles", spin_cycles, lo=0, hi=MAX_SPIN_CYCLES)
     require_tier("gpu", "gemmlab.tma_pipeline.row_scale")
     m_tiles = -(-x.shape[0] // block[0])
     grid = max(1, min(m_tiles, ctas or _sm_count() * ctas_per_sm))
-    return launcher(row_scale_host, x, out, scale, block[0], block[1], stages, design, grid)
+    return launcher(row_scale_host, x, out, scale, block[0], block[1], stages, design, grid, spin_cycles)
 
 
 def row_scale(x, scale, out=None, *, out_dtype=None, block=None, stages: int = 4, design: str = "carried",
-              ctas_per_sm: int | None = None, ctas: int | None = None):
+              ctas_per_sm: int | None = None, ctas: int | None = None, spin_cycles: int = 0):
     """``out[m, n] = cast(x[m, n] * scale[m])`` through the warp-specialized TMA pipeline; returns ``out``.
 
     ``x``: 2-D float32/bfloat16/float16 CUDA tensor, row-major rows, row
@@ -413,6 +443,8 @@ def row_scale(x, scale, out=None, *, out_dtype=None, block=None, stages: int = 4
     256 (default 16 KiB: 256 columns). ``stages``: x-ring depth. ``design``:
     ``"carried"`` or ``"unrolled"``. ``ctas_per_sm``: persistent CTAs per SM
     (default: as many as fit shared memory, at most 2); ``ctas``: the grid size instead.
+    ``spin_cycles``: synthetic compute, SM clock cycles per stage during which the
+    consumers hold the stage (0: none; the result is the same).
     """
     import torch
 
@@ -423,7 +455,7 @@ def row_scale(x, scale, out=None, *, out_dtype=None, block=None, stages: int = 4
             raise TypeError(f"out_dtype must be one of torch.{', torch.'.join(DTYPES)}; got {out_dtype!r}")
         out = torch.empty(tuple(x.shape), dtype=out_dtype or x.dtype, device=x.device)
     prepare_row_scale(x, scale, out, block=block, stages=stages, design=design, ctas_per_sm=ctas_per_sm,
-                      ctas=ctas)()
+                      ctas=ctas, spin_cycles=spin_cycles)()
     return out
 
 
@@ -434,7 +466,7 @@ def reference(x, scale, out_dtype=None):
 
 def compile_row_scale(target: str = "sm_90a", *, shape=(1000, 1200), dtype: str = "bfloat16",
                       out_dtype: str | None = None, block=None, stages: int = 4, design: str = "carried",
-                      ctas: int = 132):
+                      ctas: int = 132, spin_cycles: int = 0):
     """Compile :func:`row_scale_kernel` without a GPU (static shape), for reading its PTX."""
     check_target(target)
     out_dtype = out_dtype or dtype
@@ -448,10 +480,11 @@ def compile_row_scale(target: str = "sm_90a", *, shape=(1000, 1200), dtype: str 
         if (cols * DTYPES[dt].width // 8) % TMA_ALIGN:
             raise ValueError(f"a row of {cols} {dt} elements is not a multiple of {TMA_ALIGN} bytes (TMA row stride)")
     check_int("ctas", ctas, lo=1)
+    check_int("spin_cycles", spin_cycles, lo=0, hi=MAX_SPIN_CYCLES)
     x = fake_tensor(DTYPES[dtype], (rows, cols), stride_order=(1, 0))
     y = fake_tensor(DTYPES[out_dtype], (rows, cols), stride_order=(1, 0))
     return compile_for(target, row_scale_host, x, y, fake_tensor(Float32, (rows,)), block[0], block[1], stages,
-                       design, ctas, fake_stream())
+                       design, ctas, spin_cycles, fake_stream())
 
 
 # ---------------------------------------------------------------------------
@@ -604,6 +637,131 @@ def compare_designs(k_tiles=(4, 5), *, stages: int = 4, grids=(0.25, 1.0, 2.0), 
     return rows
 
 
+#: The tail-bubble experiment: few CTAs (one per SM, HBM far from saturated), each running many tiles.
+BUBBLE_CTAS = 16
+BUBBLE_TILES_PER_CTA = 64
+
+
+def _per_tile_us(ms: float, tiles_per_cta: int) -> float:
+    return ms * 1e3 / tiles_per_cta
+
+
+def calibrate_ring(spin_cycles: int = 0, *, k: int = 4, deep_stages: int = 8, ctas: int = BUBBLE_CTAS,
+                   tiles_per_cta: int = BUBBLE_TILES_PER_CTA, dtype: str = "bfloat16", rep: int = 10) -> dict:
+    """Measure the simulator's ``load_time`` and ``compute_time`` (microseconds) for one CTA's ring.
+
+    The carried design, ``ctas`` CTAs of ``tiles_per_cta`` tiles of ``k``
+    k-iterations (16 KiB boxes): with one stage an item costs load + compute,
+    with ``deep_stages`` stages only compute (when they cover the latency);
+    :func:`gemmlab.simulator.fit_ring` turns the two into the model's numbers.
+    """
+    import torch
+
+    from . import simulator as sm
+    from .bench import time_ms
+
+    bm, bn = default_block(dtype)
+    x, scale = _random_inputs((ctas * tiles_per_cta * bm, k * bn), dtype)
+    out = torch.empty_like(x)
+    items = tiles_per_cta * k
+    per_item = {}
+    for stages in (1, deep_stages):
+        run = _checked_run(x, scale, out, stages=stages, design="carried", ctas=ctas, spin_cycles=spin_cycles)
+        per_item[stages] = time_ms(run, rep=rep) * 1e3 / items
+    load, compute = sm.fit_ring(per_item[1], min(per_item[deep_stages], per_item[1]))
+    return {"spin": spin_cycles, "one-stage us/item": per_item[1], "deep us/item": per_item[deep_stages],
+            "load us": load, "compute us": compute}
+
+
+def tail_bubble(spins=(0, 800), stage_counts=(2, 3, 4), *, ctas: int = BUBBLE_CTAS,
+                tiles_per_cta: int = BUBBLE_TILES_PER_CTA, dtype: str = "bfloat16", rep: int = 10,
+                name: str | None = "05_tma_pipeline_tail_bubble") -> list[dict]:
+    """The unrolled design's tail bubble on the GPU, against the simulator's prediction.
+
+    ``ctas`` CTAs (one per SM: HBM is far from saturated, no other CTA fills a
+    stall), each running exactly ``tiles_per_cta`` tiles. For each
+    ``spin_cycles`` in ``spins`` (synthetic compute: the consumers hold each
+    stage that many SM cycles), :func:`calibrate_ring` first measures the
+    model's ``load``/``compute``; then, per ring depth ``S`` in
+    ``stage_counts``, tiles of ``k = S`` (no tail: the designs differ only in
+    how they index the ring) and ``k = S + 1`` (one real slot in the tail
+    group: the unrolled design re-synchronises once per tile) are timed in
+    both designs, each checked exactly against torch first (output poisoned),
+    and compared with :func:`gemmlab.simulator.predict_designs` for the same work.
+
+    Rows (times per tile of one CTA, microseconds): ``spin``, ``stages``,
+    ``k``, ``load us``, ``compute us``, ``carried us``, ``unrolled us``,
+    ``extra us`` (unrolled - carried), ``net extra us`` (for ``k = S + 1``:
+    the extra less the indexing difference measured at ``k = S``, scaled to
+    ``k`` items; NaN for ``k = S``), and the model's ``model carried us``,
+    ``model unrolled us``, ``model extra us``.
+    """
+    import torch
+
+    from . import simulator as sm
+    from .bench import time_ms, write_results
+
+    require_tier("gpu", "gemmlab.tma_pipeline.tail_bubble")
+    for spin_cycles in spins:
+        check_int("spin_cycles", spin_cycles, lo=0, hi=MAX_SPIN_CYCLES)
+    bm, bn = default_block(dtype)
+    rows, cals = [], []
+    for spin_cycles in spins:
+        cal = calibrate_ring(spin_cycles, ctas=ctas, tiles_per_cta=tiles_per_cta, dtype=dtype, rep=rep)
+        cals.append(cal)
+        for stages in stage_counts:
+            for k in (stages, stages + 1):
+                x, scale = _random_inputs((ctas * tiles_per_cta * bm, k * bn), dtype)
+                out = torch.empty_like(x)
+                us = {}
+                for design in DESIGNS:
+                    run = _checked_run(x, scale, out, stages=stages, design=design, ctas=ctas,
+                                       spin_cycles=spin_cycles)
+                    us[design] = _per_tile_us(time_ms(run, rep=rep), tiles_per_cta)
+                del x, out
+                pred = sm.predict_designs(stages, (tiles_per_cta, k), cal["load us"], cal["compute us"])
+                extra = us["unrolled"] - us["carried"]
+                net = float("nan")
+                if k == stages + 1:
+                    net = extra - rows[-1]["extra us"] * k / stages  # the k = S row just before
+                rows.append({"spin": spin_cycles, "stages": stages, "k": k, "load us": cal["load us"],
+                             "compute us": cal["compute us"], "carried us": us["carried"],
+                             "unrolled us": us["unrolled"], "extra us": extra, "net extra us": net,
+                             "model carried us": pred["carried"] / tiles_per_cta,
+                             "model unrolled us": pred["unrolled"] / tiles_per_cta,
+                             "model extra us": pred["extra per tile"]})
+    if name:
+        write_results(name, [{k: (None if v != v else v) for k, v in r.items()} for r in rows],
+                      calibrations=cals, ctas=ctas, tiles_per_cta=tiles_per_cta, dtype=dtype, block=[bm, bn],
+                      note="microseconds per tile of one CTA; model = gemmlab.simulator with the calibrated "
+                           "load/compute times")
+    return rows
+
+
+def plot_tail_bubble(rows: list[dict], name: str = "05_tail_bubble") -> str:
+    """Measured against predicted extra time per tile of the unrolled design, per (spin, stages, k)."""
+    from .figures import new_figure, save
+
+    fig, ax = new_figure(figsize=(9.0, 3.8))
+    labels = [f"S={r['stages']} k={r['k']}\n{r['spin']} cyc" for r in rows]
+    xs = range(len(rows))
+    w = 0.27
+    ax.bar([x - w for x in xs], [r["extra us"] for r in rows], w, label="measured: unrolled - carried")
+    ax.bar(list(xs), [0.0 if r["net extra us"] != r["net extra us"] else r["net extra us"] for r in rows], w,
+           label="measured, less the indexing cost (k = S)")
+    ax.bar([x + w for x in xs], [r["model extra us"] for r in rows], w, label="simulator prediction")
+    ax.axhline(0, color="black", lw=0.6)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("extra us per tile (one CTA)")
+    top = max([r["extra us"] for r in rows] + [r["model extra us"] for r in rows] + [0.1])
+    ax.set_ylim(top=top * 1.4)
+    ax.legend(fontsize=7, loc="upper left", ncol=3)
+    ax.set_title("the unrolled design's tail bubble: spin cycles per stage, stages S, k-iterations per tile",
+                 fontsize=9)
+    return str(save(fig, name))
+
+
 def table(rows: list[dict], columns) -> str:
     from .bench import device_name, format_table
 
@@ -616,6 +774,12 @@ SWEEP_COLUMNS = [("stages", "stages", ""), ("KiB/stage", "KiB/stage", ""), ("cta
 DESIGN_COLUMNS = [("k", "k/tile", ""), ("CTAs", "CTAs", ""), ("carried GB/s", "carried GB/s", ".0f"), ("carried ms", "carried ms", ".3f"),
                   ("unrolled ms", "unrolled ms", ".3f"), ("unrolled/carried", "unrolled/carried", ".3f"),
                   ("per-tile bubble us", "bubble us/tile", ".2f")]
+BUBBLE_COLUMNS = [("spin", "spin", ""), ("stages", "S", ""), ("k", "k", ""), ("load us", "load", ".2f"),
+                  ("compute us", "compute", ".2f"), ("carried us", "carried", ".2f"),
+                  ("unrolled us", "unrolled", ".2f"),
+                  ("extra us", "extra", ".2f"), ("net extra us", "net extra", ".2f"),
+                  ("model carried us", "model carried", ".2f"), ("model unrolled us", "model unrolled", ".2f"),
+                  ("model extra us", "model extra", ".2f")]
 
 
 def plot_stage_sweep(rows: list[dict], name: str = "05_bandwidth_vs_stages") -> str:
