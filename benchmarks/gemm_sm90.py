@@ -6,18 +6,19 @@ Writes ``results/<device>/gemm_sm90.json`` and prints the table last.
 import argparse
 
 from gemmlab.bench import write_results
-from gemmlab.gemm_sm90 import BENCH_SHAPES, benchmark, benchmark_table, geomean
+from gemmlab.gemm_sm90 import BENCH_SHAPES, METHOD, benchmark, benchmark_table, geomean
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--shapes", nargs="*", help="M,N,K triples (default: the chapter's ten shapes)")
-    p.add_argument("--rep", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=10, help="rounds of ours / cuBLAS, alternating")
+    p.add_argument("--per-round", type=int, default=10, help="timed launches of each per round")
     args = p.parse_args()
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes] if args.shapes else BENCH_SHAPES
-    rows = benchmark(shapes, rep=args.rep)
+    rows = benchmark(shapes, rounds=args.rounds, per_round=args.per_round)
     path = write_results("gemm_sm90", rows, geomean_ratio=geomean(r["ratio"] for r in rows),
-                         method="CUDA-event median, warm, inputs rotated when a set fits in L2")
+                         method=METHOD)
     print(f"wrote {path}")
     print(benchmark_table(rows))
 

@@ -31,6 +31,14 @@ def test_ptx_has_the_chapter_instructions(ptx_576):
     assert any(o.startswith("stmatrix") for o in ops)
 
 
+def test_epilogue_per_warpgroup(ptx_576):
+    # Each consumer warpgroup meets only its own 128 threads; the 256-thread variant still compiles.
+    bars = ptx_lines(ptx_576, r"^bar\.sync")
+    assert bars and all(l.rstrip(";").endswith("128") for l in bars)
+    old = GemmConfig(tile_n=256, stages=4, epi_per_wg=False)
+    assert all(l.rstrip(";").endswith("256") for l in ptx_lines(compile_gemm("sm_90a", 300, 512, 128, old), r"^bar\.sync"))
+
+
 def test_register_split(ptx_576):
     dec = ptx_lines(ptx_576, r"^setmaxnreg\.dec")
     inc = ptx_lines(ptx_576, r"^setmaxnreg\.inc")
@@ -61,6 +69,9 @@ def test_config_rules():
         GemmConfig(tile_n=256, stages=5)
     with pytest.raises(ValueError, match="epi_n"):
         GemmConfig(tile_n=144, epi_n=32)
+    with pytest.raises(ValueError, match="epi_per_wg"):
+        GemmConfig(tile_n=144, stages=4, epi_n=48)  # 48 columns: a 64-row half is not contiguous
+    assert GemmConfig(tile_n=144, stages=4, epi_n=48, epi_stages=3, epi_per_wg=False).epi_ring_aligned
     c = GemmConfig(tile_n=256, stages=4)
     assert c.stage_bytes() == (128 + 256) * 64 * 2
     assert c.smem_bytes() <= SMEM_LIMIT and c.epi_ring_aligned
@@ -160,14 +171,19 @@ def test_gemm_matches_fp32(m, n, k, k_major):
 
 @pytest.mark.gpu
 @pytest.mark.sm90
-@pytest.mark.parametrize("tile_n,cluster", [(256, (2, 1)), (256, (1, 2)), (144, (2, 1)), (176, (1, 2)),
-                                            (128, (1, 1)), (192, (2, 1))])
-def test_every_config_on_partial_tiles(tile_n, cluster):
+@pytest.mark.parametrize("tile_n,cluster,epi", [(256, (2, 1), {}), (256, (1, 2), {}), (144, (2, 1), {}),
+                                                (176, (1, 2), {}), (128, (1, 1), {}), (192, (2, 1), {}),
+                                                (256, (2, 1), {"epi_per_wg": False}),
+                                                (256, (2, 1), {"epi_n": 64, "epi_stages": 2}),
+                                                (144, (2, 1), {"epi_n": 48, "epi_stages": 3, "epi_per_wg": False})])
+def test_every_config_on_partial_tiles(tile_n, cluster, epi):
     from gemmlab.gemm import sm90_launch
     from gemmlab.heuristic import epi_shape_for, max_stages
 
     en, es = epi_shape_for(tile_n)
-    cfg = GemmConfig(tile_n=tile_n, stages=max_stages(tile_n), cluster=cluster, epi_n=en, epi_stages=es)
+    kw = {"epi_n": en, "epi_stages": es, **epi}
+    stages = max_stages(tile_n) - (1 if kw["epi_n"] * kw["epi_stages"] > en * es else 0)
+    cfg = GemmConfig(tile_n=tile_n, stages=stages, cluster=cluster, **kw)
     a, b = _cuda_ab(1000, 1232, 520)
     out = torch.full((1000, 1232), float("nan"), device="cuda", dtype=torch.bfloat16)
     sm90_launch(a, b, out, cfg)()

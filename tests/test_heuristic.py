@@ -71,6 +71,15 @@ def test_stages_fill_shared_memory():
             GemmConfig(tile_n=tn, stages=s + 1, epi_n=en, epi_stages=es)
 
 
+def test_measured_stage_exception():
+    # 128 x 176: 4 stages measured faster than the 5 that fit (H200, 4096 x 2112 x 7168).
+    assert h.max_stages(176) == 5 and h.stages_for(176) == 4
+    c = h.choose(4096, 2112, 7168)
+    assert c.tile_n == 176 and c.stages == 4 and c.epi_per_wg
+    assert "measured best" in h.explain(4096, 2112, 7168)
+    assert h.stages_for(144) == h.max_stages(144) == 6
+
+
 def test_explain_names_the_choice():
     text = h.explain(4096, 576, 7168)
     assert "tile 128x144" in text and "<- chosen" in text

@@ -28,10 +28,12 @@ What it adds over chapter 06
       because the peer's producer writes into its shared memory.
     * **A TMA-store epilogue that overlaps the next tile.** The accumulator is
       converted to BF16/FP16, written to a small ring of shared-memory
-      sub-tiles with ``stmatrix``, and stored by TMA. The consumers only wait
-      for a sub-tile buffer to be *read* before reusing it, so the last
-      stores of a tile drain while the next tile's k-loop already runs
-      (and the producer has been prefetching that tile all along).
+      sub-tiles with ``stmatrix``, and stored by TMA. Each consumer warpgroup
+      stores its own 64 rows (its own named barrier, its own TMA store), so
+      the two warpgroups never wait for each other. They only wait for a
+      sub-tile buffer to be *read* before reusing it, so the last stores of a
+      tile drain while the next tile's k-loop already runs (and the producer
+      has been prefetching that tile all along).
 
 Roles at a glance (384 threads per CTA)::
 
@@ -40,11 +42,12 @@ Roles at a glance (384 threads per CTA)::
                  warps 1-3  idle (they give their registers away and wait at the end)
     warpgroups 1, 2         consumers: for each tile: for each k-block:
                               wait full[s] -> 4 x wgmma 64xNx16 -> release stage s-1 (all CTAs of the cluster)
-                            then epilogue: acc -> bf16 -> stmatrix to sC[buf] -> TMA store
+                            then epilogue: acc -> bf16 -> stmatrix to sC[buf] -> TMA store (own 64 rows)
 
 Pipelines, named after what they carry
     * ``full[s]`` / ``empty[s]`` (stage ring, ``stages`` deep): A and B k-blocks.
-    * the bulk-async group of the TMA stores (``epi_stages`` deep): C sub-tiles.
+    * the bulk-async group of the TMA stores (``epi_stages`` deep, one per
+      consumer warpgroup): C sub-tiles.
 
 Partial tiles need no code: TMA loads fill out-of-bounds elements with zero
 and TMA stores drop them.
@@ -74,7 +77,7 @@ THREADS = 384
 PRODUCER_REGS = 40  # setmaxnreg.dec: TMA issue needs a handful of registers
 CONSUMER_REGS = 232  # setmaxnreg.inc: 128 accumulator registers + operands; 128*40 + 256*232 <= 64K
 CONSUMER_WARPS = 8
-EPI_BARRIER = 1  # named barrier id for the 256 consumer threads (0 is __syncthreads)
+EPI_BARRIER = 1  # named barrier ids: 1 (+1 for the second consumer warpgroup); 0 is __syncthreads
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,10 @@ class GemmConfig:
     two CTAs along M (they share B, which is multicast), ``(1, 2)`` along N
     (they share A). ``raster``/``group``: the tile order of
     :class:`gemmlab.scheduler.TileScheduler`, over *cluster* tiles.
+    ``epi_per_wg`` (default): each consumer warpgroup stores its own 64-row
+    half of every sub-tile (a 64 x ``epi_n`` TMA box, a 128-thread named
+    barrier per warpgroup); ``False``: both warpgroups meet at 256-thread
+    barriers and one warp stores the whole 128-row sub-tile.
     """
 
     tile_n: int = 256
@@ -97,6 +104,7 @@ class GemmConfig:
     tile_k: int = 64
     epi_n: int = 32
     epi_stages: int = 4
+    epi_per_wg: bool = True
 
     def __post_init__(self):
         check_int("tile_n", self.tile_n, lo=64, hi=256, multiple_of=16)
@@ -106,10 +114,15 @@ class GemmConfig:
         check_choice("cluster", tuple(self.cluster), ((1, 1), (2, 1), (1, 2)))
         check_choice("raster", self.raster, RASTERS)
         check_int("group", self.group, lo=1)
-        check_choice("epi_n", self.epi_n, (16, 32))
+        check_choice("epi_n", self.epi_n, (16, 32, 48, 64))
         check_int("epi_stages", self.epi_stages, lo=1, hi=8)
+        check_choice("epi_per_wg", self.epi_per_wg, (False, True))
         if self.tile_n % self.epi_n:
             raise ValueError(f"epi_n must divide tile_n={self.tile_n}; got epi_n={self.epi_n}")
+        if self.epi_per_wg and self.epi_n == 48:
+            # 48 columns are three 16-column swizzle atoms side by side, so a 64-row half of
+            # a sub-tile is not one contiguous block: it cannot be a TMA box of its own.
+            raise ValueError("epi_per_wg needs epi_n in (16, 32, 64): the rows of a 64-row half must be contiguous")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ValueError(f"stages={self.stages} with tile_n={self.tile_n} needs {self.smem_bytes()} bytes "
                              f"of shared memory; a CTA may use {SMEM_LIMIT}")
@@ -335,9 +348,16 @@ def gemm_kernel(
 
             # ---- epilogue: sub-tiles of BM x epi_n through a ring of epi_stages buffers
             gC_tile = gC[(None, None, m_tile, n_tile)]
-            gC_epi = cute.zipped_divide(gC_tile, epi_tile)
-            bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
-                                                   cute.group_modes(sC, 0, 2), gC_epi)
+            if cutlass.const_expr(cfg.epi_per_wg):
+                # Each warpgroup stores its own 64 rows: (64, epi_n) boxes, its own barrier.
+                half = wg - 1
+                gC_epi = cute.zipped_divide(gC_tile, (BM // 2, cfg.epi_n))  # ((64,en),(2,epi_count))
+                sC_half = cute.zipped_divide(sC, (BM // 2, cfg.epi_n))  # ((64,en),(2,1,epi_stages))
+                bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1), sC_half, gC_epi)
+            else:
+                gC_epi = cute.zipped_divide(gC_tile, epi_tile)
+                bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
+                                                       cute.group_modes(sC, 0, 2), gC_epi)
             for e in cutlass.range_constexpr(epi_count):
                 buf = e % cfg.epi_stages  # static: e is a compile-time index
                 for v in cutlass.range_constexpr(sub_size):
@@ -346,21 +366,31 @@ def gemm_kernel(
                 cute.copy(r2s, sub_out, tRS_sC[(None, None, None, buf)])
                 # Generic-proxy writes must be visible to the TMA (async proxy) read.
                 cute.arch.fence_proxy("async.shared", space="cta")
-                cute.arch.barrier(barrier_id=EPI_BARRIER, number_of_threads=256)
-                if warp == 4:
-                    cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (0, e))])
-                    cute.arch.cp_async_bulk_commit_group()
-                    # Buffer reuse: the store issued epi_stages-1 ago must have *read*
-                    # its buffer; the newer ones stay in flight (and drain during the
-                    # next tile's main loop).
-                    cute.arch.cp_async_bulk_wait_group(cfg.epi_stages - 1, read=True)
-                    if cutlass.const_expr(e == epi_count - 1 and not cfg.epi_ring_aligned):
-                        # The next tile restarts at buffer 0, which a store still in
-                        # flight may be reading: drain (only for unaligned rings).
-                        cute.arch.cp_async_bulk_wait_group(0, read=True)
-                cute.arch.barrier(barrier_id=EPI_BARRIER, number_of_threads=256)
+                if cutlass.const_expr(cfg.epi_per_wg):
+                    cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+                    if warp % 4 == 0:
+                        cute.copy(tma_c, bSG_sC[(None, (half, 0, buf))], bSG_gC[(None, (half, e))])
+                        cute.arch.cp_async_bulk_commit_group()
+                        cute.arch.cp_async_bulk_wait_group(cfg.epi_stages - 1, read=True)
+                        if cutlass.const_expr(e == epi_count - 1 and not cfg.epi_ring_aligned):
+                            cute.arch.cp_async_bulk_wait_group(0, read=True)
+                    cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+                else:
+                    cute.arch.barrier(barrier_id=EPI_BARRIER, number_of_threads=256)
+                    if warp == 4:
+                        cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (0, e))])
+                        cute.arch.cp_async_bulk_commit_group()
+                        # Buffer reuse: the store issued epi_stages-1 ago must have *read*
+                        # its buffer; the newer ones stay in flight (and drain during the
+                        # next tile's main loop).
+                        cute.arch.cp_async_bulk_wait_group(cfg.epi_stages - 1, read=True)
+                        if cutlass.const_expr(e == epi_count - 1 and not cfg.epi_ring_aligned):
+                            # The next tile restarts at buffer 0, which a store still in
+                            # flight may be reading: drain (only for unaligned rings).
+                            cute.arch.cp_async_bulk_wait_group(0, read=True)
+                    cute.arch.barrier(barrier_id=EPI_BARRIER, number_of_threads=256)
             linear = linear + num_clusters
-        if warp == 4:
+        if warp % 4 == 0:  # the store warp(s): warp 4 (and warp 8 with epi_per_wg)
             cute.arch.cp_async_bulk_wait_group(0, read=True)
 
 
@@ -401,8 +431,14 @@ def gemm_host(cfg: GemmConfig, num_clusters: int):
                                                 (cfg.tile_m, cfg.tile_k), num_multicast=cn)
         tma_b, tB = cpasync.make_tiled_tma_atom(b_op, b, cute.slice_(b_smem, (None, None, 0)),
                                                 (cfg.tile_n, cfg.tile_k), num_multicast=cm)
-        tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), c,
-                                                cute.slice_(c_smem, (None, None, 0)), epi_tile)
+        if cutlass.const_expr(cfg.epi_per_wg):  # one 64-row half per warpgroup
+            half_tile = (cfg.tile_m // 2, cfg.epi_n)
+            c_half = sm90_utils.make_smem_layout_epi(c.element_type, c_layout, half_tile, 1)
+            tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), c,
+                                                    cute.slice_(c_half, (None, None, 0)), half_tile)
+        else:
+            tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), c,
+                                                    cute.slice_(c_smem, (None, None, 0)), epi_tile)
 
         m, n = cute.size(c, mode=[0]), cute.size(c, mode=[1])
         k = cute.size(a, mode=[1])
@@ -450,25 +486,96 @@ BENCH_SHAPES = [(4096, 2112, 7168), (4096, 576, 7168), (4096, 24576, 1536), (409
 PEAK_TFLOPS = 989.0
 
 
+#: How :func:`benchmark` times, in one line (stored with the results).
+METHOD = ("ours and torch.matmul interleaved in rounds (order rotated each round) on the same rotated input sets "
+          "(>= 4 x L2 in total when a set is smaller), each launch timed by CUDA events back to back; "
+          "median of all timed launches for both")
+
+
 def rel_error(out, a, b) -> float:
     """Relative Frobenius error of ``out`` against the FP32 product of ``a`` and ``b``."""
     ref = a.float() @ b.float()
     return ((out.float() - ref).norm() / ref.norm()).item()
 
 
-def benchmark(shapes=None, *, warmup: int = 10, rep: int = 50) -> list[dict]:
-    """Time :func:`gemmlab.gemm` against ``torch.matmul`` (cuBLAS) on each shape, BF16, in one run.
+def input_sets(set_bytes: int, l2_bytes: int, *, l2_multiple: int = 4, cap: int = 16) -> int:
+    """How many copies of (A, B, C) to rotate so that together they span ``l2_multiple`` x L2.
 
-    Both are timed with CUDA-event medians (:func:`gemmlab.bench.time_ms`) after
-    warm-up, on the same inputs. When one set of A, B, C fits in L2 several
-    sets are rotated, so neither side gets an L2-resident A/B for free. Each
-    row also holds the relative error of our output against FP32.
+    One copy if a set alone is that large (then nothing of a launch's inputs is
+    left in L2 by the launch before, except what any real workload would also have).
     """
-    import math
+    check_int("set_bytes", set_bytes, lo=1)
+    check_int("l2_bytes", l2_bytes, lo=1)
+    return max(1, min(cap, -(-l2_multiple * l2_bytes // set_bytes)))
+
+
+def time_interleaved(launches: dict, *, rounds: int = 10, per_round: int = 10, warmup: int = 5) -> dict:
+    """Time several competitors fairly; returns ``{name: {"median_ms", "round_ms": [...]}}``.
+
+    ``launches[name]`` is a list of zero-argument launches, one per input set
+    (every competitor gets the same sets, in the same rotation). In each of
+    ``rounds`` rounds every competitor runs ``per_round`` launches back to back
+    (each timed by its own pair of CUDA events, the GPU never idle between
+    them, one untimed launch first); the order of the competitors rotates
+    from round to round, so drift in clocks or temperature hits all alike.
+    The statistic is the same for all: the median over every timed launch.
+    ``round_ms`` keeps each round's median, to show the spread.
+    """
+    import statistics
 
     import torch
 
-    from .bench import time_ms
+    names = list(launches)
+    for name in names:
+        for i in range(warmup):
+            launches[name][i % len(launches[name])]()
+    torch.cuda.synchronize()
+    times = {name: [] for name in names}
+    rounds_ms = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            fns = launches[name]
+            fns[r % len(fns)]()  # untimed: the switch from the other competitor
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(per_round + 1)]
+            ev[0].record()
+            for i in range(per_round):
+                fns[(r + i) % len(fns)]()
+                ev[i + 1].record()
+            ev[-1].synchronize()
+            t = [ev[i].elapsed_time(ev[i + 1]) for i in range(per_round)]
+            times[name] += t
+            rounds_ms[name].append(statistics.median(t))
+    return {name: {"median_ms": statistics.median(times[name]), "round_ms": rounds_ms[name]} for name in names}
+
+
+def gpu_clocks() -> dict | None:
+    """SM clock (MHz), temperature (C) and power (W) from ``nvidia-smi``; None where it cannot be read."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,temperature.gpu,power.draw",
+                              "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+        sm, temp, power = (x.strip() for x in out.split(","))
+        return {"sm_mhz": int(float(sm)), "temp_c": int(float(temp)), "power_w": float(power)}
+    except Exception:  # no nvidia-smi, or a field it cannot report: the table goes on without it
+        return None
+
+
+def benchmark(shapes=None, *, rounds: int = 10, per_round: int = 10, configs: dict | None = None) -> list[dict]:
+    """Time :func:`gemmlab.gemm` against ``torch.matmul`` (cuBLAS) on each shape, BF16, in one run.
+
+    Fair by construction (:func:`time_interleaved`): ours and cuBLAS alternate
+    in rounds, on the same rotated input sets (together at least 4 x L2 when
+    a set is smaller, :func:`input_sets`), and both are reported as the
+    median of every timed launch. Each row also holds the relative error of
+    our output against FP32, the spread of the round medians and the SM
+    clock / temperature / power read right after the shape (when
+    ``nvidia-smi`` is there). ``configs`` may override the heuristic per shape.
+    """
+    import torch
+
     from .gemm import sm90_launch
     from .heuristic import choose
     from .tiers import require_tier
@@ -476,45 +583,38 @@ def benchmark(shapes=None, *, warmup: int = 10, rep: int = 50) -> list[dict]:
     shapes = list(shapes or BENCH_SHAPES)
     require_tier("sm90", "gemmlab.gemm_sm90.benchmark")
     props = torch.cuda.get_device_properties(0)
-    l2 = props.L2_cache_size
     rows = []
     for m, n, k in shapes:
-        set_bytes = 2 * (m * k + k * n + m * n)
-        sets = 1 if set_bytes > l2 else min(8, math.ceil(3 * l2 / set_bytes))
+        sets = input_sets(2 * (m * k + k * n + m * n), props.L2_cache_size)
         data = []
         for _ in range(sets):
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()  # K-contiguous B (a weight)
             data.append((a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16)))
-        cfg = choose(m, n, k, props.multi_processor_count)
+        cfg = (configs or {}).get((m, n, k)) or choose(m, n, k, props.multi_processor_count)
         ours = [sm90_launch(a, b, c, cfg) for a, b, c in data]
         a0, b0, c0 = data[0]
         c0.fill_(float("nan"))  # poisoned
         ours[0]()
         err = rel_error(c0, a0, b0)
-        it = {"ours": 0, "torch": 0}
-
-        def run_ours():
-            it["ours"] = (it["ours"] + 1) % sets
-            ours[it["ours"]]()
-
-        def run_torch():
-            it["torch"] = (it["torch"] + 1) % sets
-            a, b, c = data[it["torch"]]
-            torch.matmul(a, b, out=c)
-
-        t_torch = time_ms(run_torch, warmup=warmup, rep=rep)
-        t_ours = time_ms(run_ours, warmup=warmup, rep=rep)
-        t_torch2 = time_ms(run_torch, warmup=2, rep=rep)  # again: drift between the two shows as noise
-        t_torch = min(t_torch, t_torch2)
+        cublas = [functools.partial(torch.matmul, a, b, out=c) for a, b, c in data]
+        t = time_interleaved({"ours": ours, "cublas": cublas}, rounds=rounds, per_round=per_round)
+        t_ours, t_torch = t["ours"]["median_ms"], t["cublas"]["median_ms"]
         flop = 2 * m * n * k
-        rows.append({"m": m, "n": n, "k": k, "config": f"128x{cfg.tile_n} c{cfg.cluster[0]}x{cfg.cluster[1]} "
-                     f"{cfg.raster}{cfg.group} s{cfg.stages}",
+        rows.append({"m": m, "n": n, "k": k, "config": config_name(cfg),
                      "ours_tflops": flop / t_ours / 1e9, "torch_tflops": flop / t_torch / 1e9,
                      "ratio": t_torch / t_ours, "peak_pct": 100 * flop / t_ours / 1e9 / PEAK_TFLOPS,
-                     "rel_err": err, "input_sets": sets})
-        del data, ours
+                     "ours_round_tflops": [flop / x / 1e9 for x in t["ours"]["round_ms"]],
+                     "torch_round_tflops": [flop / x / 1e9 for x in t["cublas"]["round_ms"]],
+                     "rel_err": err, "input_sets": sets, "gpu": gpu_clocks()})
+        del data, ours, cublas
     return rows
+
+
+def config_name(cfg: GemmConfig) -> str:
+    """A short name: ``128x256 c2x1 m8 s4`` (+ `` wgepi`` for the per-warpgroup epilogue)."""
+    return (f"{cfg.tile_m}x{cfg.tile_n} c{cfg.cluster[0]}x{cfg.cluster[1]} {cfg.raster}{cfg.group} s{cfg.stages}"
+            + (" wgepi" if cfg.epi_per_wg else ""))
 
 
 def geomean(values) -> float:
@@ -528,10 +628,16 @@ def benchmark_table(rows: list[dict]) -> str:
     """The benchmark rows as a text table, with the geometric mean of the ratios last."""
     from .bench import format_table
 
-    table = format_table([{**r, "shape": f"{r['m']}x{r['n']}x{r['k']}"} for r in rows], [
+    def spread(xs):
+        return f"{min(xs):.0f}-{max(xs):.0f}" if xs else "-"
+
+    table = format_table([{**r, "shape": f"{r['m']}x{r['n']}x{r['k']}",
+                           "ours_rng": spread(r.get("ours_round_tflops", [])),
+                           "torch_rng": spread(r.get("torch_round_tflops", []))} for r in rows], [
         ("shape", "M x N x K", ""), ("config", "config", ""), ("ours_tflops", "ours TFLOP/s", ".0f"),
         ("torch_tflops", "cuBLAS TFLOP/s", ".0f"), ("ratio", "ours/cuBLAS", ".3f"),
-        ("peak_pct", "% of 989", ".1f"), ("rel_err", "rel. error", ".1e")])
+        ("peak_pct", "% of 989", ".1f"), ("ours_rng", "ours rounds", ""), ("torch_rng", "cuBLAS rounds", ""),
+        ("rel_err", "rel. error", ".1e")])
     return table + f"\ngeometric mean ours/cuBLAS = {geomean(r['ratio'] for r in rows):.3f}"
 
 
@@ -555,3 +661,39 @@ def plot_benchmark(rows: list[dict], name: str = "07_gemm_vs_cublas"):
     ax.set_title(f"BF16 GEMM: ours vs cuBLAS, geometric mean {geomean(r['ratio'] for r in rows):.3f}x")
     ax.legend(loc="lower left", fontsize=8)
     return save(fig, name)
+
+
+def profile_table(doc: dict) -> str:
+    """The stored Nsight Compute numbers (``results/<device>/gemm_sm90_profile.json``) as a text table."""
+    from .bench import format_table
+
+    rows = []
+    for shape, recs in doc["shapes"].items():
+        for r in recs:
+            st = r["stalls_per_issue"]
+            rows.append({"shape": shape, "who": r["kernel"] if r["kernel"] == "cublas" else f"ours {r['config'].split(' (')[0]}",
+                         "kernel": r["name"][:34] if r["kernel"] == "cublas" else "", "time": r["time_us"],
+                         "clock": r["sm_clock_ghz"], "tensor": r["tensor_pipe_active_pct"], "dram": r["dram_tbs"],
+                         "l2": r["l2_throughput_pct"], "occ": r["achieved_occupancy_warps_pct"],
+                         "stalls": f"bar {st['barrier']:.1f} lsb {st['long_scoreboard']:.1f} gmma {st['gmma']:.1f} "
+                                   f"disp {st['dispatch_stall']:.1f}"})
+    return format_table(rows, [("shape", "M x N x K", ""), ("who", "kernel", ""), ("kernel", "cuBLAS kernel", ""),
+                               ("time", "time us", ".1f"), ("clock", "SM GHz", ".2f"),
+                               ("tensor", "tensor pipe %", ".1f"), ("dram", "DRAM TB/s", ".2f"),
+                               ("l2", "L2 %", ".1f"), ("occ", "warps %", ".1f"),
+                               ("stalls", "stalls per issue", "")])
+
+
+def tuning_table(doc: dict) -> str:
+    """The stored tuning sweeps (``results/<device>/gemm_sm90_tuning.json``): ratio to cuBLAS per variant."""
+    lines = []
+    for run in doc["runs"]:
+        lines.append(run["name"])
+        for r in run["rows"]:
+            cells = "  ".join(f"{k} {v['ratio']:.3f}" for k, v in r["variants"].items())
+            lines.append(f"  {r['shape']:>15}  cuBLAS {r['cublas_tflops']:4.0f}  {cells}")
+    base = doc.get("baseline_fair_runs")
+    if base:
+        lines.append(f"chapter-start kernel, fair benchmark run twice: geometric mean {base['geomean']['run1']:.3f} "
+                     f"and {base['geomean']['run2']:.3f}")
+    return "\n".join(lines)

@@ -25,7 +25,13 @@ notebook can print the reasoning next to the choice:
    the dimension with more tiles, so a wave of ~132 CTAs reads few panels
    of each operand (see :mod:`gemmlab.scheduler`).
 4. **Stages.** As many A/B ring stages as fit in 227 KB next to the
-   epilogue buffers: deeper rings hide more TMA latency.
+   epilogue buffers: deeper rings hide more TMA latency. One measured
+   exception (:data:`STAGES_MEASURED`): 128 x 176 runs 4 stages, not 5.
+   On an H200, 4096 x 2112 x 7168 ran at 0.91-0.92x cuBLAS with 5 stages
+   and 0.975x with 4 (interleaved in the same run), and Nsight Compute
+   showed the tensor pipe busy 84 % of the time with 5 stages, 90 % with 4.
+   128 x 144 showed the opposite (6 stages 0.935x, 4 stages 0.914x), so
+   the rule is not "fewer is better"; it is what was measured.
 """
 from __future__ import annotations
 
@@ -79,6 +85,15 @@ def candidates(m: int, n: int, k: int, num_sms: int = H100_SMS) -> list[Candidat
     return sorted(out, key=lambda c: (-c.score * (SMALLER_TILE_MARGIN if c.tile_n == max(TILE_NS) else 1), -c.tile_n))
 
 
+#: Stage counts measured to beat :func:`max_stages` for a tile N (see rule 4 above).
+STAGES_MEASURED = {176: 4}
+
+
+def stages_for(tile_n: int) -> int:
+    """The A/B ring depth :func:`choose` uses: the measured exception, else the deepest that fits."""
+    return STAGES_MEASURED.get(tile_n, max_stages(tile_n))
+
+
 def max_stages(tile_n: int, cap: int = 8) -> int:
     """The deepest A/B ring that fits in shared memory next to the epilogue buffers."""
     epi_n, epi_stages = epi_shape_for(tile_n)
@@ -112,7 +127,7 @@ def choose(m: int, n: int, k: int, num_sms: int = H100_SMS) -> GemmConfig:
     cmt, cnt = -(-mt // cluster[0]), -(-nt // cluster[1])
     raster = "m" if cmt >= cnt else "n"
     epi_n, epi_stages = epi_shape_for(tn)
-    return GemmConfig(tile_n=tn, stages=max_stages(tn), cluster=cluster, raster=raster, group=8,
+    return GemmConfig(tile_n=tn, stages=stages_for(tn), cluster=cluster, raster=raster, group=8,
                       epi_n=epi_n, epi_stages=epi_stages)
 
 
@@ -131,5 +146,6 @@ def explain(m: int, n: int, k: int, num_sms: int = H100_SMS) -> str:
     cmt, cnt = cfg.cluster_tiles(m, n)
     lines.append(f"  raster {cfg.raster!r}, group {cfg.group}: bands along the longer side "
                  f"({cmt} x {cnt} cluster tiles)")
-    lines.append(f"  stages {cfg.stages}: {cfg.smem_bytes()} of {SMEM_LIMIT} bytes of shared memory")
+    why = "measured best for this tile" if cfg.tile_n in STAGES_MEASURED else "the deepest ring that fits"
+    lines.append(f"  stages {cfg.stages} ({why}): {cfg.smem_bytes()} of {SMEM_LIMIT} bytes of shared memory")
     return "\n".join(lines)
