@@ -6,7 +6,7 @@ import torch
 
 from gemmlab import compile as gc
 from gemmlab.compile import ptx_lines, ptx_opcodes
-from gemmlab.gemm import check_gemm_args, gemm
+from gemmlab.gemm_api import check_gemm_args, gemm
 from gemmlab.gemm_sm90 import SMEM_LIMIT, GemmConfig, compile_gemm
 from gemmlab.tiers import TierError, detect_tier
 
@@ -177,7 +177,7 @@ def test_gemm_matches_fp32(m, n, k, k_major):
                                                 (256, (2, 1), {"epi_n": 64, "epi_stages": 2}),
                                                 (144, (2, 1), {"epi_n": 48, "epi_stages": 3, "epi_per_wg": False})])
 def test_every_config_on_partial_tiles(tile_n, cluster, epi):
-    from gemmlab.gemm import sm90_launch
+    from gemmlab.gemm_api import sm90_launch
     from gemmlab.heuristic import epi_shape_for, max_stages
 
     en, es = epi_shape_for(tile_n)

@@ -64,6 +64,7 @@ from cutlass import Float32, Int32, Int64
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
 from .checks import check_choice, check_int
+from .gemm_api import check_gemm_args  # one contract for every GEMM of the course
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
 from .pipeline import DevicePipelineState
 from .scheduler import device_tile
@@ -550,66 +551,12 @@ def check_config(cfg: Sm100Config) -> Sm100Config:
 # --------------------------------------------------------------------------------------
 
 
-def check_gemm_args(a, b, out=None):
-    """The contract shared with the sm90 path: returns ``(m, n, k, b_major)``.
-
-    ``a``: M x K, K contiguous. ``b``: N x K with K contiguous (``b_major="k"``)
-    or K x N with N contiguous (``b_major="n"``); BF16 or FP16, same dtype as
-    ``a``. ``out`` (optional): M x N, same dtype, contiguous. Contiguous
-    extents must be multiples of 8 elements (16 bytes, the TMA rule), and
-    pointers 16-byte aligned.
-    """
-    import torch
-
-    dtypes = (torch.bfloat16, torch.float16)
-    for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-        if t.dtype not in dtypes:
-            raise TypeError(f"{name} must have dtype bfloat16 or float16; got {str(t.dtype).replace('torch.', '')}")
-        if t.dim() != 2:
-            raise ValueError(f"{name} must be 2-D; got shape {tuple(t.shape)}")
-        if t.stride(1) != 1 or t.stride(0) < t.shape[1]:
-            raise ValueError(f"{name} must be row-major with a contiguous last dimension; got strides "
-                             f"{tuple(t.stride())}")
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name} must start at a 16-byte aligned address")
-        if t.shape[1] % 8 or t.stride(0) % 8:
-            raise ValueError(f"{name}'s contiguous dimension and row stride must be multiples of 8 elements "
-                             f"(16 bytes, for TMA); got shape {tuple(t.shape)}, strides {tuple(t.stride())}")
-    if b.dtype != a.dtype:
-        raise TypeError(f"a and b must have the same dtype; got {a.dtype} and {b.dtype}")
-    if a.device != b.device:
-        raise ValueError(f"a and b must be on the same device; got {a.device} and {b.device}")
-    m, k = a.shape
-    if b.shape[1] == k:
-        n, b_major = b.shape[0], "k"  # N x K
-    elif b.shape[0] == k:
-        n, b_major = b.shape[1], "n"  # K x N
-    else:
-        raise ValueError(f"b must be N x K or K x N with K = a.shape[1] = {k}; got shape {tuple(b.shape)}")
-    if out is not None:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"out must be a torch.Tensor; got {type(out).__name__}")
-        if out.dtype != a.dtype:
-            raise TypeError(f"out must have dtype {str(a.dtype).replace('torch.', '')}; got "
-                            f"{str(out.dtype).replace('torch.', '')}")
-        if tuple(out.shape) != (m, n):
-            raise ValueError(f"out must have shape {(m, n)}; got {tuple(out.shape)}")
-        if not out.is_contiguous() or out.data_ptr() % 16 or n % 8:
-            raise ValueError("out must be contiguous, 16-byte aligned, with N a multiple of 8")
-        if out.device != a.device:
-            raise ValueError(f"out must be on {a.device}; got {out.device}")
-    elif n % 8:
-        raise ValueError(f"N must be a multiple of 8 (16-byte rows of C for the TMA store); got {n}")
-    return m, n, k, b_major
-
-
 def prepare_gemm_sm100(a, b, out):
     """Check, compile once and return ``run()`` that launches ``out = a @ B`` (for timing loops)."""
     import torch
 
-    m, n, k, b_major = check_gemm_args(a, b, out)
+    m, n, k, b_k_major = check_gemm_args(a, b, out)
+    b_major = "k" if b_k_major else "n"
     if out is None:
         raise ValueError("out must be given to prepare_gemm_sm100")
     require_tier("sm100", "gemmlab.gemm_sm100")
@@ -617,12 +564,13 @@ def prepare_gemm_sm100(a, b, out):
         raise ValueError(f"a must be on a cuda device; got {a.device}")
     num_sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     cfg = choose_config(m, n, k, num_sms=num_sms, dtype=str(a.dtype).replace("torch.", ""), b_major=b_major)
-    b_nk = b if b_major == "k" else b.t()  # the kernel sees B as N x K either way (strides tell the major)
+    b_nk = b.t()  # the kernel sees B as N x K either way (its strides tell the major)
     return launcher(_gemm_host(cfg, m, n, k), a, b_nk, out, target="sm_100a")
 
 
 def gemm_sm100(a, b, out=None):
-    """``a @ b.T`` (b N x K) or ``a @ b`` (b K x N) on a B200: FP32 accumulate, output in a's dtype."""
+    """``out = a @ b`` on a B200, with :func:`gemmlab.gemm`'s contract (b is K x N: row-major, or the
+    ``w.t()`` view of a row-major N x K weight); FP32 accumulate, output in ``out``'s (default a's) dtype."""
     import torch
 
     m, n, k, _ = check_gemm_args(a, b, out)

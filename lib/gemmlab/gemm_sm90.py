@@ -576,7 +576,7 @@ def benchmark(shapes=None, *, rounds: int = 10, per_round: int = 10, configs: di
     """
     import torch
 
-    from .gemm import sm90_launch
+    from .gemm_api import sm90_launch
     from .heuristic import choose
     from .tiers import require_tier
 

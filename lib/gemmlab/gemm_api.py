@@ -1,4 +1,6 @@
-"""``gemmlab.gemm(a, b, out=None)``: the course's GEMM, dispatched by hardware tier.
+"""``gemmlab.gemm(a, b, out=None)``: the course's public GEMM, dispatched by hardware tier.
+
+(The module is ``gemm_api`` so that ``gemmlab.gemm`` can be the function.)
 
 ``C = A @ B`` with the meaning of ``torch.matmul``:
 
@@ -14,8 +16,10 @@
   aligned. Partial tiles are handled by TMA (zero fill, clipped stores).
 
 Dispatch: on tier ``sm90`` the persistent kernel of :mod:`gemmlab.gemm_sm90`
-with the configuration :func:`gemmlab.heuristic.choose` picks; every other
-tier raises :class:`gemmlab.tiers.TierError`. Kernels are compiled once per
+with the configuration :func:`gemmlab.heuristic.choose` picks; on tier
+``sm100`` the 2-CTA tcgen05 kernel of :mod:`gemmlab.gemm_sm100` (compile-verified
+only: it has never run on a B200); a machine without either raises
+:class:`gemmlab.tiers.TierError`. Kernels are compiled once per
 (configuration, shapes, strides, dtypes) and cached, so a second call with
 the same shapes launches without compiling.
 """
@@ -88,8 +92,11 @@ def gemm(a, b, out=None):
         if out is None:
             out = torch.empty((m, n), dtype=a.dtype, device=a.device)
         return _gemm_sm90(a, b, out)
-    # Chapter 10 adds the sm100 path here.
-    require_tier("sm90", "gemmlab.gemm")
+    if tier == "sm100":
+        from .gemm_sm100 import gemm_sm100
+
+        return gemm_sm100(a, b, out)
+    require_tier("gpu", "gemmlab.gemm")
     raise AssertionError("unreachable")  # pragma: no cover
 
 
