@@ -27,7 +27,7 @@ PY       := $(VENV_PY)
 VENV_DEP := venv
 endif
 
-.PHONY: venv run test lab gpu-check bench lock clean
+.PHONY: venv run test lab gpu-check gpu-tests gpu-bench gpu-notebooks gpu-nbval bench lock clean
 
 venv: $(VENV)/.installed
 
@@ -51,20 +51,28 @@ GPU_PY = $(shell if [ -x $(VENV_PY) ]; then echo $(VENV_PY); \
 	elif python3 -c "$(STACK_CHECK)" >/dev/null 2>&1; then echo python3; \
 	else echo NEEDS_VENV; fi)
 
-gpu-check:
-	@py="$(GPU_PY)"; \
+# gpu-check = gpu-tests gpu-bench gpu-notebooks gpu-nbval, in that order; each
+# part can also be run alone (e.g. on a machine lent for ten minutes at a time).
+GPU_ENV = py="$(GPU_PY)"; \
 	if [ "$$py" = NEEDS_VENV ]; then $(MAKE) venv && py=$(VENV_PY); fi; \
 	tier=$$($$py -c "from gemmlab.tiers import detect_tier; print(detect_tier())"); \
 	if [ "$$tier" = cpu ]; then echo "gpu-check needs a GPU of tier sm90 or sm100; this machine is tier cpu" >&2; exit 2; fi; \
-	echo "== gpu-check on tier $$tier with $$py"; \
-	set -e; export GEMMLAB_TIER=$$tier; \
-	echo "== 1/4 unit tests (GPU tests required)"; \
-	$$py -m pytest -q -p no:cacheprovider tests; \
-	echo "== 2/4 benchmarks"; \
-	$$py benchmarks/run.py; \
-	echo "== 3/4 notebooks re-executed in place"; \
-	$$py -m gemmlab.runner --inplace; \
-	echo "== 4/4 nbval (gpu cells required)"; \
+	export GEMMLAB_TIER=$$tier; set -e
+
+gpu-check: gpu-tests gpu-bench gpu-notebooks gpu-nbval
+
+gpu-tests:
+	@$(GPU_ENV); echo "== unit tests on tier $$tier with $$py (GPU tests required)"; \
+	$$py -m pytest -q -p no:cacheprovider tests
+
+gpu-bench:
+	@$(GPU_ENV); echo "== benchmarks on tier $$tier"; $$py benchmarks/run.py
+
+gpu-notebooks:
+	@$(GPU_ENV); echo "== notebooks re-executed in place on tier $$tier"; $$py -m gemmlab.runner --inplace
+
+gpu-nbval:
+	@$(GPU_ENV); echo "== nbval on tier $$tier (gpu cells required)"; \
 	$$py -m pytest -q -p no:cacheprovider notebooks $(NBVAL_ARGS)
 
 bench:

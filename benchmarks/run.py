@@ -4,8 +4,9 @@
 
 Each benchmark times its kernels side by side with the baseline (torch's own
 device-to-device copy) in the same run and writes JSON with the device name.
-The closing table is the copy benchmark: the issue's bar is >= 0.85 of torch's
-copy for the v4 load/store kernel and the cp.async.bulk kernel.
+Copies (chapters 01, 03; bar: >= 0.85 of torch's copy for the v4 load/store
+and the cp.async.bulk kernels), shared-memory bank conflicts (01), the TMA
+pipeline (05; bar 0.90) and, on Hopper, the persistent GEMM against cuBLAS (07).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gemmlab import async_copy, banks, ldst, tma_pipeline  # noqa: E402
 from gemmlab.bench import write_results  # noqa: E402
 from gemmlab.copybench import copy_table, measure_copies  # noqa: E402
-from gemmlab.tiers import require_tier  # noqa: E402
+from gemmlab.tiers import detect_tier, require_tier  # noqa: E402
 
 #: The kernels the issue holds to a bandwidth bar, and the bar.
 COPY_BAR = 0.85
@@ -30,8 +31,17 @@ def main() -> int:
     rows = measure_copies(copiers, name="copy_bandwidth")
     write_results("bank_conflicts", banks.measure_bank_conflicts())
     pipe_rows = tma_pipeline.benchmark()  # writes results/<device>/05_tma_pipeline.json
+    gemm_rows = None
+    if detect_tier() == "sm90":  # chapter 07's kernel is Hopper-only (wgmma)
+        from gemmlab import gemm_sm90
+
+        gemm_rows = gemm_sm90.benchmark(gemm_sm90.BENCH_SHAPES)
+        write_results("gemm_sm90", gemm_rows, geomean_ratio=gemm_sm90.geomean(r["ratio"] for r in gemm_rows),
+                      method=gemm_sm90.METHOD)
     print(copy_table(rows))
     print(copy_table(pipe_rows))
+    if gemm_rows:
+        print(gemm_sm90.benchmark_table(gemm_rows))
     held = [(r, COPY_BAR) for r in rows if r["kernel"] in (ldst.BENCH_KERNEL, async_copy.BENCH_KERNEL)]
     held += [(r, PIPE_BAR) for r in pipe_rows[1:]]
     for r, bar in held:
