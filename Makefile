@@ -27,7 +27,7 @@ PY       := $(VENV_PY)
 VENV_DEP := venv
 endif
 
-.PHONY: venv run test lab gpu-check gpu-tests gpu-bench gpu-notebooks gpu-nbval bench lock clean
+.PHONY: venv run test lab gpu-check gpu-tests gpu-bench gpu-notebooks gpu-nbval sanitize bench lock clean
 
 venv: $(VENV)/.installed
 
@@ -74,6 +74,18 @@ gpu-notebooks:
 gpu-nbval:
 	@$(GPU_ENV); echo "== nbval on tier $$tier (gpu cells required)"; \
 	$$py -m pytest -q -p no:cacheprovider notebooks $(NBVAL_ARGS)
+
+# compute-sanitizer memcheck and racecheck on chapter 07's GEMM (small partial-tile shapes).
+sanitize:
+	@$(GPU_ENV); out=results/$$($$py -c "from gemmlab.bench import device_slug; print(device_slug())"); \
+	mkdir -p $$out; f=$$out/gemm_sm90_sanitizer.txt; : > $$f; \
+	for tool in memcheck racecheck; do \
+	  extra=$$( [ $$tool = memcheck ] && echo "--report-api-errors no" ); \
+	  echo "== compute-sanitizer --tool $$tool $$extra" | tee -a $$f; \
+	  compute-sanitizer --tool $$tool $$extra $$py benchmarks/sanitize_gemm.py 2>&1 | grep -E "rel\. Frobenius|ERROR SUMMARY|RACECHECK SUMMARY|Error|Hazard" | tee -a $$f; \
+	done; \
+	grep -q "ERROR SUMMARY: 0 errors" $$f && grep -q "RACECHECK SUMMARY: 0 hazards" $$f \
+	  || { echo "compute-sanitizer found problems: see $$f" >&2; exit 1; }
 
 bench:
 	$(or $(filter-out NEEDS_VENV,$(GPU_PY)),$(VENV_PY)) benchmarks/run.py
