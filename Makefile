@@ -80,7 +80,7 @@ sanitize:
 	@$(GPU_ENV); out=results/$$($$py -c "from gemmlab.bench import device_slug; print(device_slug())"); \
 	mkdir -p $$out; f=$$out/gemm_sm90_sanitizer.txt; : > $$f; \
 	for tool in memcheck racecheck; do \
-	  extra=$$( [ $$tool = memcheck ] && echo "--report-api-errors no" ); \
+	  extra=""; if [ $$tool = memcheck ]; then extra="--report-api-errors no"; fi; \
 	  echo "== compute-sanitizer --tool $$tool $$extra" | tee -a $$f; \
 	  compute-sanitizer --tool $$tool $$extra $$py benchmarks/sanitize_gemm.py 2>&1 | grep -E "rel\. Frobenius|ERROR SUMMARY|RACECHECK SUMMARY|Error|Hazard" | tee -a $$f; \
 	done; \
