@@ -28,3 +28,10 @@ def test_splice_needs_markers():
     with pytest.raises(ValueError, match="markers"):
         report.splice("no markers here", "x")
     assert report.splice(f"a{report.START}old{report.END}b", "new") == f"a{report.START}\nnew\n{report.END}b"
+
+
+def test_sanitizer_summary_reaches_the_readme():
+    for path in report.RESULTS.glob("*/gemm_sm90_sanitizer.txt"):
+        text = path.read_text()
+        assert "ERROR SUMMARY: 0 errors" in text and "RACECHECK SUMMARY: 0 hazards" in text
+        assert "ERROR SUMMARY: 0 errors" in report.README.read_text()

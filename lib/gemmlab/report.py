@@ -55,6 +55,13 @@ def _first_gemm_section(doc: dict) -> str:
     return head + "\n\n" + _table(["kernel", "TFLOP/s", "vs torch.matmul"], rows)
 
 
+def _sanitizer_section(path: Path) -> str:
+    lines = path.read_text().splitlines()
+    title = lines[0].lstrip("# ").strip() if lines and lines[0].startswith("#") else path.name
+    summaries = [ln.strip("= ").strip() for ln in lines if "SUMMARY" in ln]
+    return f"**compute-sanitizer on the chapter 07 GEMM** ({title}): " + "; ".join(summaries) + "."
+
+
 def _sm100_prediction_section() -> str:
     from .sm100_model import prediction_table
 
@@ -83,6 +90,9 @@ def render() -> str:
         f = dev_dir / "gemm_sm90.json"
         if f.exists():
             parts.append(_gemm_sm90_section(_load(f)))
+        f = dev_dir / "gemm_sm90_sanitizer.txt"
+        if f.exists():
+            parts.append(_sanitizer_section(f))
     parts.append(_sm100_prediction_section())
     return "\n\n".join(parts)
 
