@@ -12,6 +12,7 @@ GPU command refreshes the stored outputs after a full run.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -45,8 +46,9 @@ def _kernel_env() -> dict:
     return env
 
 
+@functools.lru_cache(maxsize=None)
 def _kernelspec_dir() -> str:
-    """A private kernelspec named python3 that runs ``sys.executable``."""
+    """A private kernelspec named python3 that runs ``sys.executable`` (one per process)."""
     root = Path(tempfile.mkdtemp(prefix="gemmlab-kernels-"))
     spec = root / "kernels" / "python3"
     spec.mkdir(parents=True)
