@@ -15,6 +15,7 @@ import torch
 from gemmlab import async_copy as ac
 from gemmlab import figures
 from gemmlab.compile import ptx_lines, ptx_opcodes, ptx_of
+from gemmlab.compile import line_index as _index
 
 # ---------------------------------------------------------------------------
 # CPU: compile-only PTX
@@ -33,11 +34,6 @@ def ptx():
     }
 
 
-def _index(lines, pattern, start=0):
-    for i in range(start, len(lines)):
-        if re.search(pattern, lines[i]):
-            return i
-    raise AssertionError(f"{pattern!r} not found after line {start}")
 
 
 def test_cp_async_ptx(ptx):

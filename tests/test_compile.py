@@ -4,7 +4,8 @@ import cutlass.cute as cute
 import cuda.bindings.driver as cuda
 import pytest
 
-from gemmlab.compile import compile_for, fake_stream, fake_tensor, ptx_instructions, ptx_lines, ptx_opcodes, ptx_sequence
+from gemmlab.compile import (compile_for, fake_stream, fake_tensor, line_index, ptx_instructions, ptx_lines,
+                             ptx_opcodes, ptx_sequence)
 
 
 @cute.kernel
@@ -49,3 +50,11 @@ def test_ptx_instructions_looks_inside_inline_asm_blocks():
     assert ptx_opcodes(ptx, r"mbarrier") == ["{", "mbarrier.arrive.shared::cta.b64"]
     assert ptx_instructions(ptx, r"mbarrier[\w.:]*") == [
         "mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.shared::cta.b64"]
+
+
+def test_line_index_finds_in_order():
+    lines = ["st.shared.u32 a", "fence.proxy.async", "bar.sync 0", "fence.proxy.async"]
+    assert line_index(lines, r"^fence") == 1
+    assert line_index(lines, r"^fence", 2) == 3
+    with pytest.raises(AssertionError, match="not found after line 2"):
+        line_index(lines, r"^st\.", 2)

@@ -18,6 +18,7 @@ import torch
 from gemmlab import swizzle as swz
 from gemmlab import tma
 from gemmlab.compile import ptx_lines, ptx_of, ptx_opcodes
+from gemmlab.compile import line_index as _index
 
 # ---------------------------------------------------------------------------
 # CPU: compile-only PTX
@@ -34,11 +35,6 @@ def ptx():
     }
 
 
-def _index(lines, pattern, start=0):
-    for i in range(start, len(lines)):
-        if re.search(pattern, lines[i]):
-            return i
-    raise AssertionError(f"{pattern!r} not found after line {start}")
 
 
 def test_load_ptx(ptx):

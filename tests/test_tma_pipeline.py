@@ -17,6 +17,7 @@ import torch
 from gemmlab import figures
 from gemmlab import tma_pipeline as tp
 from gemmlab.compile import ptx_lines, ptx_of, ptx_opcodes
+from gemmlab.compile import line_index as _index
 
 # ---------------------------------------------------------------------------
 # CPU: compile-only PTX
@@ -33,11 +34,6 @@ def _norm(lines):
     return [re.sub(r"\s+", " ", line) for line in lines]
 
 
-def _index(lines, pattern, start=0):
-    for i in range(start, len(lines)):
-        if re.search(pattern, lines[i]):
-            return i
-    raise AssertionError(f"{pattern!r} not found after line {start}")
 
 
 @pytest.mark.parametrize("design", tp.DESIGNS)

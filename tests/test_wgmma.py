@@ -18,6 +18,7 @@ import torch
 
 from gemmlab import wgmma as wg
 from gemmlab.compile import ptx_lines, ptx_opcodes
+from gemmlab.compile import line_index as _index
 
 # ---------------------------------------------------------------------------
 # CPU: the descriptor
@@ -137,11 +138,6 @@ def probe_ptx():
     return wg.compile_fragment_probe("sm_90a", 128)
 
 
-def _index(lines, pattern, start=0):
-    for i in range(start, len(lines)):
-        if re.search(pattern, lines[i]):
-            return i
-    raise AssertionError(f"{pattern!r} not found after line {start}")
 
 
 def test_gemm_ptx_has_the_chapter_instructions(gemm_ptx):

@@ -92,6 +92,18 @@ def ptx_sequence(ptx, *patterns: str) -> list[str]:
     return [op if n == 1 else f"{op} x {n}" for op, n in out]
 
 
+def line_index(lines: list[str], pattern: str, start: int = 0) -> int:
+    """Index of the first of ``lines`` at or after ``start`` matching ``pattern``; AssertionError if none.
+
+    Tests use it to assert the *order* of instructions in a kernel (a fence
+    before the barrier before the store, say).
+    """
+    for i in range(start, len(lines)):
+        if re.search(pattern, lines[i]):
+            return i
+    raise AssertionError(f"{pattern!r} not found after line {start}")
+
+
 def ptx_instructions(ptx, pattern: str) -> list[str]:
     """Instruction names matching ``pattern`` anywhere in a line, in order, once each.
 
