@@ -54,7 +54,8 @@ from cutlass.memory import SmemAllocator
 
 from .checks import check_choice, check_int, check_same, check_tensor
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
-from .tiers import require_tier
+from .ldst import ld_shared_v4, st_global_v4  # chapter 01's wrappers
+from .tiers import require_tier, sm_count
 
 #: Bulk copies move whole 16-byte pieces: sizes and addresses are multiples of 16.
 BULK_ALIGN = 16
@@ -235,23 +236,6 @@ def cp_async_bulk_s2s_cluster(dst_cluster_addr, src_smem, nbytes, remote_mbar_cl
     )
 
 
-def _ld_shared_v4(smem_src):
-    """``ld.shared.v4.u32``: 16 bytes from shared memory into four registers (chapter 01)."""
-    return cute.arch.inline_ptx(
-        "ld.shared.v4.u32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];",
-        write_only_types=[Uint32, Uint32, Uint32, Uint32],
-        read_only_args=[smem_src],
-    )
-
-
-def _st_global_v4(gmem_dst, a, b, c, d) -> None:
-    """``st.global.v4.u32``: four registers to 16 bytes of global memory (chapter 01)."""
-    cute.arch.inline_ptx(
-        "st.global.v4.u32 [{$r0}], {{$r1}, {$r2}, {$r3}, {$r4}};",
-        read_only_args=[gmem_dst, a, b, c, d],
-    )
-
-
 # ---------------------------------------------------------------------------
 # Kernel (a): cp.async G -> S -> G through a ring of stages
 # ---------------------------------------------------------------------------
@@ -303,8 +287,8 @@ def cp_async_copy_kernel(src: cute.Tensor, dst: cute.Tensor, cache: Constexpr, s
 
         off = (bid + k * ctas) * CP_ASYNC_TILE + lane_off
         if off < nbytes:
-            a, b, c, d = _ld_shared_v4(ring + (read_stage * CP_ASYNC_TILE + lane_off))
-            _st_global_v4(dst.iterator + off, a, b, c, d)
+            a, b, c, d = ld_shared_v4(ring + (read_stage * CP_ASYNC_TILE + lane_off))
+            st_global_v4(dst.iterator + off, a, b, c, d)
 
         load_stage = load_stage + 1
         if load_stage == stages:
@@ -554,12 +538,6 @@ def cluster_swap_host(src: cute.Tensor, dst: cute.Tensor, tile_bytes: Constexpr,
 # ---------------------------------------------------------------------------
 
 
-def _sm_count() -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-
-
 def _as_bytes(t):
     """A contiguous tensor viewed as its flat bytes (no copy)."""
     import torch
@@ -603,7 +581,7 @@ def prepare_cp_async_copy(src, dst, *, cache: str = "cg", stages: int = 4):
     _check_copy_pair(src, dst)
     require_tier("gpu", "gemmlab.async_copy.cp_async_copy")
     s, d = _as_bytes(src), _as_bytes(dst)
-    return launcher(cp_async_copy_host, s, d, _cp_async_ctas(s.numel(), _sm_count()), cache, stages)
+    return launcher(cp_async_copy_host, s, d, _cp_async_ctas(s.numel(), sm_count()), cache, stages)
 
 
 def cp_async_copy(src, dst, *, cache: str = "cg", stages: int = 4):
@@ -623,7 +601,7 @@ def prepare_bulk_copy(src, dst, *, stages: int = 4, stage_bytes: int = 16384, ct
     _check_copy_pair(src, dst)
     require_tier("gpu", "gemmlab.async_copy.bulk_copy")
     s, d = _as_bytes(src), _as_bytes(dst)
-    ctas = _bulk_ctas(s.numel(), stage_bytes, ctas_per_sm, _sm_count())
+    ctas = _bulk_ctas(s.numel(), stage_bytes, ctas_per_sm, sm_count())
     return launcher(bulk_copy_host, s, d, ctas, stages, stage_bytes)
 
 

@@ -26,7 +26,7 @@ the same shapes launches without compiling.
 from __future__ import annotations
 
 from .checks import check_tensor
-from .tiers import detect_tier, require_tier
+from .tiers import detect_tier, require_tier, sm_count
 
 #: Elements per 16 bytes for 2-byte types: the TMA alignment rule.
 ALIGN_ELEMS = 8
@@ -40,8 +40,6 @@ def _dtypes():
 
 def check_gemm_args(a, b, out=None):
     """Validate ``gemm``'s arguments; return ``(M, N, K, b_k_major)``. No GPU needed."""
-    import torch
-
     check_tensor("a", a, dtypes=_dtypes(), ndim=2, contiguous=False, device=None)
     check_tensor("b", b, dtypes=_dtypes(), ndim=2, contiguous=False, device=None)
     if a.dtype != b.dtype:
@@ -100,12 +98,6 @@ def gemm(a, b, out=None):
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _num_sms(device) -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def sm90_launch(a, b, out, cfg=None):
     """The compiled launch (``run()``) of the sm90 kernel for these tensors; cached compile."""
     from .compile import launcher
@@ -114,7 +106,7 @@ def sm90_launch(a, b, out, cfg=None):
 
     m, k = a.shape
     n = b.shape[1]
-    sms = _num_sms(a.device)
+    sms = sm_count(a.device)
     cfg = cfg or choose(m, n, k, sms)
     mct, nct = cfg.cluster_tiles(m, n)
     clusters = min(mct * nct, sms // cfg.cluster_size)

@@ -69,7 +69,7 @@ from .compile import check_target, compile_for, fake_stream, fake_tensor, launch
 from .pipeline import DevicePipelineState
 from .scheduler import device_tile
 from .tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_sync  # chapter 09's wrappers
-from .tiers import require_tier
+from .tiers import require_tier, sm_count
 
 # --------------------------------------------------------------------------------------
 # The fixed shape of the kernel
@@ -553,8 +553,6 @@ def check_config(cfg: Sm100Config) -> Sm100Config:
 
 def prepare_gemm_sm100(a, b, out):
     """Check, compile once and return ``run()`` that launches ``out = a @ B`` (for timing loops)."""
-    import torch
-
     m, n, k, b_k_major = check_gemm_args(a, b, out)
     b_major = "k" if b_k_major else "n"
     if out is None:
@@ -562,8 +560,8 @@ def prepare_gemm_sm100(a, b, out):
     require_tier("sm100", "gemmlab.gemm_sm100")
     if a.device.type != "cuda":
         raise ValueError(f"a must be on a cuda device; got {a.device}")
-    num_sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    cfg = choose_config(m, n, k, num_sms=num_sms, dtype=str(a.dtype).replace("torch.", ""), b_major=b_major)
+    cfg = choose_config(m, n, k, num_sms=sm_count(a.device), dtype=str(a.dtype).replace("torch.", ""),
+                        b_major=b_major)
     b_nk = b.t()  # the kernel sees B as N x K either way (its strides tell the major)
     return launcher(_gemm_host(cfg, m, n, k), a, b_nk, out, target="sm_100a")
 

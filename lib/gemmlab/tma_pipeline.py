@@ -60,7 +60,7 @@ from cutlass.memory import SmemAllocator
 from .checks import check_choice, check_int
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
 from .pipeline import DevicePipelineState
-from .tiers import require_tier
+from .tiers import require_tier, sm_count
 
 #: TMA rules (PTX ISA, tensor maps): global base address and every stride but
 #: the innermost a multiple of 16 bytes; at most 256 elements per box dimension.
@@ -408,12 +408,6 @@ def _check_call(x, scale, out, block, stages, design, ctas_per_sm):
     return block, ctas_per_sm
 
 
-def _sm_count() -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-
-
 def prepare_row_scale(x, scale, out, *, block=None, stages: int = 4, design: str = "carried",
                       ctas_per_sm: int | None = None, ctas: int | None = None, spin_cycles: int = 0):
     """Check the arguments, compile once; return a zero-argument launch of ``out = cast(x * scale[:, None])``.
@@ -427,7 +421,7 @@ def prepare_row_scale(x, scale, out, *, block=None, stages: int = 4, design: str
     check_int("spin_cycles", spin_cycles, lo=0, hi=MAX_SPIN_CYCLES)
     require_tier("gpu", "gemmlab.tma_pipeline.row_scale")
     m_tiles = -(-x.shape[0] // block[0])
-    grid = max(1, min(m_tiles, ctas or _sm_count() * ctas_per_sm))
+    grid = max(1, min(m_tiles, ctas or sm_count() * ctas_per_sm))
     return launcher(row_scale_host, x, out, scale, block[0], block[1], stages, design, grid, spin_cycles)
 
 
@@ -615,7 +609,7 @@ def compare_designs(k_tiles=(4, 5), *, stages: int = 4, grids=(0.25, 1.0, 2.0), 
     require_tier("gpu", "gemmlab.tma_pipeline.compare_designs")
     rows = []
     bm, bn = default_block(dtype)
-    sms = _sm_count()
+    sms = sm_count()
     for k in k_tiles:
         x, scale = _random_inputs((rows_total, k * bn), dtype)
         out = torch.empty_like(x)
