@@ -112,7 +112,7 @@ def test_roles_and_barrier_counts(compiled):
     assert ".reqntid 192, 1, 1" in ptx
     inits = ptx_lines(ptx, r"^mbarrier\.init")
     assert len(inits) == 2 * cfg.ab_stages + 2 * g.ACC_STAGES
-    assert f"mov.b32 \t%r" in ptx and "mbarrier.arrive.expect_tx" in ptx
+    assert "mov.b32 \t%r" in ptx and "mbarrier.arrive.expect_tx" in ptx
     assert str(cfg.tx_bytes) in ptx  # the leader expects both CTAs' bytes
     assert "mapa.shared::cluster" in ptx  # epilogue warps arrive on the leader's tmem_empty
     assert len(ptx_lines(ptx, r"^barrier\.cluster\.arrive")) == 2  # after init, before dealloc

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from gemmlab import ldst
-from gemmlab.compile import ptx_lines, ptx_opcodes
+from gemmlab.compile import ptx_lines
 
 
 def _ops(compiled, pattern):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from gemmlab import sm100_model as sm
-from gemmlab.gemm_sm100 import ACC_STAGES, C_STAGES, PAIR_M, Sm100Config, choose_config
+from gemmlab.gemm_sm100 import ACC_STAGES, Sm100Config, choose_config
 from gemmlab.scheduler import TileScheduler
 
 SMALL_256 = sm.small_config(block_n=256, ab_stages=3, num_sms=4)  # 2 clusters, 5 k-blocks % 3 stages != 0

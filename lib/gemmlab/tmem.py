@@ -52,7 +52,7 @@ import numpy as np
 import cutlass
 import cutlass.cute as cute
 import cuda.bindings.driver as cuda
-from cutlass import Int32, Uint32
+from cutlass import Int32
 
 from .checks import check_choice, check_int
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
