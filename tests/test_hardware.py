@@ -188,3 +188,10 @@ def test_measured_copy_tbps(tmp_path, monkeypatch):
         "rows": [{"kernel": "torch copy_", "GB/s": 2900.0}, {"kernel": "v4", "GB/s": 3000.0}],
     }))
     assert hw.measured_copy_tbps() == {"NVIDIA H100 80GB HBM3": pytest.approx(3.0)}
+
+
+@pytest.mark.gpu
+def test_sm_count_matches_the_device():
+    import torch
+
+    assert hw.sm_count() == torch.cuda.get_device_properties(0).multi_processor_count > 0

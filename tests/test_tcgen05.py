@@ -226,6 +226,17 @@ def test_tile_bad_input():
 # ---------------------------------------------------------------- probes and figures (CPU side)
 
 
+def test_tile_smem_budget_is_a_teaching_budget_below_the_hardware_limit():
+    from gemmlab.hardware import SMEM_PER_BLOCK
+
+    assert not hasattr(t5, "SMEM_LIMIT")
+    assert t5.TILE_SMEM_BUDGET == 192 * 1024 < SMEM_PER_BLOCK
+    # (128 + 256) rows x 256 K x 2 bytes is exactly the budget; 320 K is over it.
+    assert t5.tile_shapes(256, 256, 1) == (128, 128, 256)
+    with pytest.raises(ValueError, match=f"budget is TILE_SMEM_BUDGET = {t5.TILE_SMEM_BUDGET} bytes"):
+        t5.tile_shapes(256, 320, 1)
+
+
 def test_probe_operands_name_their_cells():
     torch = pytest.importorskip("torch")
     for m, n in [(128, 64), (256, 256)]:

@@ -144,6 +144,19 @@ def test_default_block_is_16k_and_fits():
     assert tp.fitting_ctas_per_sm("float16", "float32", (32, 256), 4) == 1
 
 
+def test_smem_limits_come_from_the_hardware_module():
+    from gemmlab.hardware import SMEM_PER_BLOCK
+
+    # Same numbers as the literals they replace: 227 KiB less 1 KiB of margin per CTA, 228 KiB per SM.
+    assert tp.MAX_SMEM_BYTES == SMEM_PER_BLOCK - 1024 == 227 * 1024 - 1024
+    assert tp.SMEM_PER_SM == 228 * 1024
+    # The largest ring of 16 KiB x stages that fits one CTA: smem_bytes at the limit passes, one more stage fails.
+    fits = max(s for s in range(1, 17) if tp.smem_bytes("bfloat16", "bfloat16", (32, 256), s) <= tp.MAX_SMEM_BYTES)
+    tp.check_config("bfloat16", "bfloat16", (32, 256), fits, "carried")
+    with pytest.raises(ValueError, match=f"at most {tp.MAX_SMEM_BYTES} fit"):
+        tp.check_config("bfloat16", "bfloat16", (32, 256), fits + 1, "carried")
+
+
 def test_config_errors():
     with pytest.raises(ValueError, match="block_n must be <= 256"):
         tp.check_config("bfloat16", "bfloat16", (32, 512), 4, "carried")

@@ -55,7 +55,8 @@ from cutlass.memory import SmemAllocator
 from .checks import check_choice, check_int, check_same, check_tensor
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
 from .ldst import ld_shared_v4, st_global_v4  # chapter 01's wrappers
-from .tiers import require_tier, sm_count
+from .hardware import sm_count
+from .tiers import require_tier
 
 #: Bulk copies move whole 16-byte pieces: sizes and addresses are multiples of 16.
 BULK_ALIGN = 16

@@ -1,9 +1,17 @@
-"""Timing on the GPU, and where benchmark results are written.
+"""The course's one timing harness, and where benchmark results are written.
 
-Rules the course follows (METHOD.md of the course): warm up first, time each
-repetition with CUDA events, report the median, and always time the baseline
-(torch's own copy or cuBLAS) side by side in the same run. Results are written
-as JSON under ``results/<device>/`` with the device name inside.
+Rules every chapter follows: warm up first, time each repetition with CUDA
+events, report the median, and always time the baseline (torch's own copy or
+cuBLAS) side by side in the same run. Results are written as JSON under
+``results/<device>/`` with the device name inside.
+
+* :func:`time_ms`: the median of one launch, alone.
+* :func:`time_interleaved`: several competitors in rotating rounds on the same
+  rotated input sets (:func:`input_sets` spans a multiple of L2), so a clock
+  drop under the power cap hits all alike. Chapters 05, 07 and 10 use it.
+* :func:`host_us`: the CPU time one call costs (Python, argument conversion,
+  the driver's launch), measured while the GPU is kept busy.
+* :func:`gpu_clocks`: SM clock, temperature and power, stored with results.
 """
 from __future__ import annotations
 
@@ -36,6 +44,119 @@ def time_ms(fn, *, warmup: int = 5, rep: int = 30) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def input_sets(set_bytes: int, l2_bytes: int, *, l2_multiple: int = 4, cap: int = 16) -> int:
+    """How many copies of a benchmark's inputs to rotate so that together they span ``l2_multiple`` x L2.
+
+    One copy if a set alone is that large (then nothing of a launch's inputs is
+    left in L2 by the launch before, except what any real workload would also have).
+    """
+    from .checks import check_int
+
+    check_int("set_bytes", set_bytes, lo=1)
+    check_int("l2_bytes", l2_bytes, lo=1)
+    return max(1, min(cap, -(-l2_multiple * l2_bytes // set_bytes)))
+
+
+def time_interleaved(launches: dict, *, rounds: int = 10, per_round: int = 10, warmup: int = 5,
+                     gpu_only: bool = False) -> dict:
+    """Time several competitors fairly; returns ``{name: {"median_ms", "round_ms": [...]}}``.
+
+    ``launches[name]`` is a list of zero-argument launches, one per input set
+    (every competitor gets the same sets, in the same rotation). In each of
+    ``rounds`` rounds every competitor runs ``per_round`` launches back to back
+    (one untimed launch first, then a pair of CUDA events around the batch: an
+    event per launch would add its own host cost to every call); the order of
+    the competitors rotates from round to round, so drift in clocks or
+    temperature hits all alike. The statistic is the same for all: the median
+    over rounds of the mean time per launch. ``round_ms`` keeps each round's, to
+    show the spread.
+
+    Two questions, two modes. By default a launch whose host work outlasts the
+    kernel leaves the GPU idle between the events, so this measures what a
+    caller waits for in a loop: Python overhead included when the launches are
+    public calls. ``gpu_only=True`` first queues ``torch.cuda._sleep`` on the
+    stream, so the host enqueues the whole round before the GPU reaches it and
+    the events measure the kernels alone (back to back, launch gaps included).
+    """
+    import torch
+
+    names = list(launches)
+    for name in names:
+        for i in range(warmup):
+            launches[name][i % len(launches[name])]()
+    torch.cuda.synchronize()
+    rounds_ms = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            fns = launches[name]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if gpu_only:
+                torch.cuda._sleep(int(4e6))  # ~2 ms at up to 2 GHz: the host gets ahead of the GPU
+            fns[r % len(fns)]()  # untimed: the switch from the other competitor
+            start.record()
+            for i in range(per_round):
+                fns[(r + i) % len(fns)]()
+            end.record()
+            end.synchronize()
+            rounds_ms[name].append(start.elapsed_time(end) / per_round)
+    return {name: {"median_ms": statistics.median(rounds_ms[name]), "round_ms": rounds_ms[name]} for name in names}
+
+
+def host_us(calls: dict, *, rounds: int = 7, per_round: int = 200, busy_ms: float = 50.0) -> dict:
+    """CPU microseconds one call of each competitor costs; returns ``{name: median over rounds}``.
+
+    The GPU is first given ``busy_ms`` of work (``torch.cuda._sleep``), so the
+    calls only enqueue: the host clock then measures Python, argument
+    conversion and the driver's launch, not the kernel. ``per_round`` must stay
+    well under the launch queue's depth (about a thousand launches). Rounds
+    rotate the order of the competitors like :func:`time_interleaved`.
+    """
+    import torch
+
+    names = list(calls)
+    cycles = int(busy_ms * 1e-3 * 2e9)  # at most ~2 GHz: at least busy_ms of sleeping
+    for name in names:
+        for _ in range(5):
+            calls[name]()
+    torch.cuda.synchronize()
+    out = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = calls[name]
+            torch.cuda._sleep(cycles)
+            t0 = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            out[name].append((time.perf_counter() - t0) / per_round * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(v) for name, v in out.items()}
+
+
+def gpu_clocks() -> dict | None:
+    """SM clock (MHz), temperature (C) and power (W) from ``nvidia-smi``; None where it cannot be read."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,temperature.gpu,power.draw",
+                              "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+        sm, temp, power = (x.strip() for x in out.split(","))
+        return {"sm_mhz": int(float(sm)), "temp_c": int(float(temp)), "power_w": float(power)}
+    except Exception:  # no nvidia-smi, or a field it cannot report: the table goes on without it
+        return None
+
+
+def geomean(values) -> float:
+    """The geometric mean (of speed ratios: the mean that treats 2x and 0.5x symmetrically)."""
+    import math
+
+    values = list(values)
+    if not values or any(not v > 0 for v in values):
+        raise ValueError(f"values must be a non-empty list of positive numbers; got {values!r}")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def device_name() -> str:

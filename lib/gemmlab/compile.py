@@ -12,8 +12,21 @@ import tempfile
 
 TARGETS = ("sm_90a", "sm_100a")
 
-# Kept PTX files land here rather than in the notebook's folder.
-_DUMP_DIR = os.path.join(tempfile.gettempdir(), "gemmlab-ptx")
+# Kept PTX files land in a directory of this process's own (made on first use, removed at exit):
+# the DSL names the file after the argument types only, so two processes compiling kernels with
+# the same signature into one shared directory could read each other's PTX.
+_DUMP_DIR: str | None = None
+
+
+def _dump_dir() -> str:
+    global _DUMP_DIR
+    if _DUMP_DIR is None or not os.path.isdir(_DUMP_DIR):
+        import atexit
+        import shutil
+
+        _DUMP_DIR = tempfile.mkdtemp(prefix="gemmlab-ptx-")
+        atexit.register(shutil.rmtree, _DUMP_DIR, True)
+    return _DUMP_DIR
 
 
 def check_target(target: str) -> str:
@@ -22,18 +35,24 @@ def check_target(target: str) -> str:
     return target
 
 
-def compile_options(target: str) -> str:
+def compile_options(target: str, tvm_ffi: bool = False) -> str:
     """The ``cute.compile`` options string used everywhere in the course."""
     check_target(target)
-    os.makedirs(_DUMP_DIR, exist_ok=True)
-    return f"--gpu-arch {target} --keep-ptx --dump-dir {_DUMP_DIR}"
+    return f"--gpu-arch {target} --keep-ptx --dump-dir {_dump_dir()}" + (" --enable-tvm-ffi" if tvm_ffi else "")
 
 
-def compile_for(target: str, fn, *args):
-    """``cute.compile(fn, *args)`` for ``target``, keeping the PTX (``.__ptx__``)."""
+def compile_for(target: str, fn, *args, tvm_ffi: bool = False):
+    """``cute.compile(fn, *args)`` for ``target``, keeping the PTX (``.__ptx__``).
+
+    ``tvm_ffi``: compile through TVM-FFI (package ``apache-tvm-ffi``), the call path
+    of the GEMM plans: the compiled function then takes torch tensors directly and,
+    with a :func:`fake_stream` ``(env=True)`` argument, launches on torch's current
+    stream without a stream argument. A call costs a few microseconds instead of
+    the tens that converting arguments in Python costs (chapter 07 measures both).
+    """
     import cutlass.cute as cute
 
-    return cute.compile(fn, *args, options=compile_options(target))
+    return cute.compile(fn, *args, options=compile_options(target, tvm_ffi))
 
 
 def ptx_of(compiled) -> str:
@@ -129,8 +148,16 @@ def fake_tensor(dtype, shape, *, align: int = 16, stride_order=None):
     return make_fake_compact_tensor(dtype, tuple(shape), assumed_align=align, stride_order=stride_order)
 
 
-def fake_stream():
-    """A stream argument for compile-only calls (never launched)."""
+def fake_stream(env: bool = False):
+    """A stream argument for compile-only calls (never launched).
+
+    ``env=True`` (with ``tvm_ffi``): the compiled function has no stream parameter
+    and launches on the caller's current stream (torch's, when called with torch tensors).
+    """
+    if env:
+        from cutlass.cute.runtime import make_fake_stream
+
+        return make_fake_stream(use_tvm_ffi_env_stream=True)
     import cuda.bindings.driver as cuda
 
     return cuda.CUstream(0)

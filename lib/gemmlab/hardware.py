@@ -23,6 +23,7 @@ it agrees with the hardware: the driver reports a 7680-bit bus at 3996 MHz
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +160,55 @@ B200 = GPUSpec(
 
 #: The course's machines, in the order tables and figures show them.
 GPUS: tuple[GPUSpec, ...] = (H100, H200, B200)
+
+# --------------------------------------------------------------------------------------
+# Limits the kernels size themselves by (one home: every module reads them from here)
+# --------------------------------------------------------------------------------------
+
+#: Shared memory one CTA may opt in to, in bytes: 227 KiB on sm_90 and sm_100 alike
+#: (228 KiB per SM, 1 KiB of which CUDA keeps per block).
+SMEM_PER_BLOCK = H100.smem_per_block_kib * 1024
+assert SMEM_PER_BLOCK == H200.smem_per_block_kib * 1024 == B200.smem_per_block_kib * 1024
+
+#: The spec whose kernels a CuTe DSL target builds, for compile-only sizing.
+_TARGET_SPEC = {"sm_90a": H100, "sm_100a": B200}
+
+
+def spec_for_target(target: str) -> GPUSpec:
+    """The GPU a compile target is sized for when no GPU is present (``sm_90a``: H100, ``sm_100a``: B200)."""
+    if target not in _TARGET_SPEC:
+        raise ValueError(f"target must be one of {', '.join(_TARGET_SPEC)}; got {target!r}")
+    return _TARGET_SPEC[target]
+
+
+def sm_count(device=None) -> int:
+    """SMs of CUDA ``device`` (default: the current one): what persistent grids are sized by.
+
+    Queried once per device and cached: the GEMM sizes its grid by it on every call.
+    """
+    import torch
+
+    if device is None:
+        index = torch.cuda.current_device()
+    else:
+        index = torch.device(device).index
+        index = torch.cuda.current_device() if index is None else index
+    return _sm_count(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def device_spec(index: int = 0) -> GPUSpec | None:
+    """The datasheet spec of CUDA device ``index``, if it is one of the course's GPUs (else None)."""
+    import torch
+
+    return spec_for(torch.cuda.get_device_name(index))
 
 
 def _check_dtype(dtype) -> str:
@@ -410,5 +460,6 @@ def measured_copy_tbps() -> dict[str, float] | None:
 __all__ = [
     "GPUSpec", "H100", "H200", "B200", "GPUS", "DTYPES", "get", "spec_for", "roofline",
     "ridge_point", "gemm_intensity", "spec_table", "workloads", "workload_table",
-    "roofline_data", "draw_roofline", "measured_copy_tbps",
+    "roofline_data", "draw_roofline", "measured_copy_tbps", "SMEM_PER_BLOCK", "spec_for_target",
+    "sm_count", "device_spec",
 ]

@@ -66,6 +66,7 @@ from cutlass import BFloat16, Float32, Int32, Int64
 
 from .checks import check_choice, check_int, check_tensor
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher, ptx_instructions, ptx_lines
+from .hardware import SMEM_PER_BLOCK
 from .tiers import require_tier
 from .tmem import (  # noqa: F401  (tmem_ld_32x32b_model is part of this module's API)
     LD_32X32B_NUMS,
@@ -529,7 +530,12 @@ DSL_EQUIVALENTS = {
 # --------------------------------------------------------------------------------------
 
 TILE_THREADS = 128  # one warpgroup: warp w reads TMEM lanes 32w..32w+31
-SMEM_LIMIT = 192 * 1024
+#: Bytes of A and B the one-tile teaching kernel may stage per CTA: a deliberately round budget for
+#: this single-stage kernel, not the hardware limit (that is :data:`gemmlab.hardware.SMEM_PER_BLOCK`,
+#: 227 KiB). What it leaves below the limit covers the operands' 1024-byte alignment, the mbarrier and
+#: the slot ``tcgen05.alloc`` writes the TMEM address to.
+TILE_SMEM_BUDGET = 192 * 1024
+assert TILE_SMEM_BUDGET < SMEM_PER_BLOCK
 
 
 def tile_shapes(n: int, k: int, cta_group: int):
@@ -543,9 +549,9 @@ def tile_shapes(n: int, k: int, cta_group: int):
     if b_rows % 8:
         raise ValueError(f"each CTA holds N/{cta_group} = {b_rows} rows of B; it must be a multiple of 8")
     smem = (128 + b_rows) * k * 2
-    if smem > SMEM_LIMIT:
-        raise ValueError(f"A and B tiles need {smem} bytes of shared memory per CTA; at most {SMEM_LIMIT} fit "
-                         f"(lower k or n)")
+    if smem > TILE_SMEM_BUDGET:
+        raise ValueError(f"A and B tiles need {smem} bytes of shared memory per CTA; this teaching tile's budget "
+                         f"is TILE_SMEM_BUDGET = {TILE_SMEM_BUDGET} bytes (lower k or n)")
     return m, 128, b_rows
 
 

@@ -114,15 +114,6 @@ def require_tier(need: str, what: str) -> str:
     )
 
 
-def sm_count(device=None) -> int:
-    """Number of SMs of CUDA ``device`` (default: the current one): what persistent grids are sized by."""
-    import torch
-
-    if device is None:
-        device = torch.cuda.current_device()
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def device_target() -> str:
     """The CuTe DSL ``--gpu-arch`` for the GPU of this machine (``sm_90a``/``sm_100a``)."""
     have = require_tier("gpu", "compiling for this machine's GPU")

@@ -59,15 +59,20 @@ from cutlass.memory import SmemAllocator
 
 from .checks import check_choice, check_int
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
+from .hardware import SMEM_PER_BLOCK, sm_count
 from .pipeline import DevicePipelineState
-from .tiers import require_tier, sm_count
+from .tiers import require_tier
 
 #: TMA rules (PTX ISA, tensor maps): global base address and every stride but
 #: the innermost a multiple of 16 bytes; at most 256 elements per box dimension.
 TMA_ALIGN = 16
 TMA_MAX_BOX = 256
-#: Shared memory one CTA may use on H100/H200 (227 KiB), less what we keep for barriers.
-MAX_SMEM_BYTES = 227 * 1024 - 1024
+#: Shared memory :func:`smem_bytes` may count for one CTA: the hardware's per-block limit
+#: (:data:`gemmlab.hardware.SMEM_PER_BLOCK`, 227 KiB on H100/H200) less 1 KiB of margin for
+#: what smem_bytes leaves out (such as the allocator's alignment padding between the rings).
+MAX_SMEM_BYTES = SMEM_PER_BLOCK - 1024
+#: Shared memory of one SM (228 KiB): the per-block limit plus the 1 KiB CUDA reserves per resident CTA.
+SMEM_PER_SM = SMEM_PER_BLOCK + 1024
 #: Consumer warps per CTA (warp 0 is the producer): 128 threads read each stage.
 CONSUMER_WARPS = 4
 CONSUMER_THREADS = 32 * CONSUMER_WARPS
@@ -370,7 +375,7 @@ def check_config(x_dtype: str, y_dtype: str, block, stages: int, design: str, ct
     if need > MAX_SMEM_BYTES:
         raise ValueError(f"stages={stages} with block {tuple(block)} needs {need} bytes of shared memory per CTA; "
                          f"at most {MAX_SMEM_BYTES} fit")
-    if ctas_per_sm * (need + 1024) > 228 * 1024:
+    if ctas_per_sm * (need + 1024) > SMEM_PER_SM:
         raise ValueError(f"ctas_per_sm={ctas_per_sm} CTAs of {need} bytes of shared memory do not fit one SM "
                          f"(228 KiB, 1 KiB reserved per CTA)")
     return (bm, bn)
@@ -379,7 +384,7 @@ def check_config(x_dtype: str, y_dtype: str, block, stages: int, design: str, ct
 def fitting_ctas_per_sm(x_dtype: str, y_dtype: str, block, stages: int, most: int = 2) -> int:
     """How many CTAs of this configuration fit one SM's shared memory (at least 1, at most ``most``)."""
     need = smem_bytes(x_dtype, y_dtype, block, stages) + 1024
-    return max(1, min(most, (228 * 1024) // need))
+    return max(1, min(most, SMEM_PER_SM // need))
 
 
 def _check_call(x, scale, out, block, stages, design, ctas_per_sm):
