@@ -130,7 +130,7 @@ def test_fragment_model_matches_the_mma_m16n8_pattern():
 
 @pytest.fixture(scope="module")
 def gemm_ptx():
-    return wg.compile_gemm("sm_90a", 256, 256, 256)
+    return wg.compile_gemm_nt("sm_90a", 256, 256, 256)
 
 
 @pytest.fixture(scope="module")
@@ -171,11 +171,11 @@ def test_gemm_ptx_orders_fence_mma_commit_wait_release(gemm_ptx):
 
 
 def test_inflight_zero_waits_for_everything_and_releases_the_current_stage():
-    ptx = wg.compile_gemm("sm_90a", 256, 256, 256, inflight=0)
+    ptx = wg.compile_gemm_nt("sm_90a", 256, 256, 256, inflight=0)
     waits = {re.sub(r"\s+", " ", line) for line in ptx_lines(ptx, r"^wgmma\.wait_group")}
     assert waits == {"wgmma.wait_group.sync.aligned 0;"}
     with pytest.raises(ValueError, match="inflight"):
-        wg.compile_gemm("sm_90a", inflight=2)
+        wg.compile_gemm_nt("sm_90a", inflight=2)
 
 
 def test_figures_are_written():
@@ -200,7 +200,7 @@ def test_descriptor_constants_in_ptx_decode_to_the_layout_model(gemm_ptx, probe_
 
 def test_probe_and_other_tiles_compile(probe_ptx):
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx_opcodes(probe_ptx, r"^wgmma")
-    ops = ptx_opcodes(wg.compile_gemm("sm_90a", 128, 256, 128, tile_m=64, tile_n=256, dtype="fp16"), r"^wgmma")
+    ops = ptx_opcodes(wg.compile_gemm_nt("sm_90a", 128, 256, 128, tile_m=64, tile_n=256, dtype="fp16"), r"^wgmma")
     assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16" in ops
 
 
@@ -227,7 +227,7 @@ def _ab(m=256, n=256, k=256, dtype=torch.bfloat16, device="cpu"):
 def test_gemm_rejects_bad_input(make, err, match):
     a, b = make()
     with pytest.raises(err, match=match):
-        wg.gemm(a, b)
+        wg.gemm_nt(a, b)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -239,12 +239,37 @@ def test_gemm_rejects_bad_input(make, err, match):
 def test_gemm_rejects_bad_config(kwargs, match):
     a, b = _ab()
     with pytest.raises(ValueError, match=match):
-        wg.gemm(a, b, **kwargs)
+        wg.gemm_nt(a, b, **kwargs)
+
+
+def test_gemm_nt_is_the_only_name_and_means_a_at_b_t():
+    # One contract per name: this chapter's GEMM computes a @ b.T, so it is gemm_nt (a @ b is gemmlab.gemm).
+    assert not hasattr(wg, "gemm") and not hasattr(wg, "prepare_gemm") and not hasattr(wg, "compile_gemm")
+    assert "a @ b.T" in wg.gemm_nt.__doc__ and "N x K" in wg.gemm_nt.__doc__
+    assert "a @ b.T" in wg.prepare_gemm_nt.__doc__
+    # b is N x K: a (256 x 128) with b (384 x 128) passes the shape checks and fails only on the device
+    # (CPU tensors); b given as K x N (128 x 384), the a @ b layout, is refused as a K mismatch.
+    a = torch.zeros(256, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="cuda"):
+        wg.gemm_nt(a, torch.zeros(384, 128, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=re.escape("b is N x K (C = a @ b.T): their K must match")):
+        wg.gemm_nt(a, torch.zeros(128, 384, dtype=torch.bfloat16))
+
+
+def test_smem_limit_is_the_hardware_one():
+    from gemmlab.hardware import SMEM_PER_BLOCK
+
+    assert not hasattr(wg, "MAX_SMEM")
+    # The deepest ring that fits: 227 KiB less 1 KiB of margin (unchanged from the literal 227 * 1024).
+    assert wg.default_stages(128, 128) == min(6, (227 * 1024 - 1024) // wg.stage_bytes(128, 128)) == 6
+    assert wg.default_stages(64, 256) == (SMEM_PER_BLOCK - 1024) // wg.stage_bytes(64, 256) == 5
+    with pytest.raises(ValueError, match=f"at most {SMEM_PER_BLOCK} fit"):
+        wg.compile_gemm_nt("sm_90a", stages=8)
 
 
 def test_compile_only_rejects_other_targets():
     with pytest.raises(ValueError, match="sm_90a"):
-        wg.compile_gemm("sm_100a")
+        wg.compile_gemm_nt("sm_100a")
     with pytest.raises(ValueError, match="sm_90a"):
         wg.compile_fragment_probe("sm_100a")
     with pytest.raises(ValueError):
@@ -282,7 +307,7 @@ def test_gemm_matches_torch(m, n, k, tile, stages, dtype, inflight):
     a = torch.randn(m, k, device="cuda").to(dtype)
     b = torch.randn(n, k, device="cuda").to(dtype)
     out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")  # poisoned
-    wg.prepare_gemm(a, b, out, tile_m=tile[0], tile_n=tile[1], stages=stages, inflight=inflight)()
+    wg.prepare_gemm_nt(a, b, out, tile_m=tile[0], tile_n=tile[1], stages=stages, inflight=inflight)()
     torch.cuda.synchronize()
     ref = a.float() @ b.float().T
     assert not out.isnan().any()
@@ -295,7 +320,7 @@ def test_gemm_matches_torch(m, n, k, tile, stages, dtype, inflight):
 def test_gemm_default_call_allocates_out():
     a = torch.randn(256, 128, device="cuda").to(torch.bfloat16)
     b = torch.randn(128, 128, device="cuda").to(torch.bfloat16)
-    c = wg.gemm(a, b)
+    c = wg.gemm_nt(a, b)
     assert c.shape == (256, 128) and c.dtype == torch.bfloat16
     torch.testing.assert_close(c.float(), a.float() @ b.float().T, rtol=2e-2, atol=2e-2)
 
@@ -307,4 +332,4 @@ def test_gemm_rejects_misaligned_pointer():
     a = base[1:].view(256, 256)  # contiguous, but 2 bytes past a 16-byte boundary
     b = torch.zeros(256, 256, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="aligned"):
-        wg.gemm(a, b)
+        wg.gemm_nt(a, b)

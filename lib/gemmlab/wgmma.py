@@ -29,12 +29,12 @@ What it teaches
   ``wgmma.commit_group`` (close the wgmmas issued so far into a group) and
   ``wgmma.wait_group N`` (until at most N groups are in flight: only then may
   the registers be read, or the shared-memory stage they read be refilled).
-* **A first GEMM.** :func:`gemm`: a TMA producer warp fills a ring of
-  shared-memory stages (chapter 05's full/empty mbarriers and
-  :class:`~gemmlab.pipeline.DevicePipelineState`), one consumer warpgroup
-  issues ``wgmma`` over each stage, keeps one wgmma group in flight while it
-  waits for the next stage, and finally writes BF16 C straight from its
-  registers to global memory.
+* **A first GEMM.** :func:`gemm_nt` (``C = a @ b.T``, B given as N x K): a
+  TMA producer warp fills a ring of shared-memory stages (chapter 05's
+  full/empty mbarriers and :class:`~gemmlab.pipeline.DevicePipelineState`),
+  one consumer warpgroup issues ``wgmma`` over each stage, keeps one wgmma
+  group in flight while it waits for the next stage, and finally writes BF16
+  C straight from its registers to global memory.
 
 What it adds over chapter 05
     The consumer of the TMA ring is no longer a copy loop but the tensor core.
@@ -60,6 +60,7 @@ from cutlass.memory import SmemAllocator
 
 from .checks import check_choice, check_int, check_tensor
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
+from .hardware import SMEM_PER_BLOCK
 from .pipeline import DevicePipelineState
 from .tiers import require_tier
 
@@ -510,7 +511,6 @@ TILE_SHAPES = ((64, 64), (64, 128), (64, 256), (128, 64), (128, 128))
 CONSUMER_WARPS = 4  # one warpgroup: warps 0-3
 PRODUCER_WARP = 4  # the TMA warp
 THREADS = 32 * (CONSUMER_WARPS + 1)
-MAX_SMEM = 227 * 1024  # per block on H100/H200
 
 
 def stage_bytes(tile_m: int, tile_n: int, elem_bytes: int = 2) -> int:
@@ -519,8 +519,12 @@ def stage_bytes(tile_m: int, tile_n: int, elem_bytes: int = 2) -> int:
 
 
 def default_stages(tile_m: int, tile_n: int) -> int:
-    """As many stages as fit in shared memory, at most 6 (more buys nothing measurable at 4096^3)."""
-    return min(6, (MAX_SMEM - 1024) // stage_bytes(tile_m, tile_n))
+    """As many stages as fit in shared memory, at most 6 (more buys nothing measurable at 4096^3).
+
+    Shared memory: :data:`gemmlab.hardware.SMEM_PER_BLOCK` (227 KiB on H100/H200), less 1 KiB of margin
+    (the mbarriers, the 1024-byte alignment of the swizzled tiles), as :func:`_check_config` counts it.
+    """
+    return min(6, (SMEM_PER_BLOCK - 1024) // stage_bytes(tile_m, tile_n))
 
 
 def _check_config(tile_m, tile_n, stages):
@@ -531,9 +535,9 @@ def _check_config(tile_m, tile_n, stages):
                          f"got {(tile_m, tile_n)}")
     check_int("stages", stages, lo=2, hi=8)
     need = stages * stage_bytes(tile_m, tile_n) + 1024
-    if need > MAX_SMEM:
+    if need > SMEM_PER_BLOCK:
         raise ValueError(f"stages={stages} with a {tile_m}x{tile_n} tile needs {need} bytes of shared memory; "
-                         f"at most {MAX_SMEM} fit in one block")
+                         f"at most {SMEM_PER_BLOCK} fit in one block")
 
 
 def _check_shape(m, n, k, tile_m, tile_n):
@@ -690,8 +694,11 @@ def _check_gemm_args(a, b, out, tile_m, tile_n, stages):
             check_tensor(name, t, device="cuda", align_bytes=16)
 
 
-def prepare_gemm(a, b, out, *, tile_m: int = 128, tile_n: int = 128, stages: int | None = None, inflight: int = 1):
+def prepare_gemm_nt(a, b, out, *, tile_m: int = 128, tile_n: int = 128, stages: int | None = None,
+                    inflight: int = 1):
     """Check, compile once, return ``run()`` computing ``out = a @ b.T`` (for timing loops).
+
+    ``a`` is M x K, ``b`` is N x K (the NT convention, as :func:`gemm_nt`).
 
     ``inflight``: wgmma groups the consumer leaves running while it waits for
     the next stage (1, or 0 to see what overlapping buys). ``stages``:
@@ -701,12 +708,15 @@ def prepare_gemm(a, b, out, *, tile_m: int = 128, tile_n: int = 128, stages: int
         stages = default_stages(tile_m, tile_n)
     _check_gemm_args(a, b, out, tile_m, tile_n, stages)
     check_choice("inflight", inflight, (0, 1))
-    require_tier("sm90", "gemmlab.wgmma.gemm")
+    require_tier("sm90", "gemmlab.wgmma.gemm_nt")
     return launcher(_gemm_host(tile_m, tile_n, stages, inflight), a, b, out)
 
 
-def gemm(a, b, out=None, *, tile_m: int = 128, tile_n: int = 128, stages: int | None = None):
+def gemm_nt(a, b, out=None, *, tile_m: int = 128, tile_n: int = 128, stages: int | None = None):
     """``C = a @ b.T`` on the tensor cores: ``a`` is M x K, ``b`` is N x K (both K-major, like ``nn.Linear``).
+
+    The NT convention of BLAS: A row-major, B given as N x K (hence the
+    ``_nt``; the course's :func:`gemmlab.gemm` computes ``a @ b``, torch's meaning).
 
     BF16 or FP16 in, FP32 accumulation, C in the input dtype. M, N and K must
     be multiples of the tile (``tile_m``, ``tile_n``, 64): no partial tiles.
@@ -715,13 +725,16 @@ def gemm(a, b, out=None, *, tile_m: int = 128, tile_n: int = 128, stages: int | 
 
     if out is None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2:
         out = torch.empty(a.shape[0], b.shape[0], dtype=a.dtype, device=a.device)
-    prepare_gemm(a, b, out, tile_m=tile_m, tile_n=tile_n, stages=stages)()
+    prepare_gemm_nt(a, b, out, tile_m=tile_m, tile_n=tile_n, stages=stages)()
     return out
 
 
-def compile_gemm(target: str = "sm_90a", m: int = 256, n: int = 256, k: int = 256, *, tile_m: int = 128,
-                 tile_n: int = 128, stages: int | None = None, dtype: str = "bf16", inflight: int = 1):
-    """Compile :func:`gemm_kernel` without a GPU, for static M, N, K (sm_90a only)."""
+def compile_gemm_nt(target: str = "sm_90a", m: int = 256, n: int = 256, k: int = 256, *, tile_m: int = 128,
+                    tile_n: int = 128, stages: int | None = None, dtype: str = "bf16", inflight: int = 1):
+    """Compile :func:`gemm_nt`'s kernel without a GPU, for static M, N, K (sm_90a only).
+
+    The kernel computes ``C (M x N) = A (M x K) @ B.T`` with B given as N x K.
+    """
     check_target(target)
     if target != "sm_90a":
         raise ValueError(f"wgmma is Hopper-only: target must be 'sm_90a'; got {target!r}")
@@ -822,7 +835,7 @@ BENCH_CONFIGS = (
 
 
 def bench_gemm(size: int = 4096, configs=BENCH_CONFIGS, *, rep: int = 30, name: str | None = "gemm_wgmma_first"):
-    """TFLOP/s of :func:`gemm` for each configuration and of ``torch.matmul`` (cuBLAS), in the same run.
+    """TFLOP/s of :func:`gemm_nt` for each configuration and of ``torch.matmul`` (cuBLAS), in the same run.
 
     Square ``size``^3 BF16 problem. Each configuration is first checked
     against an FP32 reference on the same random data with a poisoned
@@ -843,7 +856,7 @@ def bench_gemm(size: int = 4096, configs=BENCH_CONFIGS, *, rep: int = 30, name: 
     out = torch.empty(size, size, dtype=torch.bfloat16, device="cuda")
     rows = []
     for label, tm, tn, st, inf in configs:
-        run = prepare_gemm(a, b, out, tile_m=tm, tile_n=tn, stages=st, inflight=inf)
+        run = prepare_gemm_nt(a, b, out, tile_m=tm, tile_n=tn, stages=st, inflight=inf)
         out.fill_(float("nan"))
         run()
         torch.cuda.synchronize()
