@@ -14,7 +14,7 @@
 BOOT_PYTHON ?= python3
 VENV        := .venv
 VENV_PY     := $(VENV)/bin/python
-STACK_CHECK := import cutlass, torch, nbval, nbclient, matplotlib, ipykernel
+STACK_CHECK := import cutlass, torch, tvm_ffi, nbval, nbclient, matplotlib, ipykernel
 NBVAL_ARGS  := --nbval --nbval-current-env --nbval-sanitize-with nbval-sanitize.cfg --nbval-cell-timeout 900
 export PYTHONPATH := $(CURDIR)/lib$(if $(PYTHONPATH),:$(PYTHONPATH))
 export MPLBACKEND := Agg
@@ -75,10 +75,11 @@ gpu-nbval:
 	@$(GPU_ENV); echo "== nbval on tier $$tier (gpu cells required)"; \
 	$$py -m pytest -q -p no:cacheprovider notebooks $(NBVAL_ARGS)
 
-# compute-sanitizer memcheck and racecheck on chapter 07's GEMM (small partial-tile shapes).
+# compute-sanitizer memcheck and racecheck on chapter 07's GEMM variants (small partial-tile shapes).
 sanitize:
 	@$(GPU_ENV); out=results/$$($$py -c "from gemmlab.bench import device_slug; print(device_slug())"); \
-	mkdir -p $$out; f=$$out/gemm_sm90_sanitizer.txt; : > $$f; \
+	mkdir -p $$out; f=$$out/gemm_sm90_sanitizer.txt; \
+	echo "# compute-sanitizer on $$($$py -c "from gemmlab.bench import device_name; print(device_name())"), $$(date +%F), make sanitize (benchmarks/sanitize_gemm.py)" > $$f; \
 	for tool in memcheck racecheck; do \
 	  extra=""; if [ $$tool = memcheck ]; then extra="--report-api-errors no"; fi; \
 	  echo "== compute-sanitizer --tool $$tool $$extra" | tee -a $$f; \

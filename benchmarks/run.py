@@ -6,7 +6,7 @@ Each benchmark times its kernels side by side with the baseline (torch's own
 device-to-device copy) in the same run and writes JSON with the device name.
 Copies (chapters 01, 03; bar: >= 0.85 of torch's copy for the v4 load/store
 and the cp.async.bulk kernels), shared-memory bank conflicts (01), the TMA
-pipeline (05; bar 0.90) and, on Hopper, the persistent GEMM against cuBLAS (07).
+pipeline (05; bar 0.90) and, on Hopper, the GEMM family against torch.matmul (07).
 """
 from __future__ import annotations
 
@@ -32,16 +32,18 @@ def main() -> int:
     write_results("bank_conflicts", banks.measure_bank_conflicts())
     pipe_rows = tma_pipeline.benchmark()  # writes results/<device>/05_tma_pipeline.json
     gemm_rows = None
-    if detect_tier() == "sm90":  # chapter 07's kernel is Hopper-only (wgmma)
-        from gemmlab import gemm_sm90
+    if detect_tier() == "sm90":  # chapter 07's kernels are Hopper-only (wgmma)
+        from gemmlab.bench import host_us
+        from gemmlab.family import benchmark as fb, tables
 
-        gemm_rows = gemm_sm90.benchmark(gemm_sm90.BENCH_SHAPES)
-        write_results("gemm_sm90", gemm_rows, geomean_ratio=gemm_sm90.geomean(r["ratio"] for r in gemm_rows),
-                      method=gemm_sm90.METHOD)
+        gemm_rows = fb.run()
+        write_results("gemm_family", gemm_rows, summary=fb.summary(gemm_rows), method=fb.METHOD)
+        write_results("gemm_family_host", [fb.host_cost()], method=host_us.__doc__.split("\n\n")[1].strip())
     print(copy_table(rows))
     print(copy_table(pipe_rows))
     if gemm_rows:
-        print(gemm_sm90.benchmark_table(gemm_rows))
+        print(tables.family_table(gemm_rows))
+        print(fb.summary(gemm_rows))
     held = [(r, COPY_BAR) for r in rows if r["kernel"] in (ldst.BENCH_KERNEL, async_copy.BENCH_KERNEL)]
     held += [(r, PIPE_BAR) for r in pipe_rows[1:]]
     for r, bar in held:

@@ -1,25 +1,30 @@
-"""Tests for chapter 07: the persistent Hopper GEMM (compile-only on CPU, launched on sm90)."""
+"""Chapter 07's persistent Hopper GEMM: PTX of every variant (any machine), results on sm90."""
 import re
 
 import pytest
 import torch
 
-from gemmlab import compile as gc
-from gemmlab.compile import ptx_lines, ptx_opcodes
-from gemmlab.gemm_api import check_gemm_args, gemm
-from gemmlab.gemm_sm90 import SMEM_LIMIT, GemmConfig, compile_gemm
+from gemmlab import gemm, splitk
+from gemmlab.compile import ptx_instructions, ptx_lines, ptx_opcodes
+from gemmlab.family import plan as P
+from gemmlab.family.configs import Sm90Config
+from gemmlab.gemm_sm90 import compile_gemm
 from gemmlab.tiers import TierError, detect_tier
 
 # ---------------------------------------------------------------- compile-only (any machine)
 
+C144 = Sm90Config(tile_n=144, stages=6, epi_n=16)  # the heuristic's tile for 4096 x 576 x 7168
+SWAP = Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True)
+SPLIT = Sm90Config(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=7)
+
 
 @pytest.fixture(scope="module")
-def ptx_576():
-    return compile_gemm("sm_90a", 4096, 576, 7168)  # the heuristic's 128 x 144 tile, cluster 2 x 1
+def ptx_144():
+    return compile_gemm("sm_90a", C144)
 
 
-def test_ptx_has_the_chapter_instructions(ptx_576):
-    ops = ptx_opcodes(ptx_576, r"^wgmma\.mma_async", r"^setmaxnreg", r"^cp\.async\.bulk\.tensor", r"^mbarrier\.try_wait",
+def test_ptx_has_the_chapter_instructions(ptx_144):
+    ops = ptx_opcodes(ptx_144, r"^wgmma\.mma_async", r"^setmaxnreg", r"^cp\.async\.bulk\.tensor", r"^mbarrier\.try_wait",
                       r"^stmatrix", r"^mapa")
     assert "wgmma.mma_async.sync.aligned.m64n144k16.f32.bf16.bf16" in ops  # the chosen N
     assert "setmaxnreg.dec.sync.aligned.u32" in ops and "setmaxnreg.inc.sync.aligned.u32" in ops
@@ -28,110 +33,96 @@ def test_ptx_has_the_chapter_instructions(ptx_576):
     assert any(o.startswith("cp.async.bulk.tensor.2d.global.shared::cta") for o in ops)  # the TMA store
     assert any(o.startswith("mbarrier.try_wait.parity") for o in ops)
     assert "mapa.shared::cluster.u32" in ops  # the remote empty-barrier arrive
-    assert any(o.startswith("stmatrix") for o in ops)
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in ops  # row-major C: no .trans
 
 
-def test_epilogue_per_warpgroup(ptx_576):
-    # Each consumer warpgroup meets only its own 128 threads; the 256-thread variant still compiles.
-    bars = ptx_lines(ptx_576, r"^bar\.sync")
-    assert bars and all(l.rstrip(";").endswith("128") for l in bars)
-    old = GemmConfig(tile_n=256, stages=4, epi_per_wg=False)
-    assert all(l.rstrip(";").endswith("256") for l in ptx_lines(compile_gemm("sm_90a", 300, 512, 128, old), r"^bar\.sync"))
+def test_register_split_and_threads(ptx_144):
+    dec = ptx_lines(ptx_144, r"^setmaxnreg\.dec")
+    inc = ptx_lines(ptx_144, r"^setmaxnreg\.inc")
+    assert dec and all(re.search(r"\b40;", line) for line in dec)
+    assert inc and all(re.search(r"\b232;", line) for line in inc)
+    assert ptx_lines(ptx_144, r"^\.reqntid 384")
 
 
-def test_register_split(ptx_576):
-    dec = ptx_lines(ptx_576, r"^setmaxnreg\.dec")
-    inc = ptx_lines(ptx_576, r"^setmaxnreg\.inc")
-    assert dec and all(re.search(r"\b40;", l) for l in dec)
-    assert inc and all(re.search(r"\b232;", l) for l in inc)
-    assert ptx_lines(ptx_576, r"^\.reqntid 384")
+def test_epilogue_meets_one_warpgroup_at_a_time(ptx_144):
+    bars = ptx_lines(ptx_144, r"^bar\.sync")
+    assert bars and all(line.rstrip(";").endswith("128") for line in bars)
 
 
-@pytest.mark.parametrize("tile_n,cluster,b_k_major", [(256, (2, 1), True), (128, (1, 2), False), (192, (1, 1), True)])
-def test_variants_compile(tile_n, cluster, b_k_major):
-    from gemmlab.heuristic import epi_shape_for, max_stages
-
-    en, es = epi_shape_for(tile_n)
-    cfg = GemmConfig(tile_n=tile_n, stages=max_stages(tile_n), cluster=cluster, epi_n=en, epi_stages=es)
-    c = compile_gemm("sm_90a", 300, 200, 264, cfg, b_k_major=b_k_major, num_clusters=3)
-    assert ptx_lines(c, rf"^wgmma\.mma_async\.sync\.aligned\.m64n{tile_n}k16")
-    mcast = ptx_lines(c, r"\.multicast::cluster")
-    assert bool(mcast) == (cluster != (1, 1))
-    assert cfg.smem_bytes() <= SMEM_LIMIT
+def test_sizes_are_run_time_values(ptx_144):
+    # One compiled kernel for every M, N, K: the tensor maps are 2-D whatever M is (an extent of 1
+    # is no longer folded away, as it was with static shapes), and the k-loop bound is a register.
+    assert all(".2d." in o for o in ptx_opcodes(ptx_144, r"^cp\.async\.bulk\.tensor"))
 
 
-def test_config_rules():
-    with pytest.raises(ValueError, match="tile_n"):
-        GemmConfig(tile_n=100)
-    with pytest.raises(ValueError, match="cluster"):
-        GemmConfig(cluster=(2, 2))
-    with pytest.raises(ValueError, match="shared memory"):
-        GemmConfig(tile_n=256, stages=5)
-    with pytest.raises(ValueError, match="epi_n"):
-        GemmConfig(tile_n=144, epi_n=32)
-    with pytest.raises(ValueError, match="epi_per_wg"):
-        GemmConfig(tile_n=144, stages=4, epi_n=48)  # 48 columns: a 64-row half is not contiguous
-    assert GemmConfig(tile_n=144, stages=4, epi_n=48, epi_stages=3, epi_per_wg=False).epi_ring_aligned
-    c = GemmConfig(tile_n=256, stages=4)
-    assert c.stage_bytes() == (128 + 256) * 64 * 2
-    assert c.smem_bytes() <= SMEM_LIMIT and c.epi_ring_aligned
-    assert not GemmConfig(tile_n=144, stages=4, epi_n=16, epi_stages=4).epi_ring_aligned
-    assert c.tiles(4096, 2112) == (32, 9) and c.cluster_tiles(4096, 2112) == (16, 9)
-    assert c.cluster_tiles(129, 8) == (1, 1)
+def test_swap_ab_stores_c_transposed():
+    c = compile_gemm("sm_90a", SWAP, "n")
+    ops = ptx_opcodes(c, r"^wgmma\.mma_async", r"^stmatrix", r"^setmaxnreg")
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in ops
+    assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ops  # C' = C^T is M-major
+    assert ptx_lines(c, r"^\.reqntid 256")  # tile_m = 64: one consumer warpgroup
+    assert not ptx_lines(c, r"\.multicast::cluster")
+
+
+def test_split_k_writes_fp32_partials_and_reduces():
+    c = compile_gemm("sm_90a", SPLIT)
+    assert not any(o.startswith("cp.async.bulk.tensor.2d.global.shared") for o in
+                   ptx_opcodes(c, r"^cp\.async\.bulk\.tensor"))  # no TMA store: partials go to the workspace
+    assert ptx_lines(c, r"^st\.global\.b32")  # FP32 partial sums, predicated on M' and N'
+    assert ptx_instructions(c, r"ld\.global\.v4\.f32") and ptx_instructions(c, r"cvt\.rn\.bf16x2\.f32")
+    kernels = ptx_lines(c, r"^\.visible \.entry")
+    assert len(kernels) == 2  # the GEMM and the reduction, launched by one host function
+
+
+@pytest.mark.parametrize("cfg", [Sm90Config(), Sm90Config(tile_n=128, stages=6, cluster=(1, 2)),
+                                 Sm90Config(tile_m=64, tile_n=192, stages=6, cluster=(2, 1)),
+                                 Sm90Config(tile_n=176, stages=4, splits=3, cluster=(2, 1), epi_n=16)])
+@pytest.mark.parametrize("b_major", ["k", "n"])
+def test_variants_compile(cfg, b_major):
+    c = compile_gemm("sm_90a", cfg, b_major)
+    assert ptx_lines(c, rf"^wgmma\.mma_async\.sync\.aligned\.m64n{cfg.tile_n}k16")
+    assert bool(ptx_lines(c, r"\.multicast::cluster")) == (cfg.cluster != (1, 1))
+    assert ptx_lines(c, rf"^\.reqntid {cfg.threads}")
+
+
+def test_fp16_out_from_bf16_in():
+    c = compile_gemm("sm_90a", Sm90Config(tile_n=128, stages=6, out_dtype="float16", splits=2))
+    assert ptx_instructions(c, r"cvt\.rn\.f16x2\.f32") and not ptx_instructions(c, r"cvt\.rn\.bf16x2\.f32")
 
 
 def test_compile_gemm_bad_args():
     with pytest.raises(ValueError, match="target"):
         compile_gemm("sm_80")
-    with pytest.raises(ValueError, match="m must be"):
-        compile_gemm("sm_90a", 0, 8, 8)
+    with pytest.raises(ValueError, match="needs target sm_90a"):
+        compile_gemm("sm_100a")
+    with pytest.raises(TypeError, match="cfg must be an Sm90Config"):
+        compile_gemm("sm_90a", (128, 256))
+    with pytest.raises(ValueError, match="b_major"):
+        compile_gemm("sm_90a", Sm90Config(), "m")
 
 
-# ---------------------------------------------------------------- argument checks (any machine)
+def test_reduce_kernel_ptx():
+    for dt, cvt in (("bfloat16", "cvt.rn.bf16x2.f32"), ("float16", "cvt.rn.f16x2.f32")):
+        c = splitk.compile_reduce("sm_90a", dt)
+        assert ptx_instructions(c, r"ld\.global\.v4\.f32") == ["ld.global.v4.f32"]
+        assert ptx_instructions(c, r"cvt\.rn\.\w+\.f32") == [cvt]
+        assert ptx_opcodes(c, r"^st\.global") == ["st.global.v4.u32"]
 
 
-def _ab(m, n, k, dtype=torch.bfloat16, k_major=True):
-    a = torch.zeros(m, k, dtype=dtype)
-    b = torch.zeros(n, k, dtype=dtype).t() if k_major else torch.zeros(k, n, dtype=dtype)
-    return a, b
-
-
-def test_check_accepts_both_b_layouts():
-    a, b = _ab(24, 16, 40)
-    assert check_gemm_args(a, b) == (24, 16, 40, True)
-    a, b = _ab(24, 16, 40, k_major=False)
-    assert check_gemm_args(a, b) == (24, 16, 40, False)
-
-
-def test_check_rejects_bad_input():
-    a, b = _ab(24, 16, 40)
-    with pytest.raises(TypeError, match="a must have dtype"):
-        check_gemm_args(a.float(), b)
-    with pytest.raises(TypeError, match="same dtype"):
-        check_gemm_args(a, b.half())
-    with pytest.raises(ValueError, match="b must be K x N"):
-        check_gemm_args(a, b.t())  # N x K passed without .t()
-    with pytest.raises(ValueError, match="multiple of 8"):
-        check_gemm_args(*_ab(24, 16, 36))  # K = 36: 72 bytes per row
-    with pytest.raises(ValueError, match="N must be a multiple of 8"):
-        check_gemm_args(*_ab(24, 12, 40, k_major=False))
-    with pytest.raises(ValueError, match="output's contiguous dimension"):
-        check_gemm_args(*_ab(24, 12, 40))
-    with pytest.raises(ValueError, match="a must be K-contiguous"):
-        check_gemm_args(torch.zeros(40, 24, dtype=torch.bfloat16).t(), b)
-    with pytest.raises(ValueError, match="b must be N-contiguous"):
-        check_gemm_args(a, torch.zeros(40, 32, dtype=torch.bfloat16)[:, ::2])
-    with pytest.raises(ValueError, match="out must have shape"):
-        check_gemm_args(a, b, torch.zeros(16, 24, dtype=torch.bfloat16))
-    with pytest.raises(TypeError, match="out must have dtype"):
-        check_gemm_args(a, b, torch.zeros(24, 16))
+def test_reduce_model_sums_in_fp32():
+    ws = torch.tensor([[[1.0, 2.0]], [[0.5, -2.0]], [[2.0 ** -9, 0.0]]])  # (splits, M, N)
+    out = splitk.reduce_model(ws, torch.bfloat16)
+    # 1 + 0.5 + 2^-9 rounds once (to 1.5 in BF16, 8 bits of mantissa); 2 - 2 + 0 is exactly 0.
+    assert out.tolist() == [[1.5, 0.0]] and out.dtype == torch.bfloat16
 
 
 def test_gemm_refuses_on_cpu():
     if detect_tier() != "cpu":
         pytest.skip("this machine has a GPU")
+    a = torch.zeros(24, 40, dtype=torch.bfloat16)
+    b = torch.zeros(16, 40, dtype=torch.bfloat16).t()
     with pytest.raises(TierError, match="gemmlab.gemm"):
-        gemm(*_ab(24, 16, 40))
+        gemm(a, b)
 
 
 # ---------------------------------------------------------------- on the GPU
@@ -152,8 +143,12 @@ def _rel(out, a, b):
     return ((out.float() - ref).norm() / ref.norm()).item()
 
 
+def _poisoned(m, n, dtype=torch.bfloat16):
+    return torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+
+
 RANDOM_SHAPES = [(1, 8, 8), (17, 24, 8), (129, 136, 72), (300, 200, 264), (1000, 1032, 520), (777, 1608, 1112),
-                 (2000, 3000, 1000), (4096, 576, 7168), (255, 4104, 64)]
+                 (2000, 3000, 1000), (64, 2112, 7168), (128, 576, 7168), (255, 4104, 64)]
 
 
 @pytest.mark.gpu
@@ -162,33 +157,36 @@ RANDOM_SHAPES = [(1, 8, 8), (17, 24, 8), (129, 136, 72), (300, 200, 264), (1000,
 @pytest.mark.parametrize("k_major", [True, False])
 def test_gemm_matches_fp32(m, n, k, k_major):
     a, b = _cuda_ab(m, n, k, k_major=k_major, seed=m + n + k)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+    out = _poisoned(m, n)
     assert gemm(a, b, out) is out
     torch.cuda.synchronize()
     assert not out.isnan().any()
     assert _rel(out, a, b) <= 1e-2
 
 
+VARIANTS = [Sm90Config(), Sm90Config(tile_n=144, stages=6, cluster=(1, 2), epi_n=16),
+            Sm90Config(tile_n=176, stages=4, cluster=(1, 1), epi_n=16),
+            Sm90Config(tile_m=64, tile_n=128, stages=8, cluster=(2, 1)),
+            Sm90Config(tile_n=256, stages=4, epi_n=64, epi_stages=2),
+            Sm90Config(tile_m=64, tile_n=16, stages=8, cluster=(1, 1), swap_ab=True, epi_n=16),
+            Sm90Config(tile_m=128, tile_n=112, stages=6, cluster=(2, 1), swap_ab=True, epi_n=16),
+            Sm90Config(tile_n=256, stages=4, cluster=(2, 1), splits=3),
+            Sm90Config(tile_n=128, stages=6, cluster=(1, 2), splits=5),
+            Sm90Config(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=7)]
+
+
 @pytest.mark.gpu
 @pytest.mark.sm90
-@pytest.mark.parametrize("tile_n,cluster,epi", [(256, (2, 1), {}), (256, (1, 2), {}), (144, (2, 1), {}),
-                                                (176, (1, 2), {}), (128, (1, 1), {}), (192, (2, 1), {}),
-                                                (256, (2, 1), {"epi_per_wg": False}),
-                                                (256, (2, 1), {"epi_n": 64, "epi_stages": 2}),
-                                                (144, (2, 1), {"epi_n": 48, "epi_stages": 3, "epi_per_wg": False})])
-def test_every_config_on_partial_tiles(tile_n, cluster, epi):
-    from gemmlab.gemm_api import sm90_launch
-    from gemmlab.heuristic import epi_shape_for, max_stages
-
-    en, es = epi_shape_for(tile_n)
-    kw = {"epi_n": en, "epi_stages": es, **epi}
-    stages = max_stages(tile_n) - (1 if kw["epi_n"] * kw["epi_stages"] > en * es else 0)
-    cfg = GemmConfig(tile_n=tile_n, stages=stages, cluster=cluster, **kw)
-    a, b = _cuda_ab(1000, 1232, 520)
-    out = torch.full((1000, 1232), float("nan"), device="cuda", dtype=torch.bfloat16)
-    sm90_launch(a, b, out, cfg)()
-    torch.cuda.synchronize()
-    assert _rel(out, a, b) <= 1e-2
+@pytest.mark.parametrize("cfg", VARIANTS, ids=lambda c: c.name.replace(" ", "_"))
+@pytest.mark.parametrize("k_major", [True, False])
+def test_every_variant_on_partial_tiles(cfg, k_major):
+    for m, n, k in ((1000, 1232, 520), (72, 2120, 1600)):
+        a, b = _cuda_ab(m, n, k, k_major=k_major, seed=7)
+        out = _poisoned(m, n)
+        P.prepare(a, b, out, cfg)()
+        torch.cuda.synchronize()
+        assert not out.isnan().any()
+        assert _rel(out, a, b) <= 1e-2
 
 
 @pytest.mark.gpu
@@ -198,34 +196,68 @@ def test_fp16_and_default_out():
     out = gemm(a, b)
     assert out.dtype == torch.float16 and out.shape == (333, 200)
     assert _rel(out, a, b) <= 1e-2
-    out_bf = torch.empty(333, 200, device="cuda", dtype=torch.bfloat16)
+    out_bf = _poisoned(333, 200)
     gemm(a, b, out_bf)
     assert _rel(out_bf, a, b) <= 1e-2
 
 
-@pytest.mark.gpu
-@pytest.mark.sm90
-def test_second_call_does_not_compile():
-    a, b = _cuda_ab(520, 264, 136)
-    gemm(a, b)
-    n = len(gc._CACHE)
-    a2, b2 = _cuda_ab(520, 264, 136, seed=1)
-    out = gemm(a2, b2)
-    assert len(gc._CACHE) == n
-    assert _rel(out, a2, b2) <= 1e-2
+def test_sizes_that_share_a_config_share_its_kernel():
+    from gemmlab.family.heuristic_sm90 import choose
+    from gemmlab.family.problem import GemmProblem
+
+    keys = {choose(GemmProblem(m, 1024, 1024), 132).kernel_key for m in (3500, 3600, 4000)}
+    assert len(keys) == 1  # the premise of the GPU test below
 
 
 @pytest.mark.gpu
 @pytest.mark.sm90
-def test_gpu_rejects_cpu_tensors():
-    with pytest.raises(ValueError, match="cuda"):
-        gemm(*_ab(24, 16, 40))
+def test_new_sizes_reuse_compiled_kernels():
+    gemm(*_cuda_ab(3500, 1024, 1024))
+    n = len(P._KERNELS)
+    for m in (3600, 4000):  # other sizes, same configuration: nothing compiles
+        a, b = _cuda_ab(m, 1024, 1024, seed=m)
+        out = gemm(a, b)
+        torch.cuda.synchronize()
+        assert _rel(out, a, b) <= 1e-2
+    assert len(P._KERNELS) == n
 
 
-def test_static_extent_one_folds_to_a_1d_tensor_map():
-    # Why gemm() pads M = 1 to two rows: with M = 1 the DSL drops the unit mode and
-    # builds 1-D TMA copies for A and C; from M = 2 on they are 2-D boxes.
-    one = ptx_opcodes(compile_gemm("sm_90a", 1, 8, 8, num_clusters=1), r"^cp\.async\.bulk\.tensor")
-    two = ptx_opcodes(compile_gemm("sm_90a", 2, 8, 8, num_clusters=1), r"^cp\.async\.bulk\.tensor")
-    assert any(".1d." in o for o in one)
-    assert all(".2d." in o for o in two)
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_size_one_dimensions_with_odd_strides():
+    k, n = 64, 48
+    a = torch.randn(k, 1, device="cuda", dtype=torch.bfloat16).t()  # 1 x K, strides (1, 1)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    out = torch.full((n, 1), float("nan"), device="cuda", dtype=torch.bfloat16).t()  # 1 x N, strides (1, 1)
+    gemm(a, b, out)
+    torch.cuda.synchronize()
+    assert _rel(out, a, b) <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_launches_on_torchs_current_stream():
+    a, b = _cuda_ab(256, 512, 512)
+    out = _poisoned(256, 512)
+    gemm(a, b, out)  # compile first
+    out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(int(2e8))  # ~0.1 s of work queued ahead of the GEMM on s
+        gemm(a, b, out)
+    torch.cuda.current_stream().synchronize()  # the default stream knows nothing of s
+    assert out.isnan().all().item(), "the GEMM ran before the work queued ahead of it on its stream"
+    s.synchronize()
+    assert _rel(out, a, b) <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_gpu_rejects_cpu_tensors_and_mixed_devices():
+    a = torch.zeros(24, 40, dtype=torch.bfloat16)
+    b = torch.zeros(16, 40, dtype=torch.bfloat16).t()
+    with pytest.raises(ValueError, match="a must be on a cuda device"):
+        gemm(a, b)
+    with pytest.raises(ValueError, match="b must be on a cuda device"):
+        gemm(a.cuda(), b)

@@ -14,12 +14,9 @@ def test_import_does_not_load_the_compiler():
 
 
 def test_gemm_is_the_public_function():
-    from gemmlab.gemm_api import gemm
+    from gemmlab.family.api import gemm
 
     assert gemmlab.gemm is gemm and callable(gemmlab.gemm)
-    import gemmlab.gemm_api as api  # importing the module must not shadow the function
-
-    assert gemmlab.gemm is api.gemm
 
 
 def test_unknown_attribute():
@@ -27,22 +24,24 @@ def test_unknown_attribute():
         gemmlab.nope
 
 
-def test_gemm_dispatches_by_tier(monkeypatch):
-    import torch
+def test_family_imports_flow_one_way():
+    """Each layer of gemmlab.family imports only the layers above it (no cycle), read from the source."""
+    import ast
+    from pathlib import Path
 
-    import gemmlab.gemm_api as api
-    import gemmlab.gemm_sm100 as g100
-    from gemmlab import tiers
-
-    a = torch.zeros(64, 32, dtype=torch.bfloat16)
-    b = torch.zeros(32, 48, dtype=torch.bfloat16)
-    monkeypatch.setattr(api, "detect_tier", lambda: "sm100")
-    monkeypatch.setattr(g100, "gemm_sm100", lambda a, b, out=None: ("sm100 path", tuple(b.shape)))
-    assert gemmlab.gemm(a, b) == ("sm100 path", (32, 48))
-    for tier in ("cpu",):
-        monkeypatch.setattr(api, "detect_tier", lambda: tier)
-        monkeypatch.setattr(tiers, "detect_tier", lambda: tier)
-        with pytest.raises(gemmlab.TierError, match="gemmlab.gemm needs tier sm90 or sm100"):
-            gemmlab.gemm(a, b)
-    with pytest.raises(ValueError, match="K x N"):  # arguments are checked before any tier question
-        gemmlab.gemm(a, torch.zeros(48, 40, dtype=torch.bfloat16))
+    order = ["problem", "configs", "heuristic_sm90", "heuristic_sm100", "plan", "api", "benchmark", "tables"]
+    kernels = {"gemm_sm90", "gemm_sm100"}  # imported by plan (below configs and the heuristics)
+    root = Path(gemmlab.__file__).parent
+    for i, name in enumerate(order):
+        tree = ast.parse((root / "family" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level >= 1 and node.module:
+                mod = node.module.split(".")[-1] if node.level == 1 else node.module.split(".")[0]
+                if node.level == 1 and mod in order:
+                    assert order.index(mod) < i, f"family.{name} imports family.{mod}, a layer below it"
+                if node.level == 2 and mod in kernels:
+                    assert name in ("plan", "benchmark", "tables"), f"family.{name} imports the kernel {mod}"
+    for kernel in kernels:  # the kernels import the configs, never the plan, the api or the heuristics' users
+        tree = ast.parse((root / f"{kernel}.py").read_text())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not mods & {"family.plan", "family.api", "family.benchmark", "family.tables"}, kernel

@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 from gemmlab import sm100_model as sm
-from gemmlab.gemm_sm100 import ACC_STAGES, Sm100Config, choose_config
+from gemmlab.family.configs import ACC_STAGES, Sm100Config
+from gemmlab.family.heuristic_sm100 import choose
+from gemmlab.family.problem import GemmProblem
 from gemmlab.scheduler import TileScheduler
 
 SMALL_256 = sm.small_config(block_n=256, ab_stages=3, num_sms=4)  # 2 clusters, 5 k-blocks % 3 stages != 0
@@ -85,8 +87,10 @@ def test_model_reproduces_a_at_b_exactly(shape, cfg, seed):
 
 def test_model_with_the_real_configuration():
     a, b = sm.integer_operands(600, 1000, 448, 3)
-    cfg = choose_config(600, 1000, 448)
+    cfg = choose(GemmProblem(600, 1000, 448))  # what chapter 10's kernel runs for this problem
+    assert sm.choose_config(600, 1000, 448) == cfg
     run = sm.run_model(a, b, cfg, seed=3)
+    assert run.cfg == cfg
     assert run.ok and np.array_equal(run.c, a @ b.T)
 
 

@@ -48,8 +48,17 @@ What it adds over chapter 09 (tcgen05_tmem) and Part III (persistent_gemm_sm90)
 
 Proof on the CPU tier
     :func:`compile_gemm_sm100` compiles the kernel for sm_100a at every
-    configuration :func:`choose_config` can return; tests read the PTX.
-    :func:`gemm_sm100` launches it on a B200 (``sm100`` tests and cells only).
+    configuration the heuristic (:func:`gemmlab.family.heuristic_sm100.choose`)
+    can return; tests read the PTX.
+
+Where it sits
+    This module holds the kernel and its ``@cute.jit`` host code only. The
+    configuration is :class:`gemmlab.family.configs.Sm100Config`; launches go
+    through the public :func:`gemmlab.gemm` (or :func:`gemmlab.family.plan.prepare`
+    for timing loops), which on a B200 walks the family's layers: the problem
+    (:mod:`gemmlab.family.problem`), the heuristic, the plan (this kernel compiled
+    once per config and shape, through TVM-FFI when ``apache-tvm-ffi`` is
+    installed), the launch (``sm100`` tests and cells only).
 """
 from __future__ import annotations
 
@@ -63,157 +72,30 @@ import cuda.bindings.driver as cuda
 from cutlass import Float32, Int32, Int64
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
-from .checks import check_choice, check_int
-from .gemm_api import check_gemm_args  # one contract for every GEMM of the course
-from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
+from .compile import check_target, compile_for, fake_stream, fake_tensor
+from .family.configs import (ACC_STAGES, BARRIER_RESERVE, BLOCK_K, C_STAGES, CTA_M, MMA_K, PAIR_M,  # noqa: F401
+                             TMEM_COLUMNS, Sm100Config)
+from .family.heuristic_sm100 import ceil_div, choose
+from .family.problem import GemmProblem
 from .pipeline import DevicePipelineState
 from .scheduler import device_tile
 from .tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_sync  # chapter 09's wrappers
-from .tiers import require_tier, sm_count
 
 # --------------------------------------------------------------------------------------
-# The fixed shape of the kernel
+# The fixed shape of the kernel (sizes: gemmlab.family.configs; heuristic: gemmlab.family.heuristic_sm100)
 # --------------------------------------------------------------------------------------
 
-PAIR_M = 256  # rows of C per CTA pair (one 2-CTA MMA tile)
-CTA_M = 128  # rows of C (and of A) per CTA
-BLOCK_K = 64  # K per pipeline stage: 64 bf16 = 128 bytes, one 128B-swizzle row
-MMA_K = 16  # K of one tcgen05.mma.kind::f16 instruction
-ACC_STAGES = 2  # TMEM-C stages: epilogue of tile i overlaps the main loop of tile i + 1
-C_STAGES = 2  # SMEM-C staging buffers for TMA stores
-BLOCK_N_CHOICES = (256, 128)  # N of the pair's tile (each CTA loads half of it from B)
-
-EPILOGUE_WARPS = 4  # warps 0-3: warp w may read TMEM lanes 32w..32w+31, so they come first
+EPILOGUE_WARPS = 4  # warps 0-3: warp w may read TMEM lanes 32(w % 4)..+31, so they come first
 MMA_WARP = 4
 TMA_WARP = 5
 THREADS = 32 * 6
 EPILOGUE_THREADS = 32 * EPILOGUE_WARPS
 EPILOGUE_BARRIER_ID = 1  # named barrier of the epilogue warpgroup (0 is __syncthreads)
-
-SMEM_CAPACITY = 232448  # 227 KB: the most shared memory one sm_100 CTA may use
-TMEM_COLUMNS = 512  # TMEM per SM: 128 lanes x 512 columns of 32 bits
-BARRIER_RESERVE = 1024  # bytes kept for mbarriers and the TMEM address (rounded up)
 SMEM_ALIGN = 1024  # 128B-swizzled tiles start on 1024-byte boundaries
-
-DEFAULT_NUM_SMS = 148  # B200
 GROUP_M = 8  # the tile order: bands of 8 M-tiles (gemmlab.scheduler, chapter 07)
 RASTER = "m"
 
 _TORCH_TO_CUTLASS = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
-
-
-# --------------------------------------------------------------------------------------
-# Configuration: what the heuristic may choose, and what it costs in SMEM and TMEM
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sm100Config:
-    """One compiled variant of the kernel.
-
-    ``block_n``: N of the pair's tile (256 or 128); ``ab_stages``: depth of the
-    SMEM-AB ring; ``epi_n``: columns per TMA store (the SMEM-C buffer is
-    ``128 x epi_n``); ``num_sms``: the persistent grid is ``num_sms // 2`` clusters.
-    """
-
-    block_n: int = 256
-    ab_stages: int = 6
-    epi_n: int = 32
-    num_sms: int = DEFAULT_NUM_SMS
-    dtype: str = "bfloat16"  # of A, B and C
-    b_major: str = "k"  # "k": B is N x K (K contiguous); "n": B is K x N (N contiguous)
-
-    @property
-    def elem_bytes(self) -> int:
-        return 2
-
-    @property
-    def a_stage_bytes(self) -> int:
-        """One CTA's A k-block: 128 rows x 64 K."""
-        return CTA_M * BLOCK_K * self.elem_bytes
-
-    @property
-    def b_stage_bytes(self) -> int:
-        """One CTA's half of B's k-block: ``block_n / 2`` rows x 64 K."""
-        return self.block_n // 2 * BLOCK_K * self.elem_bytes
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a_stage_bytes + self.b_stage_bytes
-
-    @property
-    def tx_bytes(self) -> int:
-        """Bytes the leader's ``ab_full`` barrier waits for: both CTAs' loads."""
-        return 2 * self.stage_bytes
-
-    @property
-    def c_stage_bytes(self) -> int:
-        return CTA_M * self.epi_n * self.elem_bytes
-
-    @property
-    def smem_bytes(self) -> int:
-        """Shared memory per CTA: barriers + A/B ring + C staging, each 1024-aligned."""
-        return BARRIER_RESERVE + self.ab_stages * self.stage_bytes + C_STAGES * self.c_stage_bytes
-
-    @property
-    def tmem_columns(self) -> int:
-        """TMEM per CTA: ``ACC_STAGES`` fp32 accumulators of 128 lanes x ``block_n`` columns."""
-        return ACC_STAGES * self.block_n
-
-    @property
-    def num_clusters(self) -> int:
-        return self.num_sms // 2
-
-
-def max_ab_stages(block_n: int, epi_n: int = 32) -> int:
-    """The deepest SMEM-AB ring that fits next to the barriers and the C staging."""
-    probe = Sm100Config(block_n=block_n, ab_stages=0, epi_n=epi_n)
-    return (SMEM_CAPACITY - probe.smem_bytes) // probe.stage_bytes
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-WAVE_GAIN = 0.8  # block_n = 128 must cut the padded work to <= 80% of block_n = 256's
-
-
-def padded_work(m: int, n: int, block_n: int, num_sms: int = DEFAULT_NUM_SMS) -> int:
-    """Waves x ``block_n``: the N-columns one cluster computes, partial tiles and idle clusters included."""
-    tiles = ceil_div(m, PAIR_M) * ceil_div(n, block_n)
-    return ceil_div(tiles, num_sms // 2) * block_n
-
-
-def choose_config(m: int, n: int, k: int, *, num_sms: int = DEFAULT_NUM_SMS, dtype: str = "bfloat16",
-                  b_major: str = "k") -> Sm100Config:
-    """The heuristic: ``block_n`` = 256 unless 128 cuts the padded work by 20%; then the deepest ring.
-
-    A 256-wide tile feeds twice the MMA work per A k-block of a 128-wide one
-    (less shared-memory traffic per FLOP), so it is the default. A problem
-    with few tiles (few waves, or a ragged last wave) can still finish
-    sooner with narrower tiles: :func:`padded_work` counts waves x ``block_n``.
-    """
-    check_int("m", m, lo=1)
-    check_int("n", n, lo=1)
-    check_int("k", k, lo=1)
-    check_int("num_sms", num_sms, lo=2)
-    check_choice("dtype", dtype, tuple(_TORCH_TO_CUTLASS))
-    check_choice("b_major", b_major, ("k", "n"))
-    wide, narrow = padded_work(m, n, 256, num_sms), padded_work(m, n, 128, num_sms)
-    block_n = 128 if narrow <= WAVE_GAIN * wide else 256
-    return Sm100Config(block_n=block_n, ab_stages=max_ab_stages(block_n), num_sms=num_sms, dtype=dtype,
-                       b_major=b_major)
-
-
-def heuristic_configs(shapes, *, num_sms: int = DEFAULT_NUM_SMS, dtypes=("bfloat16",), b_majors=("k",)):
-    """The distinct configurations :func:`choose_config` returns for ``shapes`` ((m, n, k) triples)."""
-    seen = {}
-    for dt in dtypes:
-        for bm in b_majors:
-            for m, n, k in shapes:
-                cfg = choose_config(m, n, k, num_sms=num_sms, dtype=dt, b_major=bm)
-                seen.setdefault(cfg, None)
-    return list(seen)
 
 
 # --------------------------------------------------------------------------------------
@@ -476,14 +358,20 @@ def gemm_kernel(tiled_mma: cute.TiledMma,
 
 @functools.lru_cache(maxsize=None)
 def _gemm_host(cfg: Sm100Config, m: int, n: int, k: int):
-    """The ``@cute.jit`` host function for ``cfg`` and a static problem shape."""
+    """The ``@cute.jit`` host function for ``cfg`` and a static problem shape.
+
+    It takes ``a`` (M x K), ``b`` (K x N, either major: the layout ``cfg.b_major``
+    names) and ``c`` (M x N), the contract of :mod:`gemmlab.family.problem`, and
+    builds the N x K view of ``b`` the MMA reads.
+    """
     block_n, ab_stages = cfg.block_n, cfg.ab_stages
     b_mode = tcgen05.OperandMajorMode.K if cfg.b_major == "k" else tcgen05.OperandMajorMode.MN
     m_tiles, n_tiles, k_tiles = ceil_div(m, PAIR_M), ceil_div(n, block_n), ceil_div(k, BLOCK_K)
     num_clusters = min(cfg.num_clusters, m_tiles * n_tiles)
 
     @cute.jit
-    def gemm_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, stream: cuda.CUstream):
+    def gemm_host(a: cute.Tensor, b_kn: cute.Tensor, c: cute.Tensor, stream: cuda.CUstream):
+        b = cute.make_tensor(b_kn.iterator, cute.select(b_kn.layout, mode=[1, 0]))  # N x K view
         ab_dtype = a.element_type
         tiled_mma = utils.sm100.make_trivial_tiled_mma(ab_dtype, ab_dtype, tcgen05.OperandMajorMode.K, b_mode,
                                                        Float32, tcgen05.CtaGroup.TWO, (PAIR_M, block_n))
@@ -512,71 +400,35 @@ def _gemm_host(cfg: Sm100Config, m: int, n: int, k: int):
 
 
 def _fake_operands(cfg: Sm100Config, m: int, n: int, k: int):
+    """Stand-ins for ``a`` (M x K), ``b`` (K x N in the layout ``cfg.b_major``) and ``c`` (M x N)."""
     dt = _TORCH_TO_CUTLASS[cfg.dtype]
     a = fake_tensor(dt, (m, k), stride_order=(1, 0))  # row-major: K contiguous
-    if cfg.b_major == "k":
-        b = fake_tensor(dt, (n, k), stride_order=(1, 0))  # N x K, K contiguous
-    else:
-        b = fake_tensor(dt, (n, k), stride_order=(0, 1))  # the transpose view of a K x N row-major tensor
+    # K x N: N contiguous ("n"), or the K-contiguous transpose view of a row-major N x K weight ("k")
+    b = fake_tensor(dt, (k, n), stride_order=(1, 0) if cfg.b_major == "n" else (0, 1))
     c = fake_tensor(dt, (m, n), stride_order=(1, 0))
     return a, b, c
 
 
 def compile_gemm_sm100(cfg: Sm100Config | None = None, m: int = 4096, n: int = 4096, k: int = 4096,
-                       target: str = "sm_100a"):
-    """Compile the kernel for ``cfg`` (default: the heuristic's choice) and shape (m, n, k), no GPU needed."""
+                       target: str = "sm_100a", *, tvm_ffi: bool = False):
+    """Compile the kernel for ``cfg`` and shape (m, n, k), no GPU needed.
+
+    ``cfg`` defaults to the heuristic's choice for a BF16 problem with B a weight's
+    ``w.t()`` view (:func:`gemmlab.family.heuristic_sm100.choose`); it must pass
+    :meth:`Sm100Config.check_fits`.
+
+    ``tvm_ffi``: compile the cheap call path the plans use (:mod:`gemmlab.family.plan`):
+    torch tensors in, torch's current stream implied.
+    """
     check_target(target)
     if target != "sm_100a":
         raise ValueError(f"the tcgen05 GEMM needs target sm_100a; got {target!r}")
-    cfg = cfg or choose_config(m, n, k)
-    check_config(cfg)
-    return compile_for(target, _gemm_host(cfg, m, n, k), *_fake_operands(cfg, m, n, k), fake_stream())
-
-
-def check_config(cfg: Sm100Config) -> Sm100Config:
-    """Reject a configuration that cannot fit: SMEM <= 227 KB, TMEM <= 512 columns."""
-    check_choice("block_n", cfg.block_n, BLOCK_N_CHOICES)
-    check_int("ab_stages", cfg.ab_stages, lo=2)
-    check_choice("epi_n", cfg.epi_n, (16, 32, 64))
-    if cfg.smem_bytes > SMEM_CAPACITY:
-        raise ValueError(f"configuration needs {cfg.smem_bytes} bytes of shared memory per CTA; "
-                         f"sm_100 allows {SMEM_CAPACITY}")
-    if cfg.tmem_columns > TMEM_COLUMNS:
-        raise ValueError(f"configuration needs {cfg.tmem_columns} TMEM columns; an SM has {TMEM_COLUMNS}")
-    return cfg
-
-
-# --------------------------------------------------------------------------------------
-# The public entry point (gemmlab.gemm dispatches here on sm100)
-# --------------------------------------------------------------------------------------
-
-
-def prepare_gemm_sm100(a, b, out):
-    """Check, compile once and return ``run()`` that launches ``out = a @ B`` (for timing loops)."""
-    m, n, k, b_k_major = check_gemm_args(a, b, out)
-    b_major = "k" if b_k_major else "n"
-    if out is None:
-        raise ValueError("out must be given to prepare_gemm_sm100")
-    require_tier("sm100", "gemmlab.gemm_sm100")
-    if a.device.type != "cuda":
-        raise ValueError(f"a must be on a cuda device; got {a.device}")
-    cfg = choose_config(m, n, k, num_sms=sm_count(a.device), dtype=str(a.dtype).replace("torch.", ""),
-                        b_major=b_major)
-    b_nk = b.t()  # the kernel sees B as N x K either way (its strides tell the major)
-    return launcher(_gemm_host(cfg, m, n, k), a, b_nk, out, target="sm_100a")
-
-
-def gemm_sm100(a, b, out=None):
-    """``out = a @ b`` on a B200, with :func:`gemmlab.gemm`'s contract (b is K x N: row-major, or the
-    ``w.t()`` view of a row-major N x K weight); FP32 accumulate, output in ``out``'s (default a's) dtype."""
-    import torch
-
-    m, n, k, _ = check_gemm_args(a, b, out)
-    require_tier("sm100", "gemmlab.gemm_sm100")
-    if out is None:
-        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
-    prepare_gemm_sm100(a, b, out)()
-    return out
+    cfg = cfg or choose(GemmProblem(m, n, k))
+    if not isinstance(cfg, Sm100Config):
+        raise TypeError(f"cfg must be an Sm100Config; got {type(cfg).__name__}")
+    cfg.check_fits()
+    return compile_for(target, _gemm_host(cfg, m, n, k), *_fake_operands(cfg, m, n, k),
+                       fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)
 
 
 # --------------------------------------------------------------------------------------

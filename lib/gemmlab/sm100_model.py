@@ -39,13 +39,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checks import check_choice
-from .gemm_sm100 import (ACC_STAGES, BLOCK_K, C_STAGES, CTA_M, DEFAULT_NUM_SMS, EPILOGUE_WARPS, GROUP_M, PAIR_M,
-                         RASTER, Sm100Config, ceil_div, choose_config)
+from .family.configs import ACC_STAGES, B200_SMS as DEFAULT_NUM_SMS, BLOCK_K, C_STAGES, CTA_M, PAIR_M, Sm100Config
+from .family.heuristic_sm100 import ceil_div
+from .family.heuristic_sm100 import choose as _choose
+from .family.problem import GemmProblem
+from .gemm_sm100 import EPILOGUE_WARPS, GROUP_M, RASTER
 from .mbarrier import Mbarrier
 from .pipeline import PipelineState
 from .scheduler import TileScheduler
 
 BUGS = (None, "reset_per_tile", "no_store_wait", "one_acc_phase")
+
+
+def choose_config(m: int, n: int, k: int, num_sms: int = DEFAULT_NUM_SMS) -> Sm100Config:
+    """The configuration chapter 10's heuristic picks for a BF16 problem with B a weight's view."""
+    return _choose(GemmProblem(m, n, k), num_sms)
 
 
 def tile_scheduler(m: int, n: int, cfg: Sm100Config) -> TileScheduler:
@@ -521,7 +529,7 @@ def predict_tflops(shape, cfg: Sm100Config | None = None, *, flops: float = B200
     from .simulator import simulate
 
     m, n, k = shape
-    cfg = cfg or choose_config(m, n, k, num_sms=num_sms)
+    cfg = cfg or choose_config(m, n, k, num_sms)
     clusters = num_clusters_for(m, n, cfg)
     sched = tile_scheduler(m, n, cfg)
     k_tiles = ceil_div(k, BLOCK_K)

@@ -1,0 +1,236 @@
+"""The GEMM family on this GPU: correctness sweep, host cost, configuration sweep, the family benchmark.
+
+    python benchmarks/gemm_family.py check          # every kernel variant against FP32, poisoned outputs
+    python benchmarks/gemm_family.py host           # per-call host cost: gemmlab.gemm vs torch.matmul
+    python benchmarks/gemm_family.py sweep          # forced configs vs the heuristic's pick (calibration)
+    python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
+    python benchmarks/gemm_family.py all            # check, host, family
+
+Results go to ``results/<device>/gemm_family*.json`` (``--out DIR`` writes there instead); the
+table comes last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+import torch  # noqa: E402
+
+from gemmlab import bench  # noqa: E402
+from gemmlab.family import benchmark as fb  # noqa: E402
+from gemmlab.family import heuristic_sm90 as h  # noqa: E402
+from gemmlab.family.configs import Sm90Config  # noqa: E402
+from gemmlab.family.problem import GemmProblem  # noqa: E402
+
+
+def _write(name, doc, out_dir):
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, f"{name}.json")
+        with open(path, "w") as f:
+            json.dump({"benchmark": name, "device": bench.device_name(), "torch": torch.__version__,
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **doc}, f, indent=1)
+        return path
+    rows = doc.pop("rows", [])
+    return bench.write_results(name, rows, **doc)
+
+
+def _cuda(m, n, k, dtype=torch.bfloat16, b_major="k", seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+    b = (torch.randn(n, k, device="cuda", dtype=dtype, generator=g).t() if b_major == "k"
+         else torch.randn(k, n, device="cuda", dtype=dtype, generator=g))
+    return a, b
+
+
+FORCED = [  # (label, config kwargs): every kernel variant at least once
+    ("128x256 c2x1", dict()),
+    ("128x144 c1x2", dict(tile_n=144, stages=6, cluster=(1, 2), epi_n=16)),
+    ("128x176 c1x1 s4", dict(tile_n=176, stages=4, cluster=(1, 1), epi_n=16)),
+    ("64x128 c2x1", dict(tile_m=64, tile_n=128, stages=8, cluster=(2, 1))),
+    ("64x256 c1x2 e64", dict(tile_m=64, tile_n=256, stages=4, cluster=(1, 2), epi_n=64, epi_stages=2)),
+    ("swap 64x16", dict(tile_m=64, tile_n=16, stages=8, cluster=(1, 1), swap_ab=True, epi_n=16)),
+    ("swap 128x64", dict(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True)),
+    ("swap 128x112 c2x1", dict(tile_m=128, tile_n=112, stages=6, cluster=(2, 1), swap_ab=True, epi_n=16)),
+    ("split3 128x256 c2x1", dict(tile_n=256, stages=4, cluster=(2, 1), splits=3)),
+    ("split5 128x128 c1x2", dict(tile_n=128, stages=6, cluster=(1, 2), splits=5)),
+    ("swap split7 128x64", dict(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=7)),
+    ("swap split4 64x32", dict(tile_m=64, tile_n=32, stages=8, cluster=(1, 1), swap_ab=True, splits=4)),
+]
+
+
+def check(out_dir) -> list[dict]:
+    from gemmlab import gemm
+    from gemmlab.family import plan as P
+
+    rows = []
+
+    def record(what, fn):
+        try:
+            err = fn()
+            ok = err <= 1e-2
+        except Exception as e:  # keep going: one broken variant must not hide the others
+            err, ok = float("nan"), False
+            traceback.print_exc()
+            what += f" ({type(e).__name__}: {str(e)[:160]})"
+        rows.append({"what": what, "rel_err": err, "ok": ok})
+        print(f"{'ok  ' if ok else 'FAIL'} {err:.2e} {what}", flush=True)
+
+    shapes = [(1, 8, 8), (17, 24, 8), (129, 136, 72), (300, 200, 264), (1000, 1032, 520), (777, 1608, 1112),
+              (64, 2112, 7168), (128, 576, 7168), (255, 4104, 64), (2000, 3000, 1000)]
+    for m, n, k in shapes:
+        for bm in ("k", "n"):
+            def run(m=m, n=n, k=k, bm=bm):
+                a, b = _cuda(m, n, k, b_major=bm, seed=m + n + k)
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                assert gemm(a, b, out) is out
+                torch.cuda.synchronize()
+                assert not out.isnan().any(), "unwritten (poisoned) outputs"
+                return fb.rel_error(out, a, b)
+            cfg = h.choose(GemmProblem(m, n, k, b_major=bm), 132)
+            record(f"gemm {m}x{n}x{k} b {bm}-major [{cfg.name}]", run)
+    for label, kw in FORCED:
+        for m, n, k in ((1000, 1232, 520), (72, 2120, 1600)):
+            for bm in ("k", "n"):
+                def run(kw=kw, m=m, n=n, k=k, bm=bm):
+                    a, b = _cuda(m, n, k, b_major=bm, seed=7)
+                    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                    P.prepare(a, b, out, Sm90Config(**kw))()
+                    torch.cuda.synchronize()
+                    assert not out.isnan().any(), "unwritten (poisoned) outputs"
+                    return fb.rel_error(out, a, b)
+                record(f"forced {label} {m}x{n}x{k} b {bm}-major", run)
+
+    def fp16():
+        a, b = _cuda(333, 200, 264, dtype=torch.float16)
+        out = gemm(a, b)
+        assert out.dtype == torch.float16 and out.shape == (333, 200)
+        out_bf = torch.full((333, 200), float("nan"), device="cuda", dtype=torch.bfloat16)
+        gemm(a, b, out_bf)
+        return max(fb.rel_error(out, a, b), fb.rel_error(out_bf, a, b))
+    record("fp16 in, fp16 and bf16 out", fp16)
+
+    def odd_strides():  # size-1 dimensions with strides torch chose freely
+        k, n = 64, 48
+        a = torch.randn(k, 1, device="cuda", dtype=torch.bfloat16).t()  # 1 x K, strides (1, 1)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+        out = torch.full((n, 1), float("nan"), device="cuda", dtype=torch.bfloat16).t()  # 1 x N, strides (1, 1)
+        gemm(a, b, out)
+        return fb.rel_error(out, a, b)
+    record("M = 1 with strides (1, 1)", odd_strides)
+
+    def side_stream():  # the launch must go to torch's current stream
+        a, b = _cuda(256, 512, 512)
+        out = torch.full((256, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+        gemm(a, b, out)  # compile outside the timed region
+        out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(int(2e8))  # ~0.1 s on s
+            gemm(a, b, out)
+        torch.cuda.current_stream().synchronize()  # the default stream: the gemm must not have run yet
+        still_poisoned = bool(out.isnan().all().item())
+        s.synchronize()
+        assert still_poisoned, "gemm ran before the work queued ahead of it on its stream"
+        return fb.rel_error(out, a, b)
+    record("launches on torch's current stream", side_stream)
+
+    def no_recompile():
+        n0 = len(P._KERNELS)
+        for m in (100, 900, 3000):  # new sizes, same configs: no compile
+            a, b = _cuda(m, 1024, 1024)
+            gemm(a, b)
+        n1 = len(P._KERNELS)
+        a, b = _cuda(3001, 1024, 1024)
+        out = gemm(a, b)
+        torch.cuda.synchronize()
+        print(f"     kernels compiled: {n0} -> {n1} -> {len(P._KERNELS)}; compile seconds: "
+              f"{sorted(round(v, 2) for v in P.COMPILE_SECONDS.values())}")
+        return fb.rel_error(out, a, b)
+    record("new sizes reuse compiled kernels", no_recompile)
+    _write("gemm_family_check", {"rows": rows, "compile_seconds": sorted(P.COMPILE_SECONDS.values())}, out_dir)
+    return rows
+
+
+def host(out_dir) -> dict:
+    res = fb.host_cost()
+    _write("gemm_family_host", {"rows": [res], "method": bench.host_us.__doc__.split("\n\n")[1].strip()}, out_dir)
+    print(json.dumps(res))
+    return res
+
+
+SWEEP_SHAPES = [(64, 2112, 7168), (64, 576, 7168), (64, 24576, 1536), (128, 4096, 7168), (128, 32768, 512),
+                (256, 7168, 2048), (512, 576, 7168), (512, 2112, 7168), (2048, 576, 7168), (1024, 2112, 7168)]
+
+
+def sweep(out_dir, top: int = 6) -> list[dict]:
+    rows = []
+    for m, n, k in SWEEP_SHAPES:
+        prob = GemmProblem(m, n, k)
+        seen, cands = set(), []
+        for c in h.candidates(prob, 132):
+            key = (c.config.tile_m, c.config.tile_n, c.config.swap_ab, c.config.splits)
+            if key not in seen:
+                seen.add(key)
+                cands.append(c)
+        # the model's best few, plus one of each kind it ranked lower
+        pick = cands[:top]
+        for want in ((True, False), (True, True), (False, True), (False, False)):
+            extra = [c for c in cands if (c.config.swap_ab, c.config.split_k) == want and c not in pick]
+            pick += extra[:1]
+        for c in pick:
+            try:
+                r = fb.time_case(fb.Case(m, n, k), rounds=4, per_round=8, config=c.config)
+                r.update(predicted_us=c.time_us, model_rank=cands.index(c))
+                rows.append(r)
+                print(f"{m}x{n}x{k} {c.config.name:<32} pred {c.time_us:8.1f} us  ours {r['prepared_us']:8.1f} us "
+                      f"torch {r['torch_gpu_us']:8.1f} us ratio {r['ratio_prepared']:.3f} err {r['rel_err']:.1e}",
+                      flush=True)
+            except Exception as e:
+                traceback.print_exc()
+                print(f"FAIL {m}x{n}x{k} {c.config.name}: {e}", flush=True)
+    _write("gemm_family_sweep", {"rows": rows}, out_dir)
+    return rows
+
+
+def family(out_dir, quick: bool = False) -> list[dict]:
+    cases = fb.family_cases()
+    if quick:
+        cases = cases[::3]
+    rows = fb.run(cases)
+    s = fb.summary(rows)
+    _write("gemm_family", {"rows": rows, "summary": s, "method": fb.METHOD}, out_dir)
+    print(json.dumps(s, indent=1))
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["check", "host", "sweep", "family", "quick", "all"])
+    p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
+    args = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False  # FP32 references in FP32
+    t0 = time.time()
+    if args.what in ("check", "all"):
+        check(args.out)
+    if args.what in ("host", "all"):
+        host(args.out)
+    if args.what == "sweep":
+        sweep(args.out)
+    if args.what in ("family", "all"):
+        family(args.out)
+    if args.what == "quick":
+        family(args.out, quick=True)
+    print(f"done in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""Chapter 07: choosing the Hopper kernel's configuration for a problem.
+
+The persistent kernel of :mod:`gemmlab.gemm_sm90` has knobs that depend on
+(M, N, K). The heuristic enumerates the variants worth considering, predicts
+each one's time with a small model of the machine, and keeps the fastest.
+The model is what the notebook prints next to the choice, so every decision
+has a reason a reader can check:
+
+* **Tiles and waves.** A persistent grid runs ``units`` work units on
+  ``num_sms`` CTAs; ``waves = ceil(units / CTAs)`` rounds of them. The last
+  wave may leave SMs idle, and partial edge tiles compute padding. Both are
+  counted: a unit's time is paid ``waves`` times.
+* **A unit's time** is its k-blocks times the slower of (a) the tensor cores
+  on the tile, ``2 * tile_m * tile_n * 64`` FLOP at the SM's share of the peak
+  times an efficiency that grows with the tile's intensity, and (b) the bytes
+  of the k-block, ``(tile_m + tile_n) * 64 * 2``, at what one SM can pull
+  from L2/HBM; plus a fixed epilogue cost.
+* **HBM.** Nothing beats ``min_bytes / bandwidth`` (A and B read once, C
+  written once; with split-K also the FP32 workspace written and read back).
+* **L2.** Every CTA reads its own A' and B' blocks out of L2 (a multicast block
+  once per cluster), so a tiling moves ``tiles x k-blocks x (tile_m + tile_n)
+  x 128`` bytes from L2 to the SMs, and L2 delivers about 7 TB/s to all of them
+  together on an H100. Small tiles re-read the operands more often: this is
+  what makes 128 x 144 tiles lose to cuBLAS at 2048 x 2112 x 7168 (688 MB
+  through L2, 100 us measured).
+* **Split-K** (``splits`` slices of K, each a unit) multiplies the units
+  when the output has too few tiles; it pays the workspace traffic and one
+  more launch (:mod:`gemmlab.splitk`).
+* **Swap A/B** puts a small M on WGMMA's N (a multiple of 16 here), so a
+  64-row decode batch is a 64-wide tile instead of half of a 128-row one.
+
+Predicted time = ``max(waves x unit time, HBM time, L2 time) + split-K extra``. The
+constants (:data:`MODEL`) were fitted to measurements on an H100 and an H200
+(see chapter 07); the model ranks variants, it does not promise a TFLOP/s.
+
+Rules that are not the model's:
+
+* **Cluster.** Without swap: ``(2, 1)`` (two CTAs on neighbouring M tiles
+  share, and multicast, the B panel) when there are at least two M tiles,
+  else ``(1, 2)`` when there are two N tiles, else none. With swap the weight
+  is A' and no two tiles share it: no cluster.
+* **Raster and group.** Bands of ``group = 8`` cluster tiles along the
+  dimension with more tiles, so a wave reads few panels of each operand
+  (:mod:`gemmlab.scheduler`).
+* **Stages.** The deepest A/B ring that fits in 227 KiB next to the epilogue
+  buffers, except where measurement said otherwise (:data:`STAGES_MEASURED`).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from ..checks import check_int
+from ..hardware import H100
+from .configs import Sm90Config, effective_splits
+from .problem import GemmProblem
+
+#: Tile N candidates without swap: every multiple of 16 from 64 to 256 (WGMMA takes any multiple of 8).
+TILE_NS = tuple(range(256, 63, -16))
+#: Swap A/B is considered up to this M (above it M fills 128-row tiles well) ...
+SWAP_MAX_M = 256
+#: ... and is the only layout considered up to this one: on an H100 every M <= 128 shape measured
+#: (N = 576 to 32768, K = 512 to 16384) ran faster swapped than with the model's best unswapped tile.
+SWAP_ONLY_M = 128
+#: The most K slices split-K may use.
+MAX_SPLITS = 16
+
+
+@dataclass(frozen=True)
+class MachineModel:
+    """The constants of the time model (per SM unless said otherwise)."""
+
+    peak_tflops: float = H100.bf16_tflops  # dense BF16, the whole GPU
+    hbm_tbps: float = H100.hbm_tbps
+    hbm_efficiency: float = 0.85  # fraction of the datasheet bandwidth a streaming kernel reaches
+    sm_gbps: float = 90.0  # what one SM's TMA ring pulls from L2/HBM at most, GB/s
+    l2_tbps: float = 7.0  # what L2 delivers to all SMs together, TB/s
+    mma_efficiency: float = 0.84  # fraction of peak the main loop reaches on a 128 x 256 tile
+    intensity_power: float = 0.5  # efficiency ~ (tile intensity / 128x256's) ** power
+    epilogue_us: float = 0.6  # a unit's epilogue, not hidden behind the next unit's main loop
+    splitk_launch_us: float = 9.0  # the reduction's launch, its gap behind the GEMM and the GEMM's drained tail
+    splitk_traffic: float = 3.0  # workspace bytes moved per byte: written (4-byte scattered stores) and read
+
+
+MODEL = MachineModel()
+
+
+def intensity(tile_m: int, tile_n: int) -> float:
+    """FLOP per byte of A and B loaded for one output tile (BF16, per k step)."""
+    return 2 * tile_m * tile_n / (2 * (tile_m + tile_n))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One variant with the model's numbers for it."""
+
+    config: Sm90Config
+    units: int
+    waves: int
+    useful: float  # fraction of the CTA-slots of all waves doing useful (unpadded) work
+    unit_us: float
+    hbm_us: float
+    l2_us: float  # all CTAs' A' and B' blocks through L2
+    extra_us: float  # split-K: workspace traffic + the reduction's launch
+    time_us: float
+
+
+def _stages(tile_m: int, tile_n: int, split: bool, dtype: str, out_dtype: str, cap: int = 8) -> int:
+    """The deepest A/B ring that fits (or the measured exception)."""
+    if (tile_m, tile_n, split) in STAGES_MEASURED:
+        return STAGES_MEASURED[(tile_m, tile_n, split)]
+    epi_n, epi_stages = epi_shape_for(tile_n)
+    for s in range(cap, 1, -1):
+        try:
+            Sm90Config(tile_m=tile_m, tile_n=tile_n, stages=s, cluster=(1, 1), epi_n=epi_n, epi_stages=epi_stages,
+                       splits=2 if split else 1, dtype=dtype, out_dtype=out_dtype)
+            return s
+        except ValueError:
+            continue
+    raise ValueError(f"no A/B ring fits a {tile_m} x {tile_n} tile")
+
+
+#: Stage counts measured to beat the deepest ring, by (tile_m, tile_n, split-K).
+#: 128 x 176: on an H200, 4096 x 2112 x 7168 ran at 0.91-0.92x cuBLAS with 5 stages and
+#: 0.975x with 4 (interleaved in the same run); Nsight Compute showed the tensor pipe busy
+#: 84 % of the time with 5 stages, 90 % with 4. 128 x 144 showed the opposite (6 stages
+#: 0.935x, 4 stages 0.914x), so the rule is not "fewer is better"; it is what was measured.
+STAGES_MEASURED = {(128, 176, False): 4}
+
+
+def epi_shape_for(tile_n: int) -> tuple[int, int]:
+    """``(epi_n, epi_stages)``: 32-column sub-tiles when they divide the tile, else 16; a ring of 4."""
+    return (32 if tile_n % 32 == 0 else 16), 4
+
+
+def _cluster(swap: bool, mt: int, nt: int) -> tuple[int, int]:
+    if swap:
+        return (1, 1)
+    if mt >= 2:
+        return (2, 1)
+    if nt >= 2:
+        return (1, 2)
+    return (1, 1)
+
+
+def make_config(problem: GemmProblem, tile_m: int, tile_n: int, *, swap: bool = False, splits: int = 1,
+                num_sms: int = H100.sms) -> Sm90Config:
+    """The full config for a tile choice: cluster, raster, stages and epilogue by the rules above."""
+    m, n = (problem.n, problem.m) if swap else (problem.m, problem.n)
+    mt, nt = -(-m // tile_m), -(-n // tile_n)
+    cluster = _cluster(swap, mt, nt)
+    if cluster[0] * cluster[1] > num_sms:
+        cluster = (1, 1)
+    cmt, cnt = -(-mt // cluster[0]), -(-nt // cluster[1])
+    k_tiles = -(-problem.k // 64)
+    splits = effective_splits(k_tiles, splits)
+    epi_n, epi_stages = epi_shape_for(tile_n)
+    return Sm90Config(tile_m=tile_m, tile_n=tile_n,
+                      stages=_stages(tile_m, tile_n, splits > 1, problem.dtype, problem.out_dtype),
+                      cluster=cluster, raster="m" if cmt >= cnt else "n", group=8, epi_n=epi_n,
+                      epi_stages=epi_stages, swap_ab=swap, splits=splits, dtype=problem.dtype,
+                      out_dtype=problem.out_dtype)
+
+
+def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, model: MachineModel = MODEL) -> Candidate:
+    """The model's time for ``cfg`` on ``problem`` (microseconds), with the numbers behind it."""
+    m, n, k = problem.m, problem.n, problem.k
+    clusters = max(1, num_sms // cfg.cluster_size)
+    units = cfg.units(m, n)
+    waves = -(-units // clusters)
+    mt, nt = cfg.tiles(m, n)
+    k_tiles = -(-k // cfg.tile_k)
+    kb = -(-k_tiles // cfg.splits)
+    useful = (m * n * k) / (waves * clusters * cfg.cluster_size * cfg.tile_m * cfg.tile_n * kb * cfg.tile_k)
+    sm_flops = model.peak_tflops * 1e12 / num_sms
+    eff = model.mma_efficiency * (intensity(cfg.tile_m, cfg.tile_n) / intensity(128, 256)) ** model.intensity_power
+    t_mma = 2 * cfg.tile_m * cfg.tile_n * cfg.tile_k / (sm_flops * eff)
+    t_load = cfg.stage_bytes() / (model.sm_gbps * 1e9)
+    unit_us = (kb * max(t_mma, t_load)) * 1e6 + model.epilogue_us
+    bw = model.hbm_tbps * 1e12 * model.hbm_efficiency
+    hbm_us = problem.min_bytes() / bw * 1e6
+    # Every CTA reads its A' and B' blocks from L2 (a multicast block once per cluster).
+    per_kblock = cfg.tile_k * 2 * (cfg.tile_m / cfg.cluster[1] + cfg.tile_n / cfg.cluster[0])
+    l2_us = mt * nt * k_tiles * per_kblock / (model.l2_tbps * 1e12) * 1e6
+    extra_us = 0.0
+    if cfg.split_k:
+        ws_bytes = 4 * cfg.splits * m * n
+        extra_us = model.splitk_launch_us + model.splitk_traffic * ws_bytes / bw * 1e6
+    time_us = max(waves * unit_us, hbm_us, l2_us) + extra_us
+    return Candidate(cfg, units, waves, min(1.0, useful), unit_us, hbm_us, l2_us, extra_us, time_us)
+
+
+def _tile_choices(problem: GemmProblem):
+    """(tile_m, tile_n, swap) triples worth modelling for this problem.
+
+    A row-major (N-contiguous) B is loaded in 64-column swizzle atoms along N, so
+    its tiles are multiples of 64 wide (measured on an H100: 4096 x 2112 x 7168 with
+    a 176-wide tile ran at 0.72x torch with B row-major, 0.97x with B a weight's view).
+    """
+    tns = TILE_NS if problem.b_major == "k" else tuple(t for t in TILE_NS if t % 64 == 0)
+    out = [] if problem.m <= SWAP_ONLY_M else [(tm, tn, False) for tm in (128, 64) for tn in tns]
+    if problem.m <= SWAP_MAX_M:
+        tn = max(16, -(-problem.m // 16) * 16)  # the whole batch in one tile, rounded up to 16
+        out += [(128, tn, True), (64, tn, True)]
+    return out
+
+
+def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineModel = MODEL) -> list[Candidate]:
+    """Every variant the heuristic considers, with its predicted time; best first."""
+    if not isinstance(problem, GemmProblem):
+        raise TypeError(f"problem must be a GemmProblem; got {type(problem).__name__}")
+    check_int("num_sms", num_sms, lo=1)
+    k_tiles = -(-problem.k // 64)
+    out = []
+    for tile_m, tile_n, swap in _tile_choices(problem):
+        tried = set()
+        for s in range(1, min(MAX_SPLITS, k_tiles) + 1):
+            cfg = make_config(problem, tile_m, tile_n, swap=swap, splits=s, num_sms=num_sms)
+            if cfg in tried:
+                continue
+            tried.add(cfg)
+            if cfg.split_k and 4 * cfg.splits * problem.m * problem.n >= 2**31:
+                continue  # the reduction indexes the workspace with 32-bit integers
+            out.append(predict(problem, cfg, num_sms, model))
+    # Fastest first; among equals (within 1 %: typically several variants all bound by HBM) the one with
+    # more units (more SMs streaming), then fewer splits, then the bigger tile.
+    return sorted(out, key=lambda c: (round(math.log(c.time_us) / math.log(1.01)), -min(c.units, num_sms),
+                                      c.config.splits, -c.config.tile_m * c.config.tile_n))
+
+
+@functools.lru_cache(maxsize=4096)
+def choose(problem: GemmProblem, num_sms: int = H100.sms) -> Sm90Config:
+    """The configuration ``gemmlab.gemm`` runs for ``problem`` on ``num_sms`` SMs."""
+    return candidates(problem, num_sms)[0].config
+
+
+def explain(problem: GemmProblem, num_sms: int = H100.sms, top: int = 6) -> str:
+    """The reasoning behind :func:`choose`, as text: the best ``top`` variants and the model's numbers."""
+    cands = candidates(problem, num_sms)
+    p = problem
+    lines = [f"(M, N, K) = ({p.m}, {p.n}, {p.k}) on {num_sms} SMs: floor {p.flops / MODEL.peak_tflops / 1e6:.1f} us "
+             f"of math, {p.min_bytes() / (MODEL.hbm_tbps * 1e6):.1f} us of HBM traffic (datasheet rates)"]
+    for i, c in enumerate(cands[:top]):
+        mark = "  <- chosen" if i == 0 else ""
+        lines.append(f"  {c.config.name:<32} {c.units:5d} units {c.waves:3d} wave(s) useful {c.useful:6.1%}  "
+                     f"unit {c.unit_us:7.2f} us  HBM {c.hbm_us:7.2f} us  L2 {c.l2_us:7.2f} us  +{c.extra_us:4.1f} us  "
+                     f"-> {c.time_us:7.2f} us{mark}")
+    return "\n".join(lines)
+

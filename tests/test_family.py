@@ -1,0 +1,304 @@
+"""The GEMM family's layers on the CPU: contract, configs, split ranges, heuristic model, plan and api wiring."""
+import pytest
+import torch
+
+import gemmlab
+from gemmlab import hardware, tiers
+from gemmlab.family import api, plan
+from gemmlab.family import heuristic_sm90 as h
+from gemmlab.family.benchmark import family_cases
+from gemmlab.family.configs import Sm90Config, Sm100Config, effective_splits, split_ranges
+from gemmlab.family.problem import GemmProblem, canonical, problem_of
+
+BF = torch.bfloat16
+
+
+def _ab(m, n, k, dtype=BF, k_major=True):
+    a = torch.zeros(m, k, dtype=dtype)
+    b = torch.zeros(n, k, dtype=dtype).t() if k_major else torch.zeros(k, n, dtype=dtype)
+    return a, b
+
+
+# ---------------------------------------------------------------- the contract
+
+
+def test_problem_of_reads_both_b_layouts():
+    assert problem_of(*_ab(24, 16, 40)) == GemmProblem(24, 16, 40, b_major="k")
+    assert problem_of(*_ab(24, 16, 40, k_major=False)) == GemmProblem(24, 16, 40, b_major="n")
+    a, b = _ab(24, 16, 40, dtype=torch.float16)
+    assert problem_of(a, b, torch.zeros(24, 16, dtype=BF)) == GemmProblem(24, 16, 40, "float16", "bfloat16", "k")
+
+
+@pytest.mark.parametrize("what,args,exc,match", [
+    ("fp32 a", lambda: (torch.zeros(24, 40), _ab(24, 16, 40)[1]), TypeError, "a must have dtype bfloat16 or float16"),
+    ("mixed", lambda: (_ab(24, 16, 40)[0], _ab(24, 16, 40, dtype=torch.float16)[1]), TypeError, "same dtype"),
+    ("N x K passed", lambda: (_ab(24, 16, 40)[0], torch.zeros(16, 40, dtype=BF)), ValueError, "b must be K x N"),
+    ("K = 36", lambda: _ab(24, 16, 36), ValueError, "K must be a multiple of 8"),
+    ("N = 12", lambda: _ab(24, 12, 40, k_major=False), ValueError, "N must be a multiple of 8"),
+    ("a transposed", lambda: (torch.zeros(40, 24, dtype=BF).t(), _ab(24, 16, 40)[1]), ValueError,
+     "a must be K-contiguous"),
+    ("a row-strided", lambda: (torch.zeros(24, 48, dtype=BF)[:, :40], _ab(24, 16, 40)[1]), ValueError,
+     "a's rows must be packed"),
+    ("b strided", lambda: (_ab(24, 16, 40)[0], torch.zeros(40, 32, dtype=BF)[:, ::2]), ValueError,
+     "b must be N-contiguous"),
+    ("1-D a", lambda: (torch.zeros(40, dtype=BF), _ab(24, 16, 40)[1]), ValueError, "a must be 2-D"),
+    ("empty a", lambda: (torch.zeros(0, 40, dtype=BF), _ab(24, 16, 40)[1]), ValueError, "at least one element"),
+    ("numpy b", lambda: (_ab(24, 16, 40)[0], _ab(24, 16, 40)[1].float().numpy()), TypeError,
+     "b must be a torch.Tensor"),
+])
+def test_problem_of_rejects(what, args, exc, match):
+    with pytest.raises(exc, match=match):
+        problem_of(*args())
+
+
+def test_problem_of_checks_out():
+    a, b = _ab(24, 16, 40)
+    with pytest.raises(ValueError, match=r"out must have shape \(M, N\) = \(24, 16\)"):
+        problem_of(a, b, torch.zeros(16, 24, dtype=BF))
+    with pytest.raises(TypeError, match="out must have dtype"):
+        problem_of(a, b, torch.zeros(24, 16))
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        problem_of(a, b, torch.zeros(16, 24, dtype=BF).t())
+    base = torch.zeros(24 * 40 + 8, dtype=BF)
+    with pytest.raises(ValueError, match="a must start at a 16-byte aligned address"):
+        problem_of(base[1:24 * 40 + 1].view(24, 40), b)
+
+
+def test_size_one_dimensions_take_any_stride():
+    # torch gives a size-1 dimension whatever stride the view implies; it addresses nothing.
+    a = torch.zeros(40, 1, dtype=BF).t()  # 1 x 40 with strides (1, 1)
+    b = torch.zeros(16, 40, dtype=BF).t()
+    out = torch.zeros(16, 1, dtype=BF).t()  # 1 x 16 with strides (1, 1)
+    assert problem_of(a, b, out) == GemmProblem(1, 16, 40)
+    assert canonical(a).stride() == (40, 1) and canonical(out).stride() == (16, 1)
+    packed = torch.zeros(3, 40, dtype=BF)
+    assert canonical(packed) is packed
+    assert canonical(b, row_major=False) is b
+
+
+def test_problem_counts():
+    p = GemmProblem(64, 2112, 7168)
+    assert p.flops == 2 * 64 * 2112 * 7168
+    assert p.min_bytes() == 2 * (64 * 7168 + 7168 * 2112) + 2 * 64 * 2112
+    with pytest.raises(ValueError, match="K must be a multiple of 8"):
+        GemmProblem(8, 8, 12)
+    with pytest.raises(ValueError, match="b_major"):
+        GemmProblem(8, 8, 8, b_major="m")
+
+
+# ---------------------------------------------------------------- configs
+
+
+def test_sm90_config_sizes_by_hand():
+    c = Sm90Config(tile_n=256, stages=4)
+    assert c.stage_bytes() == (128 + 256) * 64 * 2 == 49152
+    assert c.epi_bytes() == 2 * 4 * 64 * 32 * 2  # two warpgroups x ring of 4 sub-tiles of 64 x 32 bf16
+    assert c.smem_bytes() == 4 * 49152 + 32768 + 2 * 4 * 8 + 1024 == 230464 <= hardware.SMEM_PER_BLOCK
+    assert c.threads == 384 and c.consumers == 2 and c.cluster_size == 2
+    small = Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(1, 1), splits=3)
+    assert small.threads == 256 and small.epi_bytes() == 0 and small.split_k
+    assert c.tiles(4096, 2112) == (32, 9) and c.cluster_tiles(4096, 2112) == (16, 9) and c.units(4096, 2112) == 144
+    swap = Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=2)
+    assert swap.kernel_mn(64, 2112) == (2112, 64) and swap.tiles(64, 2112) == (33, 1) and swap.units(64, 2112) == 66
+    assert swap.name == "64x64 c1x1 m8 s8 swap split2"
+
+
+def test_sm90_config_rules():
+    with pytest.raises(ValueError, match="tile_n must be a multiple of 16"):
+        Sm90Config(tile_n=100)
+    with pytest.raises(ValueError, match="tile_m"):
+        Sm90Config(tile_m=96)
+    with pytest.raises(ValueError, match="cluster"):
+        Sm90Config(cluster=(2, 2))
+    with pytest.raises(ValueError, match="shared memory"):
+        Sm90Config(tile_n=256, stages=5)
+    with pytest.raises(ValueError, match="epi_n must divide"):
+        Sm90Config(tile_n=144, epi_n=32)
+    with pytest.raises(ValueError, match="tile_k must be 64 for bfloat16"):
+        Sm90Config(tile_k=128)
+    assert not Sm90Config(tile_n=144, stages=4, epi_n=16, epi_stages=4).epi_ring_aligned
+    assert Sm90Config(tile_n=256, stages=4).epi_ring_aligned
+
+
+def test_kernel_key_ignores_the_number_of_splits():
+    # Splits are a run-time argument: one compiled kernel serves every count above 1.
+    a, b = Sm90Config(splits=3), Sm90Config(splits=7)
+    assert a.kernel_key == b.kernel_key != Sm90Config().kernel_key
+
+
+def test_split_ranges_by_hand():
+    assert split_ranges(10, 4) == [(0, 3), (3, 3), (6, 3), (9, 1)]
+    assert split_ranges(10, 6)[-1] == (10, 0)  # 6 slices of ceil(10/6) = 2 leave the last empty ...
+    assert effective_splits(10, 6) == 5  # ... so the kernel is given 5
+    assert effective_splits(3, 16) == 3
+
+
+@pytest.mark.parametrize("k_tiles", range(1, 41))
+def test_effective_splits_never_leave_a_slice_empty(k_tiles):
+    for s in range(1, 17):
+        ranges = split_ranges(k_tiles, effective_splits(k_tiles, s))
+        assert all(cnt >= 1 for _, cnt in ranges)
+        assert [f for f, _ in ranges] == [sum(c for _, c in ranges[:i]) for i in range(len(ranges))]
+        assert sum(c for _, c in ranges) == k_tiles
+
+
+def test_sm100_config_fits():
+    assert Sm100Config(block_n=256, ab_stages=6).check_fits().smem_bytes <= hardware.SMEM_PER_BLOCK
+    with pytest.raises(ValueError, match="shared memory"):
+        Sm100Config(block_n=256, ab_stages=7).check_fits()
+
+
+# ---------------------------------------------------------------- the heuristic's model
+
+
+def test_l2_term_by_hand():
+    # 2048 x 2112 x 7168 on 128 x 144 tiles, cluster 2 x 1: 16 x 15 tiles, 112 k-blocks, and per k-block
+    # each CTA reads 128 rows of A' and half of B''s 144 (the peer multicasts the other half), 128 B a row.
+    p = GemmProblem(2048, 2112, 7168)
+    cfg = h.make_config(p, 128, 144)
+    assert cfg.cluster == (2, 1)
+    c = h.predict(p, cfg)
+    assert c.l2_us == pytest.approx(16 * 15 * 112 * 128 * (128 + 72) / 7e12 * 1e6)
+    assert c.time_us == pytest.approx(max(c.waves * c.unit_us, c.hbm_us, c.l2_us))
+    assert c.units == 8 * 15 and c.waves == 2
+
+
+def test_split_k_pays_its_launch_and_workspace():
+    p = GemmProblem(64, 576, 7168)
+    one = h.predict(p, h.make_config(p, 64, 64, swap=True))
+    eight = h.predict(p, h.make_config(p, 64, 64, swap=True, splits=8))
+    assert one.extra_us == 0 and one.units == 9
+    ws = 4 * 8 * 64 * 576
+    bw = h.MODEL.hbm_tbps * 1e12 * h.MODEL.hbm_efficiency
+    assert eight.extra_us == pytest.approx(h.MODEL.splitk_launch_us + h.MODEL.splitk_traffic * ws / bw * 1e6)
+    assert eight.units == 72 and eight.unit_us < one.unit_us / 4
+
+
+@pytest.mark.parametrize("shape,tile_n,stages", [((8192, 8192, 8192), 256, 4), ((4096, 4096, 4096), 256, 4),
+                                                 ((4096, 2112, 7168), 176, 4), ((4096, 576, 7168), 144, 6)])
+def test_large_shapes_keep_chapter_07_choices(shape, tile_n, stages):
+    c = h.choose(GemmProblem(*shape))
+    assert (c.tile_m, c.tile_n, c.stages, c.cluster, c.swap_ab, c.splits) == (128, tile_n, stages, (2, 1), False, 1)
+
+
+def test_small_m_is_swapped_and_covered_by_one_tile():
+    for m in (1, 17, 64, 100, 128):
+        c = h.choose(GemmProblem(m, 2112, 7168))
+        assert c.swap_ab and c.tile_n == max(16, -(-m // 16) * 16) and c.cluster == (1, 1)
+
+
+def test_few_tiles_split_k():
+    c = h.choose(GemmProblem(64, 576, 7168))  # 9 tiles of 64 weight rows: most SMs idle without it
+    assert c.swap_ab and c.split_k and c.splits >= 4
+    assert not h.choose(GemmProblem(4096, 4096, 4096)).split_k
+
+
+def test_row_major_b_tiles_are_whole_swizzle_atoms():
+    for m in (512, 4096, 8192):
+        c = h.choose(GemmProblem(m, 2112, 7168, b_major="n"))
+        assert c.swap_ab or c.tile_n % 64 == 0
+
+
+def test_candidates_sorted_and_explained():
+    p = GemmProblem(1000, 1032, 520)
+    cands = h.candidates(p)
+    times = [round(c.time_us, 6) for c in cands]
+    assert times[0] == min(times)
+    text = h.explain(p)
+    assert "<- chosen" in text and cands[0].config.name in text.splitlines()[1]
+    with pytest.raises(TypeError, match="problem must be a GemmProblem"):
+        h.candidates((1000, 1032, 520))
+
+
+def test_every_family_choice_is_valid():
+    for case in family_cases():
+        p = GemmProblem(case.m, case.n, case.k, case.dtype, case.dtype, case.b_major)
+        c = h.choose(p, 132)
+        assert c.smem_bytes() <= hardware.SMEM_PER_BLOCK and c.tile_n % c.epi_n == 0
+        kt = -(-p.k // 64)
+        assert c.splits == effective_splits(kt, c.splits)
+        if c.swap_ab:
+            assert c.cluster == (1, 1)
+        if c.split_k:
+            assert 4 * c.splits * p.m * p.n < 2**31
+
+
+# ---------------------------------------------------------------- plan and api wiring (no GPU: compile is faked)
+
+
+@pytest.fixture
+def fake_machine(monkeypatch):
+    """A machine of the given tier whose 'compiled kernel' records its calls."""
+    calls = []
+
+    def use(tier):
+        monkeypatch.setattr(tiers, "detect_tier", lambda: tier)
+        monkeypatch.setattr(plan, "compiled_kernel", lambda problem, cfg, arch: lambda *args: calls.append(args))
+        monkeypatch.setattr(api, "check_devices", lambda *t: None)
+        monkeypatch.setattr(hardware, "sm_count", lambda device=None: 132 if tier == "sm90" else 148)
+        monkeypatch.setattr(api, "_PLANS", {})
+        monkeypatch.setattr(api, "_BY_PROBLEM", {})
+        return calls
+    return use
+
+
+def test_gemm_on_sm90_binds_tensors_and_grid(fake_machine):
+    calls = fake_machine("sm90")
+    a, b = _ab(4096, 4096, 4096)
+    out = torch.empty(4096, 4096, dtype=BF)
+    assert gemmlab.gemm(a, b, out) is out
+    (ta, tb, tout, max_clusters), = calls
+    assert ta is a and tb is b and tout is out and max_clusters == 66  # 132 SMs in clusters of 2
+    p, = api.plans()
+    assert isinstance(p.config, Sm90Config) and p.arch == "sm90"
+    gemmlab.gemm(a, b, out)  # same key: no new plan
+    assert len(api.plans()) == 1 and len(calls) == 2
+
+
+def test_gemm_on_sm90_split_k_passes_a_workspace(fake_machine):
+    calls = fake_machine("sm90")
+    a, b = _ab(64, 576, 7168)
+    out = gemmlab.gemm(a, b)
+    assert out.shape == (64, 576) and out.dtype == BF
+    (_, _, _, ws, splits, max_clusters), = calls
+    cfg = api.plans()[0].config
+    assert splits == cfg.splits > 1 and ws.shape == (splits, 64, 576) and ws.dtype == torch.float32
+    assert max_clusters == 132
+
+
+def test_gemm_on_sm100_dispatches_to_chapter_10(fake_machine):
+    calls = fake_machine("sm100")
+    a, b = _ab(256, 512, 512)
+    gemmlab.gemm(a, b)
+    assert isinstance(api.plans()[0].config, Sm100Config) and len(calls) == 1
+    a1 = torch.zeros(1, 64, dtype=BF)
+    gemmlab.gemm(a1, _ab(1, 512, 64)[1])  # M = 1 runs padded to two rows on the static-shape kernel
+    assert calls[-1][0].shape == (2, 64)
+
+
+def test_gemm_checks_arguments_then_tier(monkeypatch):
+    monkeypatch.setattr(tiers, "detect_tier", lambda: "cpu")
+    monkeypatch.setattr(api, "_PLANS", {})
+    with pytest.raises(gemmlab.TierError, match="gemmlab.gemm needs tier sm90 or sm100"):
+        gemmlab.gemm(*_ab(24, 16, 40))
+    with pytest.raises(ValueError, match="K x N"):  # arguments are checked before any tier question
+        gemmlab.gemm(_ab(24, 16, 40)[0], torch.zeros(16, 40, dtype=BF))
+
+
+def test_alignment_is_checked_on_every_call(fake_machine):
+    fake_machine("sm90")
+    base = torch.zeros(64 * 40 + 8, dtype=BF)
+    b = _ab(64, 16, 40)[1]
+    gemmlab.gemm(base[:64 * 40].view(64, 40), b)  # makes and caches the plan
+    with pytest.raises(ValueError, match="a must start at a 16-byte aligned address"):
+        gemmlab.gemm(base[1:64 * 40 + 1].view(64, 40), b)  # same key, misaligned pointer
+
+
+def test_config_must_match_the_machine(fake_machine):
+    fake_machine("sm90")
+    with pytest.raises(TypeError, match="config must be an Sm90Config"):
+        plan.make_plan(GemmProblem(64, 64, 64), None, Sm100Config())
+    with pytest.raises(ValueError, match="config is for bfloat16"):
+        plan.make_plan(GemmProblem(64, 64, 64, "float16", "float16"), None, Sm90Config())
+    with pytest.raises(ValueError, match="out must be given"):
+        plan.prepare(*_ab(64, 64, 64), None)
