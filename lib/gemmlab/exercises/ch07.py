@@ -1,0 +1,44 @@
+"""Chapter 07's exercises (persistent Hopper GEMM, the GEMM family): checkers and worked solutions."""
+from __future__ import annotations
+
+from . import verdict
+
+
+def check_units_and_waves(answer) -> bool:
+    """Predict, then run: ``(units, waves)`` of the 128 x 256 kernel, cluster 2 x 1, on 2048 x 2112 x 7168, 132 SMs."""
+    return verdict("units and waves", answer, solution_units_and_waves(),
+                   "A work unit is a cluster tile: count 128-row tiles along M and 256-column tiles along N "
+                   "(partial tiles count), pair the M tiles, then divide by the 66 clusters and round up.")
+
+
+def solution_units_and_waves():
+    # M: 2048 / 128 = 16 tiles -> 8 cluster rows; N: ceil(2112 / 256) = 9 tiles (the last 64 wide).
+    # 8 x 9 = 72 units on 132 / 2 = 66 clusters: 2 waves, the second with 6 units (91 % of the SMs idle).
+    return (72, 2)
+
+
+def check_slices(answer) -> bool:
+    """Predict: 112 k-blocks asked to split into 15 slices. How many slices does the kernel get, and how long is the last?"""
+    return verdict("split-K slices", answer, solution_slices(),
+                   "Slices are ceil(112 / 15) k-blocks long and the last takes what is left; a slice with "
+                   "nothing left is dropped (gemmlab.family.configs.effective_splits).")
+
+
+def solution_slices():
+    # ceil(112 / 15) = 8 k-blocks a slice: 14 slices cover all 112 exactly, the 15th would be empty.
+    from ..family.configs import effective_splits, split_ranges
+
+    s = effective_splits(112, 15)
+    return (s, split_ranges(112, s)[-1][1])  # (14, 8)
+
+
+def check_l2_megabytes(answer) -> bool:
+    """Count: MB (1e6 bytes) that L2 delivers to the SMs for 4096 x 576 x 7168 with 128 x 144 tiles, cluster 2 x 1."""
+    return verdict("L2 traffic", answer, solution_l2_megabytes(),
+                   "Per k-block each CTA reads 128 rows of A' and half of B''s 144 rows (its peer multicasts the "
+                   "other half), 128 bytes a row; multiply by the tiles and the k-blocks, round to whole MB.")
+
+
+def solution_l2_megabytes():
+    # 32 x 4 tiles, 112 k-blocks, (128 + 144 / 2) rows x 128 bytes per k-block per CTA.
+    return round(32 * 4 * 112 * (128 + 72) * 128 / 1e6)  # 367
