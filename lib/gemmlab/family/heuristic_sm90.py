@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..checks import check_int
 from ..hardware import H100
@@ -84,6 +84,17 @@ class MachineModel:
 
 
 MODEL = MachineModel()
+
+
+def model_for(spec) -> MachineModel:
+    """The model with a GPU's own datasheet peak and HBM bandwidth (the rest was fitted on an H100).
+
+    An H200 has the H100's SMs and L2 but 4.8 TB/s of HBM instead of 3.35: its HBM floor is lower,
+    which changes the best variant of memory-bound (decode) shapes.
+    """
+    if spec is None:
+        return MODEL
+    return replace(MODEL, peak_tflops=spec.bf16_tflops, hbm_tbps=spec.hbm_tbps)
 
 
 def intensity(tile_m: int, tile_n: int) -> float:
@@ -230,17 +241,17 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
 
 
 @functools.lru_cache(maxsize=4096)
-def choose(problem: GemmProblem, num_sms: int = H100.sms) -> Sm90Config:
-    """The configuration ``gemmlab.gemm`` runs for ``problem`` on ``num_sms`` SMs."""
-    return candidates(problem, num_sms)[0].config
+def choose(problem: GemmProblem, num_sms: int = H100.sms, model: MachineModel = MODEL) -> Sm90Config:
+    """The configuration ``gemmlab.gemm`` runs for ``problem`` on ``num_sms`` SMs (``model``: :func:`model_for`)."""
+    return candidates(problem, num_sms, model)[0].config
 
 
-def explain(problem: GemmProblem, num_sms: int = H100.sms, top: int = 6) -> str:
+def explain(problem: GemmProblem, num_sms: int = H100.sms, top: int = 6, model: MachineModel = MODEL) -> str:
     """The reasoning behind :func:`choose`, as text: the best ``top`` variants and the model's numbers."""
-    cands = candidates(problem, num_sms)
+    cands = candidates(problem, num_sms, model)
     p = problem
-    lines = [f"(M, N, K) = ({p.m}, {p.n}, {p.k}) on {num_sms} SMs: floor {p.flops / MODEL.peak_tflops / 1e6:.1f} us "
-             f"of math, {p.min_bytes() / (MODEL.hbm_tbps * 1e6):.1f} us of HBM traffic (datasheet rates)"]
+    lines = [f"(M, N, K) = ({p.m}, {p.n}, {p.k}) on {num_sms} SMs: floor {p.flops / model.peak_tflops / 1e6:.1f} us "
+             f"of math, {p.min_bytes() / (model.hbm_tbps * 1e6):.1f} us of HBM traffic (datasheet rates)"]
     for i, c in enumerate(cands[:top]):
         mark = "  <- chosen" if i == 0 else ""
         lines.append(f"  {c.config.name:<32} {c.units:5d} units {c.waves:3d} wave(s) useful {c.useful:6.1%}  "

@@ -134,12 +134,12 @@ def arch_of_machine() -> str:
     return tiers.require_tier("gpu", "gemmlab.gemm")  # raises TierError: no GPU of a course tier
 
 
-def choose_config(problem: GemmProblem, arch: str, num_sms: int):
-    """The architecture's heuristic."""
+def choose_config(problem: GemmProblem, arch: str, num_sms: int, spec=None):
+    """The architecture's heuristic (``spec``: the GPU's datasheet numbers, for the Hopper model)."""
     if arch == "sm90":
-        from .heuristic_sm90 import choose
+        from .heuristic_sm90 import choose, model_for
 
-        return choose(problem, num_sms)
+        return choose(problem, num_sms, model_for(spec))
     from .heuristic_sm100 import choose
 
     return choose(problem, num_sms)
@@ -147,11 +147,11 @@ def choose_config(problem: GemmProblem, arch: str, num_sms: int):
 
 def make_plan(problem: GemmProblem, device=None, config=None) -> Plan:
     """The plan for ``problem`` on ``device`` (default: the current one); ``config`` overrides the heuristic."""
-    from ..hardware import sm_count
+    from .. import hardware
 
     arch = arch_of_machine()
-    sms = sm_count(device)
-    cfg = config or choose_config(problem, arch, sms)
+    sms = hardware.sm_count(device)
+    cfg = config or choose_config(problem, arch, sms, _spec_of(device))
     want = Sm90Config if arch == "sm90" else Sm100Config
     if not isinstance(cfg, want):
         raise TypeError(f"config must be an {want.__name__} on this {arch} machine; got {type(cfg).__name__}")
@@ -159,6 +159,19 @@ def make_plan(problem: GemmProblem, device=None, config=None) -> Plan:
         raise ValueError(f"config is for {cfg.dtype} -> {cfg.out_dtype}; the problem is "
                          f"{problem.dtype} -> {problem.out_dtype}")
     return Plan(problem, cfg, arch, sms)
+
+
+def _spec_of(device):
+    """The datasheet spec of ``device`` (None where it is not one of the course's GPUs, or on a CPU)."""
+    from .. import hardware
+
+    try:
+        import torch
+
+        index = torch.device(device).index if device is not None else None
+        return hardware.device_spec(torch.cuda.current_device() if index is None else index)
+    except (RuntimeError, AssertionError, ValueError):  # no CUDA: the model's H100 defaults
+        return None
 
 
 def prepare(a, b, out, config=None):
