@@ -96,3 +96,11 @@ def tuning_table(doc: dict) -> str:
         lines.append(f"chapter-start kernel, fair benchmark run twice: geometric mean {base['geomean']['run1']:.3f} "
                      f"and {base['geomean']['run2']:.3f}")
     return "\n".join(lines)
+
+
+def family_profile_table(doc: dict) -> str:
+    """The stored Nsight Compute comparison (``gemm_family_profile.json``): time, L2 and DRAM bytes, throughputs."""
+    return format_table(doc["rows"], [("shape", "M x N x K", ""), ("kernel", "kernel", ""), ("time_us", "us", ".1f"),
+                                      ("l2_mb", "L2 MB", ".0f"), ("dram_read_mb", "DRAM read MB", ".0f"),
+                                      ("l2_pct", "L2 % of peak", ".1f"), ("sm_pct", "SM % of peak", ".1f"),
+                                      ("sm_ghz", "SM GHz", ".2f")])
