@@ -20,6 +20,7 @@ laptop CPU per variant, see chapter 07) and is then cached for the process.
 """
 from __future__ import annotations
 
+import functools
 import time
 
 from .. import tiers
@@ -32,6 +33,7 @@ _KERNELS: dict = {}
 COMPILE_SECONDS: dict = {}
 
 
+@functools.lru_cache(maxsize=None)
 def _have_tvm_ffi() -> bool:
     import importlib.util
 
