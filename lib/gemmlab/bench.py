@@ -8,7 +8,8 @@ cuBLAS) side by side in the same run. Results are written as JSON under
 * :func:`time_ms`: the median of one launch, alone.
 * :func:`time_interleaved`: several competitors in rotating rounds on the same
   rotated input sets (:func:`input_sets` spans a multiple of L2), so a clock
-  drop under the power cap hits all alike. Chapters 05, 07 and 10 use it.
+  drop under the power cap hits all alike. Chapters 07 and 10 use it (chapter 05 times one
+  kernel at a time with :func:`time_ms`).
 * :func:`host_us`: the CPU time one call costs (Python, argument conversion,
   the driver's launch), measured while the GPU is kept busy.
 * :func:`gpu_clocks`: SM clock, temperature and power, stored with results.

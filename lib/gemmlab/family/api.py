@@ -17,7 +17,7 @@ dtypes, device), the alignment check, and the plan's launch. Everything else
 from __future__ import annotations
 
 from .plan import Plan, arch_of_machine, make_plan
-from .problem import canonical, check_alignment, check_devices, problem_of
+from .problem import canonical_operands, check_alignment, check_devices, problem_of
 
 #: Plans by call signature: (a's shape and strides, b's, out's or None, dtypes, device).
 _PLANS: dict = {}
@@ -38,8 +38,7 @@ def gemm(a, b, out=None):
 
         out = torch.empty((plan.problem.m, plan.problem.n), dtype=a.dtype, device=a.device)
     if fix:  # a size-1 dimension with a stride torch chose freely: pass the packed view
-        a, out = canonical(a), canonical(out)
-        b = canonical(b, row_major=plan.problem.b_major == "n")
+        a, b, out = canonical_operands(a, b, out, plan.problem.b_major)
     plan.launch(a, b, out)
     return out
 
@@ -54,8 +53,7 @@ def _new_plan(a, b, out, key) -> tuple[Plan, bool]:
     arch_of_machine()
     check_devices(a, b, out)
     plan = _plan_for(problem, a.device)
-    fix = (canonical(a) is not a or (out is not None and canonical(out) is not out)
-           or canonical(b, row_major=problem.b_major == "n") is not b)
+    fix = any(c is not t for c, t in zip(canonical_operands(a, b, out, problem.b_major), (a, b, out)))
     _PLANS[key] = (plan, fix)
     return plan, fix
 

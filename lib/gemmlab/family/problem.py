@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ..checks import check_choice, check_int
 
-#: Elements per 16 bytes of the 2-byte input types: TMA's alignment rule for strides.
+#: TMA's alignment rule: tensor starts and every stride but the innermost a multiple of 16 bytes.
 ALIGN_BYTES = 16
 #: The dtypes ``gemmlab.gemm`` takes and writes, by torch name.
 IN_DTYPES = ("bfloat16", "float16")
@@ -167,6 +167,11 @@ def canonical(t, row_major: bool = True):
     """
     want = (t.shape[1], 1) if row_major else (1, t.shape[0])
     return t if t.stride() == want else t.as_strided(t.shape, want)
+
+
+def canonical_operands(a, b, out, b_major: str):
+    """``(a, b, out)`` as the compiled kernels expect them: :func:`canonical` of each (``out`` may be None)."""
+    return canonical(a), canonical(b, row_major=b_major == "n"), None if out is None else canonical(out)
 
 
 def pad_rows(a, out):
