@@ -155,13 +155,13 @@ def test_tile_kernel_ptx_cta_group_1():
     c = t5.compile_mma_tile("sm_100a", n=64, k=128, num=32, cta_group=1)
     assert t5.tcgen05_instructions(c) == [
         "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32",
-        "tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned",
         "tcgen05.fence::before_thread_sync",
         "tcgen05.fence::after_thread_sync",
         "tcgen05.mma.cta_group::1.kind::f16",
         "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64",
         "tcgen05.ld.sync.aligned.32x32b.x32.b32",
         "tcgen05.wait::ld.sync.aligned",
+        "tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned",  # at the end, as NVIDIA's examples do
         "tcgen05.dealloc.cta_group::1.sync.aligned.b32",
     ]
     mmas = ptx_lines(c, r"tcgen05\.mma")

@@ -63,6 +63,7 @@ Where it sits
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 import cutlass
@@ -145,6 +146,11 @@ def tma_load_worker(tma_atom_a: cute.CopyAtom, tAgA: cute.Tensor, tAsA: cute.Ten
             cute.copy(tma_atom_b, tBgB[(None, n_tile, k)], tBsB[(None, smem_ab.index)],
                       tma_bar_ptr=ab_full + smem_ab.index)
             smem_ab.advance()  # carried into the next tile: never reset
+    # Producer tail: wait until the MMAs have released every stage this warp filled, so no
+    # tcgen05.commit arrives on this CTA's ab_empty after the CTA has moved on to its teardown.
+    for _ in cutlass.range(ab_stages, unroll=1):
+        cute.arch.mbarrier_wait(ab_empty + smem_ab.index, smem_ab.phase)
+        smem_ab.advance()
 
 
 @cute.jit
@@ -156,7 +162,8 @@ def mma_worker(tiled_mma: cute.TiledMma, tCtAcc: cute.Tensor, tCrA: cute.Tensor,
     Per tile: wait until accumulator stage ``a`` is drained, then per k-block
     wait ``ab_full[s]``, issue four ``tcgen05.mma.cta_group::2`` (K = 16 each)
     and commit to ``ab_empty[s]`` of *both* CTAs (multicast mask ``0b11``).
-    After the last k-block, commit to ``tmem_full[a]`` of both CTAs.
+    After the last k-block, commit to ``tmem_full[a]`` of both CTAs. After
+    the last tile, the *producer tail* waits until every accumulator is drained.
     """
     smem_ab = DevicePipelineState.consumer(ab_stages)
     tmem_c = DevicePipelineState.producer(ACC_STAGES)  # phase 1: both accumulators start free
@@ -176,6 +183,11 @@ def mma_worker(tiled_mma: cute.TiledMma, tCtAcc: cute.Tensor, tCrA: cute.Tensor,
             smem_ab.advance()
         with cute.arch.elect_one():  # accumulator a is complete once every MMA of the tile is done
             tcgen05.commit(tmem_full + tmem_c.index, 0b11, tcgen05.CtaGroup.TWO)
+        tmem_c.advance()
+    # Producer tail: wait until both CTAs' epilogues have drained every accumulator stage, so the
+    # last remote arrivals on tmem_empty have landed before the teardown frees TMEM.
+    for _ in cutlass.range(ACC_STAGES, unroll=1):
+        cute.arch.mbarrier_wait(tmem_empty + tmem_c.index, tmem_c.phase)
         tmem_c.advance()
 
 
@@ -270,12 +282,8 @@ def gemm_kernel(tiled_mma: cute.TiledMma,
     sC = smem.allocate_tensor(c_dtype, c_smem_layout.outer, byte_alignment=SMEM_ALIGN,
                               swizzle=c_smem_layout.inner)  # (EPI_M, EPI_N, C_STAGE)
 
-    # 3. TMEM allocation: one warp in *each* CTA of the pair (cta_group::2 allocates in both).
-    if warp == 0:
-        cute.arch.alloc_tmem(tmem_columns, tmem_addr, is_two_cta=True)
-        cute.arch.relinquish_tmem_alloc_permit(is_two_cta=True)
-
-    # 4. Barrier init (one thread per CTA), made visible to the whole cluster.
+    # 3. Barrier init (one thread per CTA), then the cluster barrier: both CTAs are running,
+    #    their barriers are initialised and visible cluster-wide before anything else happens.
     if warp == TMA_WARP:
         with cute.arch.elect_one():
             for s in cutlass.range_constexpr(ab_stages):
@@ -285,9 +293,16 @@ def gemm_kernel(tiled_mma: cute.TiledMma,
                 cute.arch.mbarrier_init(tmem_full + a, 1)  # one tcgen05.commit
                 cute.arch.mbarrier_init(tmem_empty + a, 2 * EPILOGUE_WARPS)  # every epilogue warp of the pair
             cute.arch.mbarrier_init_fence()
-    tcgen05_fence_before_thread_sync()
-    cute.arch.cluster_arrive()  # both CTAs: barriers initialised, TMEM address written
+    cute.arch.cluster_arrive()
     cute.arch.cluster_wait()
+
+    # 4. TMEM allocation, after the cluster barrier: tcgen05.alloc.cta_group::2 is one operation of the
+    #    pair (warp 0 of each CTA takes part), so both CTAs must be past their set-up. Then publish the
+    #    address: fence, CTA barrier, fence, and every warp may read it from shared memory.
+    if warp == 0:
+        cute.arch.alloc_tmem(tmem_columns, tmem_addr, is_two_cta=True)
+    tcgen05_fence_before_thread_sync()
+    cute.arch.barrier()
     tcgen05_fence_after_thread_sync()
 
     # 5. Views: this CTA's slice of the pair's MMA, tiles of A, B, C, and the accumulators in TMEM.
@@ -342,12 +357,15 @@ def gemm_kernel(tiled_mma: cute.TiledMma,
                         bSG_sC, bSG_gC, tmem_full, tmem_empty, cluster, my_tiles, m_tiles, n_tiles, num_clusters,
                         block_n // cute.size(epi_tile[1]))
 
-    # 7. Teardown: both CTAs finished (so every MMA and every TMEM read is done), then free TMEM.
+    # 7. Teardown: the producers' tails have run, both CTAs pass the final cluster barrier (every MMA
+    #    and every TMEM read of the pair is done), then warp 0 of each CTA gives up the allocation
+    #    permit and frees the columns (both are pair operations too).
     tcgen05_fence_before_thread_sync()
     cute.arch.cluster_arrive()
     cute.arch.cluster_wait()
     if warp == 0:
         tcgen05_fence_after_thread_sync()
+        cute.arch.relinquish_tmem_alloc_permit(is_two_cta=True)
         cute.arch.dealloc_tmem(tmem_ptr, tmem_columns, is_two_cta=True)
 
 
@@ -477,6 +495,114 @@ def tmem_alloc_columns(compiled) -> int:
     if not movs:
         raise RuntimeError(f"cannot find the value of {operand}")
     return int(movs[-1])
+
+
+# --------------------------------------------------------------------------------------
+# Reading the compiled kernel back: the constants and the order of the set-up and teardown
+# --------------------------------------------------------------------------------------
+
+_DEF = re.compile(r"^(mov\.b32|mov\.u32|mov\.b16|or\.b32|selp\.b32|and\.b32)\s+(%\w+),\s*(.+?);")
+
+
+def _ptx_code_lines(ptx: str) -> list[str]:
+    return [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith("//")]
+
+
+def _value(lines: list[str], upto: int, operand: str) -> int | None:
+    """The value of ``operand`` at line ``upto``: an immediate, or a register traced back through
+    ``mov``, ``or`` and ``and`` with immediates, and ``selp`` (its *false* arm: the DSL's run-time MMA
+    fields, negate A/B, are off unless a kernel turns them on). None when not a constant."""
+    operand = operand.strip()
+    if re.fullmatch(r"-?\d+", operand):
+        return int(operand)
+    for i in range(upto - 1, -1, -1):
+        mt = _DEF.match(lines[i])
+        if not mt or mt.group(2) != operand:
+            continue
+        op, args = mt.group(1), [a.strip() for a in mt.group(3).split(",")]
+        if op.startswith("mov"):
+            return _value(lines, i, args[0])
+        if op == "selp.b32":
+            return _value(lines, i, args[1])
+        vals = [_value(lines, i, a) for a in args]
+        if None in vals:
+            return None
+        return (vals[0] | vals[1]) if op == "or.b32" else (vals[0] & vals[1])
+    return None
+
+
+def static_evidence(compiled) -> dict:
+    """What the compiled kernel's PTX says about the points that decide whether it can work on a B200.
+
+    Read from the PTX text, with register values traced back to their immediates:
+
+    * ``idesc``: the instruction descriptor of every ``tcgen05.mma`` (negation off);
+    * ``smem_desc_or``: the 64-bit constants ORed onto ``address >> 4`` to form the shared-memory
+      descriptors (the SM100 fields other than the start address);
+    * ``tma_bar_mask``: the mask ANDed onto the barrier address of every 2-CTA TMA load;
+    * ``barrier_counts``: arrival count of every ``mbarrier.init`` by byte offset in shared memory;
+    * ``commit_masks``: the CTA mask of every multicast ``tcgen05.commit``;
+    * ``expect_tx``: the byte counts announced with ``mbarrier.arrive.expect_tx``;
+    * ``per_k_block``: the MMAs, commits and TMA loads in the code (each sits once in its loop body);
+    * ``waits``: the number of ``mbarrier.try_wait`` sites (loop waits and tails);
+    * ``order``: line numbers (in PTX program order) of the set-up and teardown steps.
+    """
+    from .compile import ptx_of
+
+    lines = _ptx_code_lines(ptx_of(compiled) if not isinstance(compiled, str) else compiled)
+
+    def where(pattern):
+        return [i for i, ln in enumerate(lines) if re.search(pattern, ln)]
+
+    ev = {"idesc": [], "smem_desc_or": [], "tma_bar_mask": [], "barrier_counts": {}, "commit_masks": [],
+          "expect_tx": []}
+    for i in where(r"^tcgen05\.mma"):
+        ops = [o.strip() for o in lines[i].split(None, 1)[1].split(",")]
+        ev["idesc"].append(_value(lines, i, ops[3]))
+    for i in where(r"^or\.b64"):
+        imm = int(lines[i].rstrip(";").split(",")[-1])
+        if imm >= 1 << 32:
+            ev["smem_desc_or"].append(imm & (1 << 64) - 1)
+    loads = where(r"^cp\.async\.bulk\.tensor.*shared::cluster\.global.*cta_group::2")
+    for i in loads:
+        bar = re.findall(r"\[(%r\d+)\]", lines[i])[-1]
+        mask = None
+        for j in range(i - 1, -1, -1):
+            mt = re.match(r"^and\.b32\s+" + re.escape(bar) + r",\s*%r\d+,\s*(-?\d+);", lines[j])
+            if mt:
+                mask = int(mt.group(1)) & 0xFFFFFFFF
+                break
+            if re.match(r"^\S+\s+" + re.escape(bar) + r",", lines[j]):
+                break
+        ev["tma_bar_mask"].append(mask)
+    for i in where(r"^mbarrier\.init"):
+        mt = re.match(r"^mbarrier\.init\.shared\.b64\s+\[%r\d+(?:\+(\d+))?\],\s*(\S+);", lines[i])
+        ev["barrier_counts"][int(mt.group(1) or 0)] = _value(lines, i, mt.group(2))
+    for i in where(r"^tcgen05\.commit.*multicast"):
+        ev["commit_masks"].append(_value(lines, i, lines[i].rstrip(";").split(",")[-1]))
+    for i in where(r"^mbarrier\.arrive\.expect_tx"):
+        ev["expect_tx"].append(_value(lines, i, lines[i].rstrip(";").split(",")[-1]))
+    ev["per_k_block"] = {"mma": len(where(r"^tcgen05\.mma")), "commit": len(where(r"^tcgen05\.commit")),
+                         "tma_load": len(loads)}
+    ev["waits"] = sum(ln.count("mbarrier.try_wait") for ln in lines)
+    ev["order"] = {name: where(pattern) for name, pattern in (
+        ("mbarrier.init", r"^mbarrier\.init"), ("barrier.cluster.wait", r"^barrier\.cluster\.wait"),
+        ("tcgen05.alloc", r"^tcgen05\.alloc"), ("bar.sync 0", r"^bar(rier)?\.sync\s+0;"),
+        ("tcgen05.mma", r"^tcgen05\.mma"), ("tcgen05.relinquish_alloc_permit", r"^tcgen05\.relinquish"),
+        ("tcgen05.dealloc", r"^tcgen05\.dealloc"))}
+    return ev
+
+
+def setup_order(compiled) -> list[str]:
+    """The set-up and teardown steps of the kernel in PTX program order (names only, for the notebook)."""
+    order = static_evidence(compiled)["order"]
+    first_last = []
+    for name, idx in order.items():
+        if name == "tcgen05.mma":
+            continue
+        for i in ((idx[-1],) if name == "mbarrier.init" else idx):
+            first_last.append((i, name + (" (last)" if name == "mbarrier.init" else "")))
+    return [name for _, name in sorted(first_last)]
 
 
 def kernel_sections() -> dict[str, str]:

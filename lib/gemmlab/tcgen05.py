@@ -12,10 +12,14 @@ What it teaches
       compute: dtypes of A, B, D, whether A/B are K-major or MN-major, M, N,
       negation, saturation, sparsity, and the ``.ws`` max shift.
     * The **shared-memory descriptor** (64 bits, :class:`SmemDesc`) says where
-      an operand is and how it is laid out. The SM100 format is *not* Hopper's:
-      bits 46-48 hold the fixed constant ``0b001`` (a version), bit 52 the
-      leading-dimension mode, and the swizzle is a 3-bit field at 61-63 whose
-      codes differ from wgmma's 2-bit field at 62-63.
+      an operand is and how it is laid out. It extends Hopper's wgmma
+      descriptor: addresses, LBO, SBO and base offset sit in the same bits, and
+      the swizzle field grows from 2 bits (62-63) to 3 (61-63) so that
+      Hopper's codes 1/2/3 (128B/64B/32B) read as SM100's 2/4/6, the same bit
+      patterns (:func:`sm90_swizzle_as_sm100`). What is new: bits 46-48 must
+      hold the constant ``0b001`` (a version; 0 in a Hopper descriptor), bit 52
+      selects the LBO mode, and code 1 (bit 61) is a new 128B mode with
+      32-byte atoms.
     * K-major, 128-byte swizzle, 16-bit elements (:func:`smem_desc_kmajor_sw128`):
       each operand row is 64 elements (128 bytes) of K; 8 rows form a
       1024-byte swizzle atom (the stride byte offset, SBO); a wider K is
@@ -252,6 +256,19 @@ SMEM_DESC_FIELDS = (
     ("swizzle", 61, 3, "layout: 0 none, 1 128B/32B-atom, 2 128B, 4 64B, 6 32B"),
 )
 SWIZZLE_CODES = {"none": 0, "128B_base32B": 1, "128B": 2, "64B": 4, "32B": 6}
+#: wgmma's 2-bit swizzle codes at bits 62-63 (chapter 06, :data:`gemmlab.wgmma.SWIZZLE_CODES`).
+SM90_SWIZZLE_CODES = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
+
+
+def sm90_swizzle_as_sm100(sm90_code: int) -> int:
+    """The SM100 code (bits 61-63) whose bits equal Hopper's ``sm90_code`` at bits 62-63: twice it.
+
+    The field grew downwards by one bit, so a Hopper swizzle pattern keeps its meaning:
+    128B (1) -> 2, 64B (2) -> 4, 32B (3) -> 6. What a Hopper descriptor lacks on SM100 is
+    the version (bits 46-48 = 1), not a swizzle code.
+    """
+    check_choice("sm90_code", sm90_code, tuple(SM90_SWIZZLE_CODES.values()))
+    return sm90_code << 1
 SMEM_DESC_VERSION = 1
 _SMEM_FIELD_BITS = sum(((1 << w) - 1) << lo for _, lo, w, _ in SMEM_DESC_FIELDS)
 
@@ -529,7 +546,7 @@ DSL_EQUIVALENTS = {
 # One tile, every step written out: 128 x N x K (cta_group::1) or 256 x N x K (cta_group::2)
 # --------------------------------------------------------------------------------------
 
-TILE_THREADS = 128  # one warpgroup: warp w reads TMEM lanes 32w..32w+31
+TILE_THREADS = 128  # one warpgroup: warp w reads TMEM lanes 32(w % 4)..+31, here 32w..32w+31
 #: Bytes of A and B the one-tile teaching kernel may stage per CTA: a deliberately round budget for
 #: this single-stage kernel, not the hardware limit (that is :data:`gemmlab.hardware.SMEM_PER_BLOCK`,
 #: 227 KiB). What it leaves below the limit covers the operands' 1024-byte alignment, the mbarrier and
@@ -620,21 +637,27 @@ def mma_tile_kernel(a: cute.Tensor, b: cute.Tensor, regs: cute.Tensor, n: cutlas
     if cutlass.const_expr(cta_group == 2):
         cta = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
 
-    # 1. Tensor memory: warp 0 allocates (in both CTAs of a pair), then gives up the permit.
-    if warp == 0:
-        tmem_alloc(holder, ncols, cta_group)
-        tmem_relinquish_alloc_permit(cta_group)
+    # 1. The barrier, then a sync of the CTA (of the pair: the cluster barrier), so both CTAs are
+    #    running and set up before the pair's collective tcgen05.alloc.cta_group::2.
     if tidx == 0:
         cute.arch.mbarrier_init(bar, 1)
         cute.arch.mbarrier_init_fence()
+    if cutlass.const_expr(cta_group == 2):
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
+    else:
+        cute.arch.barrier()
 
-    # 2. Operands into shared memory, swizzled; this CTA's rows of A and its half of B.
+    # 2. Tensor memory: warp 0 allocates (in both CTAs of a pair, together). Operands into shared
+    #    memory, swizzled; this CTA's rows of A and its half of B.
+    if warp == 0:
+        tmem_alloc(holder, ncols, cta_group)
     fill_sw128(sA, a, cta * a_rows, a_rows, k, tidx)
     fill_sw128(sB, b, cta * b_rows, b_rows, k, tidx)
     # Generic-proxy stores must be made visible to the tensor core (async proxy).
     cute.arch.fence_proxy("async.shared", space="cta")
 
-    # 3. Everyone waits for the alloc, the barrier init and the operands.
+    # 3. Publish the TMEM address and the operands: fence, sync, fence.
     tcgen05_thread_sync(cta_group)
     taddr = held[0]
 
@@ -658,7 +681,7 @@ def mma_tile_kernel(a: cute.Tensor, b: cute.Tensor, regs: cute.Tensor, n: cutlas
     cute.arch.mbarrier_wait(bar, 0)
     tcgen05_fence_after_thread_sync()
 
-    # 6. Epilogue: warp w reads lanes 32w..32w+31, num columns per load.
+    # 6. Epilogue: warp w reads lanes 32(w % 4)..+31 (here w < 4), num columns per load.
     lane_base = (warp % 4) * 32
     row = cta * 128 + tidx
     for c in cutlass.range_constexpr(n // num):
@@ -667,9 +690,11 @@ def mma_tile_kernel(a: cute.Tensor, b: cute.Tensor, regs: cute.Tensor, n: cutlas
         for j in cutlass.range_constexpr(num):
             regs[row, c * num + j] = vals[j]
 
-    # 7. Free the columns once every warp (of both CTAs) is done reading them.
+    # 7. Free the columns once every warp (of both CTAs) is done reading them: give up the
+    #    allocation permit, then dealloc (with cta_group::2, both CTAs' warp 0 together).
     tcgen05_thread_sync(cta_group)
     if warp == 0:
+        tmem_relinquish_alloc_permit(cta_group)
         tmem_dealloc(taddr, ncols, cta_group)
 
 
@@ -798,6 +823,9 @@ def dsl_reference_kernel(out: cute.Tensor, a_layout: cute.ComposedLayout, b_layo
     sA = smem.allocate_tensor(BFloat16, a_layout.outer, byte_alignment=1024, swizzle=a_layout.inner)
     sB = smem.allocate_tensor(BFloat16, b_layout.outer, byte_alignment=1024, swizzle=b_layout.inner)
     warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    if cutlass.const_expr(two):  # the pair's collective alloc comes after a cluster barrier
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
     if warp == 0:
         cute.arch.alloc_tmem(alloc_columns_for(n), holder, is_two_cta=two)
     cute.arch.barrier()
@@ -816,7 +844,11 @@ def dsl_reference_kernel(out: cute.Tensor, a_layout: cute.ComposedLayout, b_layo
             else:
                 t5.commit(bar, None, t5.CtaGroup.ONE)
     cute.arch.mbarrier_wait(bar, 0)
-    cute.arch.barrier()
+    if cutlass.const_expr(two):
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
+    else:
+        cute.arch.barrier()
     if warp == 0:
         cute.arch.relinquish_tmem_alloc_permit(is_two_cta=two)
         cute.arch.dealloc_tmem(tptr, alloc_columns_for(n), is_two_cta=two)
