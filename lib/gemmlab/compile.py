@@ -56,8 +56,10 @@ def compile_for(target: str, fn, *args, tvm_ffi: bool = False):
 
 
 def ptx_of(compiled) -> str:
-    ptx = compiled.__ptx__
-    if not ptx:
+    """The PTX text of a function compiled by :func:`compile_for`."""
+    ptx = getattr(compiled, "__ptx__", None)
+    # The DSL leaves the file's path in __ptx__ when the file was not written.
+    if not ptx or not isinstance(ptx, str) or "\n" not in ptx:
         raise RuntimeError("no PTX kept: compile with gemmlab.compile.compile_for")
     return ptx
 

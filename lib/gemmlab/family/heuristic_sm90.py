@@ -49,9 +49,9 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass, replace
 
-from ..checks import check_int
 from ..hardware import H100
 from .configs import Sm90Config, effective_splits
 from .problem import GemmProblem
@@ -174,8 +174,28 @@ def make_config(problem: GemmProblem, tile_m: int, tile_n: int, *, swap: bool = 
                       out_dtype=problem.out_dtype)
 
 
+def _check_args(problem, num_sms, model, cfg=None) -> int:
+    """Validate the heuristic's arguments (``TypeError``/``ValueError`` naming the rule); return ``num_sms`` as an int."""
+    if not isinstance(problem, GemmProblem):
+        raise TypeError(f"problem must be a GemmProblem; got {type(problem).__name__}")
+    if isinstance(num_sms, bool) or not isinstance(num_sms, numbers.Integral):
+        raise TypeError(f"num_sms must be an int; got {type(num_sms).__name__}")
+    if num_sms < 1:
+        raise ValueError(f"num_sms must be >= 1; got {num_sms}")
+    if not isinstance(model, MachineModel):
+        raise TypeError(f"model must be a MachineModel (see model_for); got {type(model).__name__}")
+    if cfg is not None:
+        if not isinstance(cfg, Sm90Config):
+            raise TypeError(f"cfg must be an Sm90Config; got {type(cfg).__name__}")
+        if cfg.cluster_size > num_sms:
+            raise ValueError(f"num_sms must be >= cfg's cluster size ({cfg.cluster_size}): the CTAs of a cluster "
+                             f"run on different SMs at the same time; got {num_sms}")
+    return int(num_sms)
+
+
 def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, model: MachineModel = MODEL) -> Candidate:
     """The model's time for ``cfg`` on ``problem`` (microseconds), with the numbers behind it."""
+    num_sms = _check_args(problem, num_sms, model, cfg)
     m, n, k = problem.m, problem.n, problem.k
     clusters = max(1, num_sms // cfg.cluster_size)
     units = cfg.units(m, n)
@@ -219,9 +239,7 @@ def _tile_choices(problem: GemmProblem):
 
 def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineModel = MODEL) -> list[Candidate]:
     """Every variant the heuristic considers, with its predicted time; best first."""
-    if not isinstance(problem, GemmProblem):
-        raise TypeError(f"problem must be a GemmProblem; got {type(problem).__name__}")
-    check_int("num_sms", num_sms, lo=1)
+    num_sms = _check_args(problem, num_sms, model)
     k_tiles = -(-problem.k // 64)
     out = []
     for tile_m, tile_n, swap in _tile_choices(problem):
@@ -240,9 +258,13 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
                                       c.config.splits, -c.config.tile_m * c.config.tile_n))
 
 
-@functools.lru_cache(maxsize=4096)
 def choose(problem: GemmProblem, num_sms: int = H100.sms, model: MachineModel = MODEL) -> Sm90Config:
     """The configuration ``gemmlab.gemm`` runs for ``problem`` on ``num_sms`` SMs (``model``: :func:`model_for`)."""
+    return _choose(problem, _check_args(problem, num_sms, model), model)
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose(problem: GemmProblem, num_sms: int, model: MachineModel) -> Sm90Config:
     return candidates(problem, num_sms, model)[0].config
 
 
