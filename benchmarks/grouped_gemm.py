@@ -1,0 +1,260 @@
+"""The grouped GEMM (chapter 08) on this GPU: correctness sweep and the MoE benchmark.
+
+    python benchmarks/grouped_gemm.py check      # ragged + list forms, edge cases, vs FP32 and torch._grouped_mm
+    python benchmarks/grouped_gemm.py moe        # MoE sets: gemmlab vs torch._grouped_mm, a matmul loop, roofline
+    python benchmarks/grouped_gemm.py all
+
+Results go to ``results/<device>/grouped_gemm*.json`` (``--out DIR`` writes there instead); the
+table comes last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+import torch  # noqa: E402
+
+from gemmlab import bench, grouped  # noqa: E402
+from gemmlab import hardware  # noqa: E402
+
+POISON = float("nan")
+
+#: The expert GEMMs of two MoE models: (label, N, K).
+MOE_SHAPES = [
+    ("DeepSeek-V3 gate/up", 4096, 7168),
+    ("DeepSeek-V3 down", 7168, 2048),
+    ("Mixtral gate/up", 14336, 4096),
+    ("Mixtral down", 4096, 14336),
+]
+GROUPS = (8, 32, 64, 128)
+TOKENS = (64, 512, 4096, 16384)
+
+
+def skewed_sizes(tokens: int, groups: int, seed: int = 0, alpha: float = 1.2) -> list[int]:
+    """Tokens per expert from a skewed router: expert popularity ~ 1 / rank^alpha, then multinomial.
+
+    Popular experts get many tokens; with few tokens many experts get none.
+    """
+    g = torch.Generator().manual_seed(seed * 7919 + groups)
+    weights = 1.0 / torch.arange(1, groups + 1, dtype=torch.float64) ** alpha
+    weights = weights[torch.randperm(groups, generator=g)]
+    picks = torch.multinomial(weights, tokens, replacement=True, generator=g)
+    return torch.bincount(picks, minlength=groups).tolist()
+
+
+def offsets(sizes, device="cuda"):
+    ends, s = [], 0
+    for m in sizes:
+        s += m
+        ends.append(s)
+    return torch.tensor(ends, dtype=torch.int32, device=device)
+
+
+def ragged_inputs(sizes, n, k, *, b_major="k", dtype=torch.bfloat16, seed=0, extra_rows=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    rows = sum(sizes) + extra_rows
+    a = torch.randn(rows, k, device="cuda", dtype=dtype, generator=gen)
+    if b_major == "k":  # nn.Linear weights (G, N, K), seen as (G, K, N)
+        b = torch.randn(len(sizes), n, k, device="cuda", dtype=dtype, generator=gen).transpose(1, 2)
+    else:
+        b = torch.randn(len(sizes), k, n, device="cuda", dtype=dtype, generator=gen)
+    return a, b, offsets(sizes)
+
+
+def rel_err(out, ref, rows):
+    o, r = out[:rows].float(), ref[:rows].float()
+    if not torch.isfinite(o).all():
+        return float("inf")
+    return ((o - r).norm() / r.norm().clamp_min(1e-30)).item()
+
+
+# --------------------------------------------------------------------------------------
+# check
+# --------------------------------------------------------------------------------------
+
+CHECK_CASES = [  # (label, sizes, N, K, b_major, config name or None)
+    ("uniform 4 x 256", [256] * 4, 256, 512, "k", None),
+    ("empty groups", [0, 300, 0, 0, 77, 0], 384, 256, "k", None),
+    ("groups below one tile", [1, 7, 33, 63, 65, 2], 512, 512, "k", None),
+    ("unaligned ends, N-major b", [100, 37, 250, 3], 264, 136, "n", None),
+    ("one giant group", [0, 5000, 0], 1024, 1024, "k", None),
+    ("128 small groups", [3, 0, 11, 1] * 32, 512, 256, "k", None),
+    ("all empty but last", [0] * 7 + [129], 256, 256, "k", None),
+    ("small tile forced", [200, 0, 130, 64], 384, 512, "k", "SMALL"),
+    ("large tile forced", [3, 1, 0, 9] * 4, 512, 512, "n", "LARGE"),
+    ("rows after offs[-1]", [64, 64], 256, 256, "k", None),  # 16 extra rows must stay untouched
+    ("K not a tile multiple", [130, 260], 256, 200, "k", None),
+]
+
+
+def check(out_dir=None):
+    rows = []
+    have_torch_grouped = hasattr(torch, "_grouped_mm")
+    for label, sizes, n, k, major, cname in CHECK_CASES:
+        cfg = getattr(grouped, cname) if cname else None
+        extra = 16 if label.startswith("rows after") else 0
+        row = {"case": label, "groups": len(sizes), "tokens": sum(sizes), "n": n, "k": k, "b_major": major}
+        try:
+            a, b, offs = ragged_inputs(sizes, n, k, b_major=major, extra_rows=extra, seed=len(rows))
+            out = torch.full((a.shape[0], n), POISON, device="cuda", dtype=a.dtype)
+            grouped.grouped_gemm(a, b, offs, out=out, config=cfg)
+            torch.cuda.synchronize()
+            ref = grouped.reference(a, b, offs)
+            row["rel_err"] = rel_err(out, ref, sum(sizes))
+            row["tail_untouched"] = bool(torch.isnan(out[sum(sizes):]).all().item()) if extra else None
+            if have_torch_grouped and all(s % 16 == 0 for s in [0]):
+                try:
+                    t = torch._grouped_mm(a[:sum(sizes)], b, offs=offs)
+                    row["torch_rel_err"] = rel_err(t, ref, sum(sizes))
+                except Exception as e:  # noqa: BLE001
+                    row["torch_rel_err"] = f"{type(e).__name__}: {e}"[:120]
+            row["ok"] = row["rel_err"] < 1e-2 and row["tail_untouched"] in (None, True)
+        except Exception:  # noqa: BLE001
+            row["error"] = traceback.format_exc()[-800:]
+            row["ok"] = False
+        rows.append(row)
+        print(f"{label:28s} ok={row['ok']} err={row.get('rel_err')} torch={row.get('torch_rel_err')}", flush=True)
+    # The list form: independent problems of different M, N, K.
+    for major in ("k", "n"):
+        label = f"list form, b {major}-major"
+        row = {"case": label}
+        try:
+            gen = torch.Generator(device="cuda").manual_seed(99)
+            shapes = [(130, 256, 64), (0, 128, 64), (7, 512, 1024), (300, 136, 200), (64, 64, 64)]
+            pairs = []
+            for m, nn, kk in shapes:
+                ai = torch.randn(m, kk, device="cuda", dtype=torch.bfloat16, generator=gen)
+                bi = (torch.randn(nn, kk, device="cuda", dtype=torch.bfloat16, generator=gen).t() if major == "k"
+                      else torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16, generator=gen))
+                pairs.append((ai, bi))
+            outs = [torch.full((ai.shape[0], bi.shape[1]), POISON, device="cuda", dtype=torch.bfloat16)
+                    for ai, bi in pairs]
+            grouped.grouped_gemm_list(pairs, outs)
+            torch.cuda.synchronize()
+            errs = [rel_err(c, ai.float() @ bi.float(), ai.shape[0]) if ai.shape[0] else 0.0
+                    for (ai, bi), c in zip(pairs, outs)]
+            row["rel_err"] = max(errs)
+            row["ok"] = row["rel_err"] < 1e-2
+        except Exception:  # noqa: BLE001
+            row["error"] = traceback.format_exc()[-800:]
+            row["ok"] = False
+        rows.append(row)
+        print(f"{label:28s} ok={row['ok']} err={row.get('rel_err')}", flush=True)
+    passed = sum(r["ok"] for r in rows)
+    _write("grouped_gemm_check", {"rows": rows, "passed": passed, "total": len(rows)}, out_dir)
+    print(f"check: {passed} / {len(rows)} passed")
+    return passed == len(rows)
+
+
+# --------------------------------------------------------------------------------------
+# the MoE benchmark
+# --------------------------------------------------------------------------------------
+
+
+def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7):
+    spec = hardware.device_spec(torch.cuda.current_device())
+    peak = spec.bf16_tflops * 1e12 if spec else 989e12
+    hbm = spec.hbm_tbps * 1e12 if spec else 3.35e12
+    rows = []
+    for label, n, k in shapes:
+        for G in groups:
+            for T in tokens:
+                sizes = skewed_sizes(T, G)
+                a, b, offs = ragged_inputs(sizes, n, k)
+                ends = [0] + torch.cumsum(torch.tensor(sizes), 0).tolist()
+                out = torch.empty((T, n), device="cuda", dtype=a.dtype)
+                out_t = torch.empty((T, n), device="cuda", dtype=a.dtype)
+                flops, nbytes = grouped.flops_bytes(sizes, n, k)
+                floor_ms = max(flops / peak, nbytes / hbm) * 1e3
+                cfg = grouped.choose_config(T, G, n, k)
+                grouped.grouped_gemm(a, b, offs, out=out)  # compile + warm up
+                ref = grouped.reference(a, b, offs)
+                err = rel_err(out, ref, T)
+                del ref
+
+                def loop():
+                    for g in range(G):
+                        if ends[g + 1] > ends[g]:
+                            torch.matmul(a[ends[g]:ends[g + 1]], b[g], out=out_t[ends[g]:ends[g + 1]])
+
+                launches = {
+                    "gemmlab": [lambda: grouped.grouped_gemm(a, b, offs, out=out)],
+                    "gemmlab_novalidate": [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False)],
+                    "torch_grouped_mm": [lambda: torch._grouped_mm(a, b, offs=offs)],
+                    "matmul_loop": [loop],
+                }
+                t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2)
+                tg = bench.time_interleaved({"gemmlab_kernel": launches["gemmlab_novalidate"],
+                                             "torch_grouped_mm_kernel": launches["torch_grouped_mm"]},
+                                            rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+                row = {"shape": label, "n": n, "k": k, "groups": G, "tokens": T,
+                       "nonempty": sum(1 for s in sizes if s), "max_group": max(sizes),
+                       "config": cfg.name, "rel_err": err, "floor_ms": floor_ms,
+                       "weight_bound": nbytes / hbm > flops / peak}
+                for name, v in list(t.items()) + list(tg.items()):
+                    row[f"{name}_ms"] = v["median_ms"]
+                for name in ("gemmlab", "gemmlab_novalidate", "torch_grouped_mm", "matmul_loop",
+                             "gemmlab_kernel", "torch_grouped_mm_kernel"):
+                    row[f"{name}_tflops"] = flops / (row[f"{name}_ms"] * 1e-3) / 1e12
+                row["vs_torch"] = row["torch_grouped_mm_ms"] / row["gemmlab_ms"]
+                row["vs_torch_novalidate"] = row["torch_grouped_mm_ms"] / row["gemmlab_novalidate_ms"]
+                row["vs_torch_kernel"] = row["torch_grouped_mm_kernel_ms"] / row["gemmlab_kernel_ms"]
+                row["vs_loop"] = row["matmul_loop_ms"] / row["gemmlab_ms"]
+                row["of_roofline"] = floor_ms / row["gemmlab_kernel_ms"]
+                rows.append(row)
+                print(f"{label:20s} G={G:3d} T={T:5d} {cfg.name:18s} err={err:.1e} "
+                      f"ours={row['gemmlab_ms']:.3f} nov={row['gemmlab_novalidate_ms']:.3f} "
+                      f"torch={row['torch_grouped_mm_ms']:.3f} loop={row['matmul_loop_ms']:.3f} "
+                      f"x{row['vs_torch']:.2f} roof={row['of_roofline']:.2f}", flush=True)
+                del a, b, out, out_t
+                torch.cuda.empty_cache()
+    summary = {
+        "geomean_vs_torch": bench.geomean([r["vs_torch"] for r in rows]),
+        "geomean_vs_torch_novalidate": bench.geomean([r["vs_torch_novalidate"] for r in rows]),
+        "geomean_vs_torch_kernel": bench.geomean([r["vs_torch_kernel"] for r in rows]),
+        "min_vs_torch_novalidate": min(r["vs_torch_novalidate"] for r in rows),
+        "geomean_vs_loop": bench.geomean([r["vs_loop"] for r in rows]),
+        "weight_bound_of_roofline": bench.geomean([r["of_roofline"] for r in rows if r["weight_bound"]] or [0]),
+        "max_rel_err": max(r["rel_err"] for r in rows),
+    }
+    _write("grouped_gemm", {"rows": rows, "summary": summary, "clocks": bench.gpu_clocks(),
+                            "peak_tflops": peak / 1e12, "hbm_gbs": hbm / 1e9}, out_dir)
+    print(json.dumps(summary, indent=1))
+    return summary
+
+
+def _write(name, doc, out_dir):
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, f"{name}.json")
+        with open(path, "w") as f:
+            json.dump({"benchmark": name, "device": bench.device_name(), "torch": torch.__version__,
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **doc}, f, indent=1)
+        return path
+    rows = doc.pop("rows", [])
+    return bench.write_results(name, rows, **doc)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=("check", "moe", "quick", "all"))
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    ok = True
+    if args.what in ("check", "all"):
+        ok = check(args.out)
+    if args.what == "quick":
+        moe(args.out, tokens=(64, 4096), groups=(8, 128), shapes=MOE_SHAPES[:2], rounds=3)
+    if args.what in ("moe", "all"):
+        moe(args.out)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,363 @@
+"""The grouped GEMM's public calls: torch's ragged MoE convention and a list of independent problems.
+
+``grouped_gemm(a, b, offs)``: ``a`` (T, K) holds the tokens of every expert one
+after the other, ``offs`` (G,) int32 the cumulative end row of each expert's
+tokens, ``b`` (G, K, N) the experts' weights; returns ``c`` (T, N) with
+``c[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]``: the meaning of
+``torch._grouped_mm(a, b, offs=offs)``. Rows after ``offs[-1]`` are not written.
+
+``grouped_gemm_list(pairs)``: ``[(a_i, b_i), ...]`` of any sizes, one launch.
+
+BF16 (or FP16) in, FP32 accumulation, the input dtype out. The kernel is
+:mod:`gemmlab.grouped_sm90`; one compiled variant per (tile configuration,
+mode, B's layout) serves every size and group count.
+"""
+from __future__ import annotations
+
+import time
+
+from .family.configs import Sm90Config
+from .family.problem import DTYPE_BITS
+
+#: Compiled kernels by (config, mode, B's layout), and the seconds each compile took.
+_KERNELS: dict = {}
+COMPILE_SECONDS: dict = {}
+_WORKSPACES: dict = {}
+_DUMMIES: dict = {}
+
+#: The two tile configurations (chosen from the tokens per expert, see :func:`choose_config`).
+SMALL = Sm90Config(tile_m=64, tile_n=128, tile_k=64, stages=8, cluster=(1, 1), epi_n=32, epi_stages=4)
+LARGE = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(1, 1), epi_n=32, epi_stages=2)
+
+
+def choose_config(tokens: int, groups: int, n: int, k: int) -> Sm90Config:
+    """A tile configuration from the average tokens per expert (the host never reads ``offs``).
+
+    Few tokens per expert (decode, many experts): every expert's weights are
+    read once whatever the tile, so the tile is 64 rows (one consumer
+    warpgroup, the least wasted MMA work on rows past a group's end) and 128
+    columns (twice as many tiles to spread the weights over the SMs).
+    Otherwise the large 128 x 256 tile, which re-reads A and B the least.
+    """
+    del n, k
+    return SMALL if tokens <= 96 * max(groups, 1) else LARGE
+
+
+def _have_tvm_ffi() -> bool:
+    from .family.plan import _have_tvm_ffi as have
+    return have()
+
+
+def compiled(cfg: Sm90Config, mode: str, b_major: str):
+    """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached."""
+    key = (cfg, mode, b_major)
+    fn = _KERNELS.get(key)
+    if fn is None:
+        from .grouped_sm90 import compile_grouped
+        t0 = time.perf_counter()
+        fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi())
+        COMPILE_SECONDS[key] = time.perf_counter() - t0
+        if hasattr(fn, "__tvm_ffi_object__"):
+            fn = fn.__tvm_ffi_object__()
+        _KERNELS[key] = fn
+    return fn
+
+
+def _workspace(device, grid: int, cfg: Sm90Config):
+    """The descriptor slots: (grid, slots, 16) int64, one set per CTA, cached per device.
+
+    Calls on one stream reuse it safely (a launch starts after the previous one
+    ended); concurrent calls on two streams of one device must not share it:
+    pass ``workspace=`` (see :func:`workspace_for`).
+    """
+    import torch
+    from .grouped_sm90 import DESC_WORDS, slots_per_cta
+    key = (device, grid, slots_per_cta(cfg))
+    ws = _WORKSPACES.get(key)
+    if ws is None:
+        ws = torch.zeros((grid, slots_per_cta(cfg), DESC_WORDS), dtype=torch.int64, device=device)
+        _WORKSPACES[key] = ws
+    return ws
+
+
+def workspace_for(device, cfg: Sm90Config | None = None, num_sms: int | None = None):
+    """A private descriptor workspace (for calls that run concurrently on several streams)."""
+    import torch
+    from . import hardware
+    from .grouped_sm90 import DESC_WORDS, slots_per_cta
+    cfg = cfg or LARGE
+    grid = num_sms or hardware.sm_count(device)
+    return torch.zeros((grid, slots_per_cta(cfg), DESC_WORDS), dtype=torch.int64, device=device)
+
+
+def _dummies(device):
+    """Placeholder offs / table tensors for the mode that does not use them."""
+    d = _DUMMIES.get(device)
+    if d is None:
+        import torch
+        from .grouped_sm90 import TABLE_COLUMNS
+        d = (torch.zeros(1, dtype=torch.int32, device=device),
+             torch.zeros((1, len(TABLE_COLUMNS)), dtype=torch.int64, device=device))
+        _DUMMIES[device] = d
+    return d
+
+
+# --------------------------------------------------------------------------------------
+# Checks (before any launch)
+# --------------------------------------------------------------------------------------
+
+
+def _dtype_name(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _check_matrix(name: str, t, dtype: str):
+    import torch
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if _dtype_name(t) != dtype:
+        raise TypeError(f"{name} must be {dtype} like a; got {_dtype_name(t)}")
+
+
+def _check_row_major(name: str, t):
+    """Rows contiguous (stride 1 along the last dimension), the row stride a multiple of 16 bytes."""
+    rows, cols = t.shape[-2], t.shape[-1]
+    if t.stride(-1) != 1 and cols > 1:
+        raise ValueError(f"{name} must have contiguous rows (stride 1 along its last dimension); "
+                         f"got strides {tuple(t.stride())}")
+    if rows > 1 and (t.stride(-2) * t.element_size()) % 16:
+        raise ValueError(f"{name}'s row stride must be a multiple of 16 bytes (TMA); got "
+                         f"{t.stride(-2)} elements of {t.element_size()} bytes")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start at a 16-byte-aligned address (TMA); it starts at {t.data_ptr():#x}")
+
+
+def b_major_of(name: str, b) -> str:
+    """``"n"`` when the weights' rows (N) are contiguous, ``"k"`` when each column of K is; else an error."""
+    k, n = b.shape[-2], b.shape[-1]
+    if b.stride(-1) == 1 and (b.stride(-2) == n or k == 1):
+        return "n"
+    if b.stride(-2) == 1 and (b.stride(-1) == k or n == 1):
+        return "k"
+    raise ValueError(f"{name} must be dense along K or along N in its last two dimensions (K x N, either "
+                     f"contiguous order); got shape {tuple(b.shape)} with strides {tuple(b.stride())}")
+
+
+def check_offs(offs, groups: int, rows: int, *, validate: bool = True) -> None:
+    """``offs``: int32, shape (G,), same device; with ``validate`` (one device-to-host copy) also
+    non-decreasing and at most T."""
+    import torch
+    if not isinstance(offs, torch.Tensor):
+        raise TypeError(f"offs must be a torch.Tensor of int32; got {type(offs).__name__}")
+    if offs.dtype != torch.int32:
+        raise TypeError(f"offs must be int32 (cumulative end row of each group); got {_dtype_name(offs)}")
+    if offs.dim() != 1 or offs.shape[0] != groups:
+        raise ValueError(f"offs must have shape ({groups},): one end row per group of b; got {tuple(offs.shape)}")
+    if offs.stride(0) != 1 and groups > 1:
+        raise ValueError("offs must be contiguous")
+    if validate and groups:
+        host = offs.tolist()
+        prev = 0
+        for g, end in enumerate(host):
+            if end < prev:
+                raise ValueError(f"offs must be non-decreasing from 0: offs[{g}] = {end} < "
+                                 f"{'offs[%d] = %d' % (g - 1, prev) if g else 0}")
+            prev = end
+        if prev > rows:
+            raise ValueError(f"offs[-1] = {prev} is past the {rows} rows of a")
+
+
+def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
+    """Every rule of :func:`grouped_gemm`'s arguments; returns B's layout ("k" or "n")."""
+    import torch
+    if not isinstance(a, torch.Tensor):
+        raise TypeError(f"a must be a torch.Tensor; got {type(a).__name__}")
+    dtype = _dtype_name(a)
+    if dtype not in ("bfloat16", "float16"):
+        raise TypeError(f"a must be bfloat16 or float16; got {dtype}")
+    _check_matrix("b", b, dtype)
+    if a.dim() != 2:
+        raise ValueError(f"a must be 2-D (tokens x K); got shape {tuple(a.shape)}")
+    if b.dim() != 3:
+        raise ValueError(f"b must be 3-D (groups x K x N); got shape {tuple(b.shape)}")
+    rows, k = a.shape
+    groups, kb, n = b.shape
+    if kb != k:
+        raise ValueError(f"a is {rows} x {k} but b is {groups} x {kb} x {n}: K must match")
+    if k % 8 or n % 8:
+        raise ValueError(f"K and N must be multiples of 8 (16-byte TMA rows); got K = {k}, N = {n}")
+    if k == 0 or n == 0 or groups == 0:
+        raise ValueError(f"K, N and the group count must be positive; got K = {k}, N = {n}, G = {groups}")
+    _check_row_major("a", a)
+    major = b_major_of("b", b)
+    if groups > 1 and (b.stride(0) * b.element_size()) % 16:
+        raise ValueError(f"b's group stride must be a multiple of 16 bytes; got {b.stride(0)} elements")
+    if out is not None:
+        _check_matrix("out", out, dtype)
+        if tuple(out.shape) != (rows, n):
+            raise ValueError(f"out must have shape ({rows}, {n}); got {tuple(out.shape)}")
+        _check_row_major("out", out)
+    devices = {t.device for t in (a, b, offs) + ((out,) if out is not None else ())}
+    if len(devices) != 1:
+        raise ValueError(f"a, b, offs and out must be on one device; got {sorted(map(str, devices))}")
+    check_offs(offs, groups, rows, validate=validate)
+    if a.device.type != "cuda":
+        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {a.device}")
+    return major
+
+
+# --------------------------------------------------------------------------------------
+# The calls
+# --------------------------------------------------------------------------------------
+
+
+def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True):
+    """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
+
+    ``validate=False`` skips the one check that reads ``offs`` back to the host
+    (monotonic, within ``a``): then the kernel clamps ``offs`` instead, so a bad
+    ``offs`` gives empty groups rather than a memory fault.
+    """
+    import torch
+    from . import hardware
+    major = check_ragged(a, b, offs, out, validate=validate)
+    rows, k = a.shape
+    groups, _, n = b.shape
+    if out is None:
+        out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
+    if rows == 0:
+        return out
+    cfg = config or choose_config(rows, groups, n, k)
+    sms = hardware.sm_count(a.device)
+    tiles_bound = (-(-rows // cfg.tile_m) + groups) * -(-n // cfg.tile_n)
+    grid = max(1, min(sms, tiles_bound))
+    fn = compiled(cfg, "ragged", major)
+    _, table = _dummies(a.device)
+    fn(a, b, out, offs, table, _workspace(a.device, sms, cfg), groups, grid)
+    return out
+
+
+def problem_table(pairs, outs):
+    """The (G, 9) int64 table of :data:`gemmlab.grouped_sm90.TABLE_COLUMNS` for independent problems."""
+    rows = []
+    for (ai, bi), ci in zip(pairs, outs):
+        rows.append((ai.data_ptr(), bi.data_ptr(), ci.data_ptr(), ai.shape[0], bi.shape[1], ai.shape[1],
+                     ai.stride(0), bi.stride(0) if b_major_of("b", bi) == "n" else bi.stride(1), ci.stride(0)))
+    return rows
+
+
+def grouped_gemm_list(pairs, outs=None, *, config: Sm90Config | None = None):
+    """``[a_i @ b_i for (a_i, b_i) in pairs]`` in one launch: the pointer-array grouped GEMM.
+
+    Every ``a_i`` is (M_i, K_i) with contiguous rows, every ``b_i`` (K_i, N_i) with
+    the same layout (all K-contiguous or all N-contiguous), one dtype, one
+    device; M_i may be 0. The problem table (addresses, sizes, strides) is built
+    on the host and copied to the device with the launch.
+    """
+    import torch
+    from . import hardware
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("pairs must hold at least one (a, b) problem")
+    a0 = pairs[0][0]
+    if not isinstance(a0, torch.Tensor):
+        raise TypeError(f"pairs[0][0] must be a torch.Tensor; got {type(a0).__name__}")
+    dtype = _dtype_name(a0)
+    if dtype not in ("bfloat16", "float16"):
+        raise TypeError(f"pairs[0][0] must be bfloat16 or float16; got {dtype}")
+    majors = set()
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise ValueError(f"pairs[{i}] must be an (a, b) pair")
+        ai, bi = pair
+        _check_matrix(f"pairs[{i}][0]", ai, dtype)
+        _check_matrix(f"pairs[{i}][1]", bi, dtype)
+        if ai.dim() != 2 or bi.dim() != 2:
+            raise ValueError(f"pairs[{i}] must hold 2-D matrices; got {tuple(ai.shape)} and {tuple(bi.shape)}")
+        if ai.shape[1] != bi.shape[0]:
+            raise ValueError(f"pairs[{i}]: a is {tuple(ai.shape)}, b is {tuple(bi.shape)}: K must match")
+        kk, nn = bi.shape
+        if kk % 8 or nn % 8 or kk == 0 or nn == 0:
+            raise ValueError(f"pairs[{i}]: K and N must be positive multiples of 8; got K = {kk}, N = {nn}")
+        _check_row_major(f"pairs[{i}][0]", ai)
+        majors.add(b_major_of(f"pairs[{i}][1]", bi))
+        if ai.device != a0.device or bi.device != a0.device:
+            raise ValueError(f"pairs[{i}] is not on {a0.device} like pairs[0][0]")
+    if len(majors) > 1:
+        raise ValueError("every b must have the same layout (all K-contiguous or all N-contiguous); got both")
+    if a0.device.type != "cuda":
+        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {a0.device}")
+    if outs is None:
+        outs = [torch.empty((ai.shape[0], bi.shape[1]), dtype=ai.dtype, device=ai.device) for ai, bi in pairs]
+    else:
+        outs = list(outs)
+        if len(outs) != len(pairs):
+            raise ValueError(f"outs must hold one matrix per pair: {len(pairs)}; got {len(outs)}")
+        for i, ((ai, bi), ci) in enumerate(zip(pairs, outs)):
+            _check_matrix(f"outs[{i}]", ci, dtype)
+            if tuple(ci.shape) != (ai.shape[0], bi.shape[1]):
+                raise ValueError(f"outs[{i}] must have shape ({ai.shape[0]}, {bi.shape[1]}); got {tuple(ci.shape)}")
+            _check_row_major(f"outs[{i}]", ci)
+    major = majors.pop()
+    live = [(p, c) for p, c in zip(pairs, outs) if p[0].shape[0] > 0]
+    if not live:
+        return outs
+    table = torch.tensor(problem_table([p for p, _ in live], [c for _, c in live]), dtype=torch.int64)
+    table = table.to(a0.device, non_blocking=True)
+    (a_0, b_0), c_0 = live[0]
+    tokens = sum(p[0].shape[0] for p, _ in live)
+    cfg = config or choose_config(tokens, len(live), max(p[1].shape[1] for p, _ in live), 0)
+    sms = hardware.sm_count(a0.device)
+    tiles = sum(-(-p[0].shape[0] // cfg.tile_m) * -(-p[1].shape[1] // cfg.tile_n) for p, _ in live)
+    fn = compiled(cfg, "table", major)
+    offs, _ = _dummies(a0.device)
+    fn(a_0, b_0, c_0, offs, table, _workspace(a0.device, sms, cfg), len(live), max(1, min(sms, tiles)))
+    return outs
+
+
+# --------------------------------------------------------------------------------------
+# References and models (CPU tier)
+# --------------------------------------------------------------------------------------
+
+
+def reference(a, b, offs):
+    """FP32 reference of the ragged grouped GEMM (rows past ``offs[-1]`` are zero)."""
+    import torch
+    out = torch.zeros((a.shape[0], b.shape[2]), dtype=torch.float32, device=a.device)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        if end > start:
+            out[start:end] = a[start:end].float() @ b[g].float()
+        start = max(start, end)
+    return out
+
+
+def tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int):
+    """CPU model of the kernel's scheduler: for each CTA, its tiles as ``(group, m_tile, n_tile)``.
+
+    Tiles are numbered group after group, M fastest inside a group; CTA ``b``
+    takes ``b, b + grid, ...``. Groups with no rows have no tiles.
+    """
+    order = []
+    for g, m in enumerate(m_sizes):
+        mt, nt = -(-m // tile_m), -(-n // tile_n)
+        order += [(g, i % mt, i // mt) for i in range(mt * nt)]
+    return [order[b::grid] for b in range(grid)]
+
+
+def descriptor_updates(m_sizes, n: int, tile_m: int, tile_n: int, grid: int) -> list[int]:
+    """For each CTA, how many times its producer rewrites the A/B descriptors (once per group it enters)."""
+    counts = []
+    for tiles in tile_order(m_sizes, n, tile_m, tile_n, grid):
+        groups = [g for g, _, _ in tiles]
+        counts.append(sum(1 for i, g in enumerate(groups) if i == 0 or g != groups[i - 1]))
+    return counts
+
+
+def flops_bytes(m_sizes, n: int, k: int, dtype: str = "bfloat16") -> tuple[int, int]:
+    """FLOPs and the bytes that must move at least once: A and C rows, and the weights of non-empty groups."""
+    esize = DTYPE_BITS[dtype] // 8
+    tokens = sum(m_sizes)
+    live = sum(1 for m in m_sizes if m > 0)
+    return 2 * tokens * n * k, esize * (tokens * k + tokens * n + live * k * n)
+

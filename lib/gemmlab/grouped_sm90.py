@@ -1,0 +1,541 @@
+"""Chapter 08: the grouped GEMM on Hopper, with TMA descriptors rewritten on the device.
+
+A Mixture-of-Experts layer multiplies each token by the weights of the expert
+it was routed to: G independent GEMMs of different M (tokens per expert), one
+launch. This kernel is chapter 07's persistent warp-specialized GEMM with two
+changes:
+
+* **One tile order across all groups.** Tiles are numbered group after group
+  (within a group, M fastest); CTA ``b`` takes tiles ``b, b + grid, ...`` and
+  finds each tile's group with a cursor that only moves forward. The group
+  sizes are read on the device (from torch's cumulative ``offs`` or from a
+  table of problems), so the host never waits for them.
+* **TMA descriptors rewritten on the device.** A TMA descriptor holds one
+  tensor's address, sizes and strides. Each group has its own A, B and C, so
+  when a CTA moves to a new group it rewrites its private copies of the
+  descriptors: copy the template into shared memory, ``tensormap.replace``
+  the address, sizes and strides there, publish it to the CTA's global slot
+  with ``tensormap.cp_fenceproxy`` (a release), and acquire it with
+  ``fence.proxy.tensormap::generic.acquire`` before the first TMA that uses it.
+  A group's edge is then an edge of its tensors: TMA zero-fills the rows a
+  tile reads past the group's end and drops the rows it would store there.
+
+Descriptor slots (128 bytes each, in a global workspace, one set per CTA):
+    A: 2 slots, B: 2 slots (the producer alternates between them at each group
+       change, so a load still queued for the previous group never sees its
+       descriptor rewritten);
+    C: 1 slot per consumer warpgroup (its store warp waits until its earlier
+       stores have read shared memory, which means the TMA unit is done with
+       them, before it rewrites the slot).
+
+Two ways to describe the groups (``mode``, a compile-time choice):
+    ``"ragged"``: torch's MoE convention, ``a`` (T x K) holding every group's rows
+        one after the other, ``offs[g]`` the end row of group g, ``b`` (G, K, N)
+        and ``c`` (T x N);
+    ``"table"``: independent problems, one int64 row per group:
+        ``(address of A, of B, of C, M, N, K, lda, ldb, ldc)``.
+"""
+from __future__ import annotations
+
+import functools
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+import cuda.bindings.driver as cuda
+from cutlass import Float32, Int32, Int64
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.memory import SmemAllocator
+from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
+
+from .family.configs import Sm90Config
+from .gemm_sm90 import CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, release_stage
+from .pipeline import DevicePipelineState
+
+DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
+DESC_WORDS = DESC_BYTES // 8
+TABLE_COLUMNS = ("a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc")  # mode "table": one int64 row per group
+A_SLOTS, B_SLOTS = 2, 2
+
+
+def slots_per_cta(cfg: Sm90Config) -> int:
+    """Descriptor slots one CTA owns in the workspace: 2 for A, 2 for B, 1 per consumer warpgroup for C."""
+    return A_SLOTS + B_SLOTS + cfg.consumers
+
+
+# --------------------------------------------------------------------------------------
+# The descriptor update, one named step per PTX instruction it teaches
+# --------------------------------------------------------------------------------------
+
+_MAPS = TensorMapManager(TensorMapUpdateMode.SMEM, DESC_BYTES)
+
+
+def global_slot(workspace: cute.Tensor, cta: Int32, slot: int):
+    """The global address of this CTA's descriptor slot, typed as a TMA descriptor pointer."""
+    return _MAPS.get_tensormap_ptr(workspace[(cta, slot, None)].iterator)
+
+
+def smem_slot(scratch, i: int):
+    """Scratch descriptor ``i`` in shared memory, as a 128-byte-aligned pointer (the tensormap instructions need it)."""
+    addr = cute.arch.make_warp_uniform((scratch + DESC_WORDS * i).toint())
+    return cute.make_ptr(Int64, addr, mem_space=cute.AddressSpace.smem, assumed_align=DESC_BYTES)
+
+
+@cute.jit
+def start_descriptor(atom: cute.CopyAtom, smem_slot):
+    """Copy the host-built template descriptor (a kernel parameter) into shared memory.
+
+    Only the fields that differ between groups are rewritten later; the rest
+    (element type, box size, swizzle, L2 promotion) stay the template's.
+    """
+    with cute.arch.elect_one():
+        cpasync.copy_tensormap(atom, smem_slot)
+    cute.arch.sync_warp()
+
+
+@cute.jit
+def rewrite_descriptor(atom: cute.CopyAtom, tensor: cute.Tensor, smem_slot):
+    """``tensormap.replace`` the address, sizes and strides of the shared-memory copy with ``tensor``'s."""
+    cpasync.update_tma_descriptor(atom, tensor, smem_slot)
+
+
+@cute.jit
+def publish_descriptor(global_ptr, smem_slot):
+    """``tensormap.cp_fenceproxy ... release``: copy the 128 bytes to the global slot *and* order the copy.
+
+    The descriptor is written through the generic proxy but read by the TMA
+    unit through the tensormap proxy; the release makes the new bytes visible
+    to that proxy at GPU scope. It is ``.sync.aligned``: the whole warp runs it.
+    """
+    cpasync.cp_fence_tma_desc_release(global_ptr, smem_slot)
+
+
+@cute.jit
+def acquire_descriptor(global_ptr):
+    """``fence.proxy.tensormap::generic.acquire``: the issuing thread's next TMA sees the published bytes.
+
+    Without it the TMA unit may use a stale cached copy of the slot: the previous
+    group's address and sizes.
+    """
+    cpasync.fence_tma_desc_acquire(global_ptr)
+
+
+# --------------------------------------------------------------------------------------
+# Groups: sizes and tensors, read on the device
+# --------------------------------------------------------------------------------------
+
+
+@cute.jit
+def group_shape(g: Int32, offs: cute.Tensor, table: cute.Tensor, rows: Int32, n: Int32, k: Int32,
+                mode: cutlass.Constexpr):
+    """``(first row, M, N, K)`` of group ``g``.
+
+    Ragged: ``offs`` is clamped to ``[previous end, rows]``, so a bad ``offs``
+    yields empty groups, never an access outside ``a`` or ``c``.
+    """
+    if cutlass.const_expr(mode == "ragged"):
+        start = Int32(0)
+        if g > 0:
+            start = cutlass.min(cutlass.max(offs[g - 1], Int32(0)), rows)
+        end = cutlass.min(cutlass.max(offs[g], start), rows)
+        return start, end - start, n, k
+    return Int32(0), Int32(table[(g, 3)]), Int32(table[(g, 4)]), Int32(table[(g, 5)])
+
+
+@cute.jit
+def group_tiles(m: Int32, n: Int32, bm: cutlass.Constexpr, bn: cutlass.Constexpr):
+    """``(m_tiles, tiles)`` of a group (0 tiles when M is 0)."""
+    mt = (m + bm - 1) // bm
+    return mt, mt * ((n + bn - 1) // bn)
+
+
+@cute.jit
+def group_tensor(which: cutlass.Constexpr, g: Int32, row0: Int32, m: Int32, n: Int32, k: Int32,
+                 template: cute.Tensor, b_group_stride: Int64, table: cute.Tensor,
+                 mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr):
+    """Group ``g``'s A (M x K), B (N x K view) or C (M x N) as a global tensor: what the descriptor will describe."""
+    dtype = template.element_type
+    if cutlass.const_expr(mode == "ragged"):
+        if cutlass.const_expr(which == "a"):
+            return cute.make_tensor(template.iterator + Int64(row0) * Int64(k),
+                                    cute.make_layout((m, k), stride=(k, 1)))
+        if cutlass.const_expr(which == "c"):
+            return cute.make_tensor(template.iterator + Int64(row0) * Int64(n),
+                                    cute.make_layout((m, n), stride=(n, 1)))
+        base = template.iterator + Int64(g) * b_group_stride
+        if cutlass.const_expr(b_major_n):
+            return cute.make_tensor(base, cute.make_layout((n, k), stride=(1, n)))
+        return cute.make_tensor(base, cute.make_layout((n, k), stride=(k, 1)))
+    col = {"a": 0, "b": 1, "c": 2}[which]
+    ld = Int32(table[(g, 6 + col)])
+    ptr = cute.make_ptr(dtype, table[(g, col)], cute.AddressSpace.gmem, assumed_align=16)
+    if cutlass.const_expr(which == "a"):
+        return cute.make_tensor(ptr, cute.make_layout((m, k), stride=(ld, 1)))
+    if cutlass.const_expr(which == "c"):
+        return cute.make_tensor(ptr, cute.make_layout((m, n), stride=(ld, 1)))
+    if cutlass.const_expr(b_major_n):
+        return cute.make_tensor(ptr, cute.make_layout((n, k), stride=(1, ld)))
+    return cute.make_tensor(ptr, cute.make_layout((n, k), stride=(ld, 1)))
+
+
+class GroupCursor:
+    """Where a CTA is in the list of groups: the group, its first tile's number, its shape.
+
+    Tiles are numbered group after group; a CTA's tiles only increase, so
+    :meth:`seek` only moves forward (over empty groups too). It is carried
+    through the kernel's ``while`` loops (the loop-carry protocol, as
+    :class:`gemmlab.pipeline.DevicePipelineState`).
+    """
+
+    def __init__(self, g, base, row0, m, n, k, m_tiles, tiles):
+        self.g, self.base, self.row0 = Int32(g), Int32(base), Int32(row0)
+        self.m, self.n, self.k = Int32(m), Int32(n), Int32(k)
+        self.m_tiles, self.tiles = Int32(m_tiles), Int32(tiles)
+
+    def __extract_mlir_values__(self):
+        return [v.ir_value() for v in (self.g, self.base, self.row0, self.m, self.n, self.k,
+                                       self.m_tiles, self.tiles)]
+
+    def __new_from_mlir_values__(self, values):
+        return GroupCursor(*(Int32(v) for v in values))
+
+
+@cute.jit
+def first_group(offs, table, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr, bn: cutlass.Constexpr,
+                mode: cutlass.Constexpr):
+    row0, m, gn, gk = group_shape(Int32(0), offs, table, rows, n, k, mode)
+    mt, tiles = group_tiles(m, gn, bm, bn)
+    return GroupCursor(0, 0, row0, m, gn, gk, mt, tiles)
+
+
+@cute.jit
+def seek(cur: GroupCursor, linear: Int32, groups: Int32, offs, table, rows: Int32, n: Int32, k: Int32,
+         bm: cutlass.Constexpr, bn: cutlass.Constexpr, mode: cutlass.Constexpr):
+    """Move ``cur`` forward to the group holding tile ``linear`` (``cur.g == groups`` past the last)."""
+    g, base, row0, m, gn, gk, mt, tiles = cur.g, cur.base, cur.row0, cur.m, cur.n, cur.k, cur.m_tiles, cur.tiles
+    while (g < groups) & (linear >= base + tiles):
+        base = base + tiles
+        g = g + 1
+        row0, m, gn, gk = group_shape(cutlass.min(g, groups - 1), offs, table, rows, n, k, mode)
+        mt, tiles = group_tiles(m, gn, bm, bn)
+    return GroupCursor(g, base, row0, m, gn, gk, mt, tiles)
+
+
+# --------------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------------
+
+
+@cute.kernel
+def grouped_kernel(
+    tma_a: cute.CopyAtom, mA: cute.Tensor,
+    tma_b: cute.CopyAtom, mB: cute.Tensor,
+    tma_c: cute.CopyAtom, mC: cute.Tensor,
+    tA0: cute.Tensor, tB0: cute.Tensor, tC0: cute.Tensor,
+    offs: cute.Tensor, table: cute.Tensor, workspace: cute.Tensor,
+    groups: Int32, rows: Int32, n: Int32, k: Int32, b_group_stride: Int64,
+    tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
+    a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
+    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
+    ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr,
+):
+    BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
+    stages = cfg.stages
+    consumers = cfg.consumers
+
+    tidx, _, _ = cute.arch.thread_idx()
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    wg = warp // 4
+    bid, _, _ = cute.arch.block_idx()
+    grid, _, _ = cute.arch.grid_dim()
+
+    # ---------------------------------------------------------------- shared memory
+    smem = SmemAllocator()
+    sA = smem.allocate_tensor(ab_type, a_smem.outer, byte_alignment=1024, swizzle=a_smem.inner)
+    sB = smem.allocate_tensor(ab_type, b_smem.outer, byte_alignment=1024, swizzle=b_smem.inner)
+    sC = smem.allocate_tensor(c_type, c_smem.outer, byte_alignment=1024, swizzle=c_smem.inner)
+    full = smem.allocate_array(Int64, stages, byte_alignment=8)
+    empty = smem.allocate_array(Int64, stages, byte_alignment=8)
+    # Scratch copies of the descriptors being rewritten: A, B (producer), C (one per consumer).
+    sDesc = smem.allocate_array(Int64, DESC_WORDS * (2 + consumers), byte_alignment=DESC_BYTES)
+
+    if warp == 0:
+        with cute.arch.elect_one():
+            for s in cutlass.range_constexpr(stages):
+                cute.arch.mbarrier_init(full + s, 1)
+                cute.arch.mbarrier_init(empty + s, 4 * consumers)
+            cute.arch.mbarrier_init_fence()
+    cute.arch.sync_threads()
+
+    # ---------------------------------------------------------------- tile views (template coordinates)
+    # The descriptors' coordinates are tile indices inside the current group's
+    # tensors, whatever the descriptor currently describes.
+    gA = cute.local_tile(mA, (BM, BK), (None, None))  # (BM, BK, m_tiles, k_tiles)
+    gB = cute.local_tile(mB, (BN, BK), (None, None))  # (BN, BK, n_tiles, k_tiles)
+    tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+                                       cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+    tBsB, tBgB = cpasync.tma_partition(tma_b, 0, cute.make_layout(1),
+                                       cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+    stage_bytes = cute.size_in_bytes(ab_type, cute.slice_(a_smem, (None, None, 0))) + \
+        cute.size_in_bytes(ab_type, cute.slice_(b_smem, (None, None, 0)))
+
+    if wg == 0:
+        # ============================================================ producer warpgroup
+        cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
+        if warp == 0:
+            smem_a = smem_slot(sDesc, 0)
+            smem_b = smem_slot(sDesc, 1)
+            start_descriptor(tma_a, smem_a)
+            start_descriptor(tma_b, smem_b)
+            state = DevicePipelineState.producer(stages)
+            cur = first_group(offs, table, rows, n, k, BM, BN, mode)
+            last = Int32(-1)
+            flips = Int32(0)  # group changes so far: which of the two A/B slots is current
+            linear = Int32(bid)
+            cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
+            while cur.g < groups:
+                slot = flips % 2
+                if cur.g != last:
+                    # A new group: rewrite A and B, publish them into the other slot.
+                    flips = flips + 1
+                    slot = flips % 2
+                    rewrite_descriptor(tma_a, group_tensor("a", cur.g, cur.row0, cur.m, cur.n, cur.k, tA0,
+                                                           b_group_stride, table, mode, b_major_n), smem_a)
+                    rewrite_descriptor(tma_b, group_tensor("b", cur.g, cur.row0, cur.m, cur.n, cur.k, tB0,
+                                                           b_group_stride, table, mode, b_major_n), smem_b)
+                    publish_descriptor(global_slot(workspace, bid, slot), smem_a)
+                    publish_descriptor(global_slot(workspace, bid, A_SLOTS + slot), smem_b)
+                    acquire_descriptor(global_slot(workspace, bid, slot))
+                    acquire_descriptor(global_slot(workspace, bid, A_SLOTS + slot))
+                    last = cur.g
+                desc_a = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, slot), cute.AddressSpace.generic)
+                desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, A_SLOTS + slot),
+                                                 cute.AddressSpace.generic)
+                local = linear - cur.base
+                m_tile = local % cur.m_tiles
+                n_tile = local // cur.m_tiles
+                k_tiles = (cur.k + BK - 1) // BK
+                for kt in cutlass.range(k_tiles, unroll=1):
+                    cute.arch.mbarrier_wait(empty + state.index, state.phase)
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)
+                    cute.copy(tma_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
+                              tma_bar_ptr=full + state.index, tma_desc_ptr=desc_a)
+                    cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
+                              tma_bar_ptr=full + state.index, tma_desc_ptr=desc_b)
+                    state.advance()
+                linear = linear + grid
+                cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
+            # Tail: every stage must be released before the CTA may exit.
+            for _ in cutlass.range_constexpr(stages):
+                cute.arch.mbarrier_wait(empty + state.index, state.phase)
+                state.advance()
+    else:
+        # ============================================================ consumer warpgroups
+        cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
+        ctid = tidx - 128
+        half = wg - 1
+        thr_mma = tiled_mma.get_slice(ctid)
+        tCsA = thr_mma.partition_A(sA)
+        tCsB = thr_mma.partition_B(sB)
+        tCrA = tiled_mma.make_fragment_A(tCsA)
+        tCrB = tiled_mma.make_fragment_B(tCsB)
+        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), Float32)
+        k_blocks = cute.size(tCrA, mode=[2])
+        epi_count = BN // cfg.epi_n
+
+        st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), c_type)
+        r2s = cute.make_tiled_copy_S(st_atom, cute.make_tiled_copy_C_atom(st_atom, epi_mma))
+        thr_r2s = r2s.get_slice(ctid % 128)
+        tRS_sC = thr_r2s.partition_D(sC)
+        tRS_acc = r2s.retile(acc)
+        sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+        sub_f32 = cute.make_rmem_tensor(sub_shape, Float32)
+        sub_out = cute.make_rmem_tensor(sub_shape, c_type)
+        sub_size = cute.size(sub_f32)
+        gC = cute.local_tile(mC, (BM, BN), (None, None))
+        smem_c = smem_slot(sDesc, 2) if cutlass.const_expr(consumers == 1) else \
+            cute.make_ptr(Int64, cute.arch.make_warp_uniform((sDesc + DESC_WORDS * (2 + half)).toint()),
+                          mem_space=cute.AddressSpace.smem, assumed_align=DESC_BYTES)
+        c_slot = A_SLOTS + B_SLOTS + half
+        store_warp = warp % 4 == 0
+        if store_warp:
+            start_descriptor(tma_c, smem_c)
+
+        read = DevicePipelineState.consumer(stages)
+        release = DevicePipelineState.consumer(stages)
+        cur = first_group(offs, table, rows, n, k, BM, BN, mode)
+        last = Int32(-1)
+        linear = Int32(bid)
+        cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
+        while cur.g < groups:
+            local = linear - cur.base
+            m_tile = local % cur.m_tiles
+            n_tile = local // cur.m_tiles
+            kc = (cur.k + BK - 1) // BK
+
+            # ---- main loop (chapter 07's): one wgmma batch in flight, free the stage before it
+            acc.fill(0.0)
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            warpgroup.fence()
+            cute.arch.mbarrier_wait(full + read.index, read.phase)
+            for kb in cutlass.range_constexpr(k_blocks):
+                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)],
+                          tCrB[(None, None, kb, read.index)], acc)
+            warpgroup.commit_group()
+            read.advance()
+            for kt in cutlass.range(1, kc, unroll=1):
+                cute.arch.mbarrier_wait(full + read.index, read.phase)
+                for kb in cutlass.range_constexpr(k_blocks):
+                    cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)],
+                              tCrB[(None, None, kb, read.index)], acc)
+                warpgroup.commit_group()
+                warpgroup.wait_group(1)
+                release_stage(empty, release.index, 1)
+                release.advance()
+                read.advance()
+            warpgroup.wait_group(0)
+            release_stage(empty, release.index, 1)
+            release.advance()
+
+            # ---- a new group: this warpgroup's C descriptor describes the group's C
+            if cur.g != last:
+                if store_warp:
+                    # Earlier stores must be done with the slot before it changes.
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
+                    rewrite_descriptor(tma_c, group_tensor("c", cur.g, cur.row0, cur.m, cur.n, cur.k, tC0,
+                                                           b_group_stride, table, mode, b_major_n), smem_c)
+                    publish_descriptor(global_slot(workspace, bid, c_slot), smem_c)
+                    acquire_descriptor(global_slot(workspace, bid, c_slot))
+                last = cur.g
+            desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
+
+            # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
+            gC_epi = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], (WG_ROWS, cfg.epi_n))
+            bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
+                                                   cute.group_modes(sC, 0, 2), gC_epi)
+            for e in cutlass.range_constexpr(epi_count):
+                buf = half * cfg.epi_stages + e % cfg.epi_stages
+                for v in cutlass.range_constexpr(sub_size):
+                    sub_f32[v] = tRS_acc[e * sub_size + v]
+                sub_out.store(sub_f32.load().to(c_type))
+                cute.copy(r2s, sub_out, tRS_sC[(None, None, None, buf)])
+                cute.arch.fence_proxy("async.shared", space="cta")
+                cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+                if store_warp:
+                    cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))], tma_desc_ptr=desc_c)
+                    cute.arch.cp_async_bulk_commit_group()
+                    cute.arch.cp_async_bulk_wait_group(cfg.epi_stages - 1, read=True)
+                    if cutlass.const_expr(e == epi_count - 1 and not cfg.epi_ring_aligned):
+                        cute.arch.cp_async_bulk_wait_group(0, read=True)
+                cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+            linear = linear + grid
+            cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
+        if store_warp:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+
+# --------------------------------------------------------------------------------------
+# The host side
+# --------------------------------------------------------------------------------------
+
+
+@cute.jit
+def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
+                   workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
+                   cfg: cutlass.Constexpr, mode: cutlass.Constexpr):
+    """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
+
+    Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
+    ``b`` (K0, N0), ``c`` (M0, N0) are group 0's tensors (their layouts are the
+    template every group's descriptor is rewritten from).
+    """
+    ab_type = a.element_type
+    if cutlass.const_expr(mode == "ragged"):
+        b0 = b[(0, None, None)]  # (K, N) of expert 0
+        b_group_stride = Int64(b.layout.stride[0])
+    else:
+        b0 = b
+        b_group_stride = Int64(0)
+    b_nk = cute.make_tensor(b0.iterator, cute.select(b0.layout, mode=[1, 0]))  # (N, K) view
+    a_layout = utils.LayoutEnum.from_tensor(a)
+    b_layout = utils.LayoutEnum.from_tensor(b_nk)
+    c_layout = utils.LayoutEnum.from_tensor(c)
+    tile = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+    tiled_mma = sm90_utils.make_trivial_tiled_mma(
+        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
+        Float32, (cfg.consumers, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
+    epi_mma = sm90_utils.make_trivial_tiled_mma(
+        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
+        Float32, (1, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
+    a_smem = sm90_utils.make_smem_layout_a(a_layout, tile, ab_type, cfg.stages)
+    b_smem = sm90_utils.make_smem_layout_b(b_layout, tile, ab_type, cfg.stages)
+    epi_tile = (WG_ROWS, cfg.epi_n)
+    c_smem = sm90_utils.make_smem_layout_epi(c.element_type, c_layout, epi_tile, cfg.consumers * cfg.epi_stages)
+    g2s = cpasync.CopyBulkTensorTileG2SOp()
+    tma_a, tA = cpasync.make_tiled_tma_atom(g2s, a, cute.slice_(a_smem, (None, None, 0)), (cfg.tile_m, cfg.tile_k))
+    tma_b, tB = cpasync.make_tiled_tma_atom(g2s, b_nk, cute.slice_(b_smem, (None, None, 0)),
+                                            (cfg.tile_n, cfg.tile_k))
+    tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), c,
+                                            cute.slice_(c_smem, (None, None, 0)), epi_tile)
+    rows = cute.size(c, mode=[0])
+    n = cute.size(c, mode=[1])
+    k = cute.size(a, mode=[1])
+    b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
+    grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
+                   groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
+                   cfg, mode, b_major_n, ab_type, c.element_type).launch(
+        grid=(grid, 1, 1), block=(cfg.threads, 1, 1), stream=stream)
+
+
+@functools.lru_cache(maxsize=None)
+def grouped_host(cfg: Sm90Config, mode: str):
+    """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
+
+    @cute.jit
+    def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
+                          workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
+        launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode)
+
+    return grouped_sm90_host
+
+
+_CUTLASS_TYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+MODES = ("ragged", "table")
+
+
+def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
+                    target: str = "sm_90a", tvm_ffi: bool = False):
+    """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
+
+    Every size (T, N, K, the group count, each group's M) is a run-time value:
+    one compiled kernel per (configuration, mode, B's layout) serves every call.
+    """
+    from .checks import check_choice
+    from .compile import check_target, compile_for, fake_stream, fake_tensor
+
+    check_target(target)
+    if target != "sm_90a":
+        raise ValueError(f"target: the grouped Hopper GEMM needs sm_90a (wgmma, setmaxnreg); got {target!r}")
+    cfg = cfg or Sm90Config()
+    if not isinstance(cfg, Sm90Config):
+        raise TypeError(f"cfg must be an Sm90Config; got {type(cfg).__name__}")
+    if cfg.cluster != (1, 1) or cfg.swap_ab or cfg.split_k:
+        raise ValueError(f"cfg: the grouped kernel runs clusters of one CTA, no swap, no split-K; got {cfg.name}")
+    check_choice("mode", mode, MODES)
+    check_choice("b_major", b_major, ("k", "n"))
+    dt, ct = _CUTLASS_TYPES[cfg.dtype], _CUTLASS_TYPES[cfg.out_dtype]
+    t, n, k = cute.sym_int(), cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
+    a = fake_tensor(dt, (t, k), stride_order=(1, 0))
+    c = fake_tensor(ct, (t, n), stride_order=(1, 0))
+    if mode == "ragged":
+        b = fake_tensor(dt, (cute.sym_int(), k, n), stride_order=(2, 1, 0) if b_major == "n" else (2, 0, 1))
+    else:
+        b = fake_tensor(dt, (k, n), stride_order=(1, 0) if b_major == "n" else (0, 1))
+    offs = fake_tensor(Int32, (cute.sym_int(),), align=4, stride_order=(0,))
+    table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
+    workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg), DESC_WORDS), align=DESC_BYTES,
+                            stride_order=(2, 1, 0))
+    return compile_for(target, grouped_host(cfg, mode), a, b, c, offs, table, workspace, Int32(1), Int32(1),
+                       fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)

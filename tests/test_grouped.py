@@ -1,0 +1,243 @@
+"""Chapter 08: the grouped GEMM: scheduler model, argument checks, descriptor-update PTX, GPU results."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from gemmlab import grouped
+from gemmlab.compile import ptx_of
+from gemmlab.grouped_sm90 import compile_grouped
+
+
+# ---------------------------------------------------------------- the scheduler model (hand-worked)
+
+def test_tile_order_walks_groups_in_order_m_fastest():
+    # groups of 3, 0 and 130 rows; N = 256 in 128-wide tiles; 128-row tiles:
+    # group 0: 1 x 2 tiles, group 1: none, group 2: 2 x 2 tiles -> 6 tiles over 3 CTAs
+    order = grouped.tile_order([3, 0, 130], 256, 128, 128, 3)
+    assert order == [[(0, 0, 0), (2, 1, 0)], [(0, 0, 1), (2, 0, 1)], [(2, 0, 0), (2, 1, 1)]]
+    flat = sorted(t for cta in order for t in cta)
+    assert len(flat) == len(set(flat)) == 6
+
+
+def test_descriptor_updates_count_group_changes():
+    assert grouped.descriptor_updates([3, 0, 130], 256, 128, 128, 3) == [2, 2, 1]
+    # one group: every CTA rewrites once
+    assert grouped.descriptor_updates([1000], 512, 128, 128, 4) == [1, 1, 1, 1]
+
+
+def test_flops_bytes_count_only_live_weights():
+    flops, nbytes = grouped.flops_bytes([2, 0, 3], 8, 16)
+    assert flops == 2 * 5 * 8 * 16
+    assert nbytes == 2 * (5 * 16 + 5 * 8 + 2 * 16 * 8)
+
+
+def test_choose_config_by_tokens_per_expert():
+    assert grouped.choose_config(64, 8, 4096, 7168) is grouped.SMALL
+    assert grouped.choose_config(16384, 8, 4096, 7168) is grouped.LARGE
+
+
+# ---------------------------------------------------------------- argument checks (before any launch)
+
+def _cpu(rows=32, g=2, k=64, n=64, dtype=torch.bfloat16):
+    a = torch.zeros(rows, k, dtype=dtype)
+    b = torch.zeros(g, n, k, dtype=dtype).transpose(1, 2)
+    offs = torch.tensor([rows // 2, rows][:g], dtype=torch.int32)
+    return a, b, offs
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda a, b, o: (a.float(), b, o), "a must be bfloat16 or float16"),
+    (lambda a, b, o: (a, b.half(), o), "b must be bfloat16"),
+    (lambda a, b, o: (a, b, o.long()), "offs must be int32"),
+    (lambda a, b, o: (a, b, o[:1]), r"offs must have shape \(2,\)"),
+    (lambda a, b, o: (a, b[:, :32], o), "K must match"),
+    (lambda a, b, o: (a[:, :60], b[:, :60], o), "multiples of 8"),
+    (lambda a, b, o: (a.t().contiguous().t(), b, o), "contiguous rows"),
+    (lambda a, b, o: (a, b[:, ::2], o), "dense along K or along N"),
+    (lambda a, b, o: (a, b, torch.tensor([20, 10], dtype=torch.int32)), "non-decreasing"),
+    (lambda a, b, o: (a, b, torch.tensor([10, 40], dtype=torch.int32)), "past the 32 rows"),
+    (lambda a, b, o: (a, b, torch.tensor([-1, 10], dtype=torch.int32)), "non-decreasing"),
+])
+def test_bad_arguments_named(mutate, match):
+    a, b, offs = mutate(*_cpu())
+    with pytest.raises((TypeError, ValueError), match=match):
+        grouped.check_ragged(a, b, offs, None)
+
+
+def test_bad_out_named():
+    a, b, offs = _cpu()
+    with pytest.raises(ValueError, match=r"out must have shape \(32, 64\)"):
+        grouped.check_ragged(a, b, offs, torch.zeros(32, 65, dtype=torch.bfloat16))
+
+
+def test_cpu_tensors_rejected_before_launch():
+    a, b, offs = _cpu()
+    with pytest.raises(ValueError, match="CUDA device"):
+        grouped.grouped_gemm(a, b, offs)
+
+
+def test_b_layouts_recognised():
+    a, b, offs = _cpu()
+    assert grouped.check_ragged(a, b, offs, None) == "k"
+    assert grouped.check_ragged(a, b.contiguous(), offs, None) == "n"
+
+
+def test_list_form_checks():
+    x = torch.zeros(8, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="K must match"):
+        grouped.grouped_gemm_list([(x, torch.zeros(8, 16, dtype=torch.bfloat16))])
+    with pytest.raises(ValueError, match="same layout"):
+        grouped.grouped_gemm_list([(x, torch.zeros(16, 16, dtype=torch.bfloat16)),
+                                   (x, torch.zeros(16, 16, dtype=torch.bfloat16).t().contiguous().t()[:, :8])])
+    with pytest.raises(ValueError, match="at least one"):
+        grouped.grouped_gemm_list([])
+
+
+# ---------------------------------------------------------------- the descriptor update in PTX (compile only)
+
+@pytest.fixture(scope="module")
+def ragged_ptx():
+    return ptx_of(compile_grouped(grouped.SMALL, "ragged", "k"))
+
+
+def _lines(ptx):
+    return [l.strip() for l in ptx.splitlines() if l.strip() and not l.strip().startswith("//")]
+
+
+def test_descriptor_update_sequence_in_program_order(ragged_ptx):
+    lines = _lines(ragged_ptx)
+
+    def first(pattern, start=0):
+        for i in range(start, len(lines)):
+            if re.search(pattern, lines[i]):
+                return i
+        raise AssertionError(f"{pattern} not found after line {start}")
+
+    # producer: replace (address, sizes, strides) in shared memory -> publish with release -> acquire -> TMA load
+    r = first(r"tensormap\.replace\.tile\.global_address\.shared::cta")
+    d = first(r"tensormap\.replace\.tile\.global_dim\.shared::cta", r)
+    s = first(r"tensormap\.replace\.tile\.global_stride\.shared::cta", r)
+    p = first(r"tensormap\.cp_fenceproxy\.global\.shared::cta\.tensormap::generic\.release\.gpu\.sync\.aligned", r)
+    q = first(r"fence\.proxy\.tensormap::generic\.acquire\.gpu", p)
+    load = first(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global", q)
+    assert r < d < p and s < p < q < load
+
+
+def test_every_tensor_gets_its_descriptor_rewritten(ragged_ptx):
+    # A and B in the producer, C in the consumer: three publishes, three acquires
+    assert len(re.findall(r"tensormap\.cp_fenceproxy", ragged_ptx)) == 3
+    assert len(re.findall(r"fence\.proxy\.tensormap::generic\.acquire", ragged_ptx)) == 3
+    assert len(re.findall(r"tensormap\.replace\.tile\.global_address", ragged_ptx)) == 3
+
+
+def test_store_waits_for_earlier_stores_before_rewriting_c(ragged_ptx):
+    lines = _lines(ragged_ptx)
+    pubs = [i for i, l in enumerate(lines) if "tensormap.cp_fenceproxy" in l]
+    c_pub = pubs[-1]  # the consumer's (C) publish comes after the producer's two in the kernel text
+    replace_c = max(i for i, l in enumerate(lines[:c_pub]) if "tensormap.replace.tile.global_address" in l)
+    waits = [i for i, l in enumerate(lines[:replace_c]) if re.search(r"cp\.async\.bulk\.wait_group\.read 0", l)]
+    assert waits, "no wait for earlier TMA stores before C's descriptor is rewritten"
+    store = next(i for i in range(c_pub, len(lines)) if re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared", lines[i]))
+    assert store > c_pub
+
+
+@pytest.mark.parametrize("mode", ["ragged", "table"])
+@pytest.mark.parametrize("b_major", ["k", "n"])
+@pytest.mark.parametrize("cfg", [grouped.SMALL, grouped.LARGE], ids=["small", "large"])
+def test_every_variant_compiles_for_sm90a(cfg, mode, b_major):
+    ptx = ptx_of(compile_grouped(cfg, mode, b_major))
+    assert "wgmma.mma_async.sync.aligned" in ptx
+    assert "tensormap.cp_fenceproxy" in ptx
+
+
+def test_compile_rejects_other_targets_and_clusters():
+    with pytest.raises(ValueError, match="sm_90a"):
+        compile_grouped(grouped.SMALL, target="sm_100a")
+    from gemmlab.family.configs import Sm90Config
+    with pytest.raises(ValueError, match="clusters of one CTA"):
+        compile_grouped(Sm90Config())
+    with pytest.raises(ValueError, match="mode"):
+        compile_grouped(grouped.SMALL, mode="padded")
+
+
+# ---------------------------------------------------------------- on the GPU
+
+def _ragged(sizes, n, k, major="k", seed=0, extra=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    rows = sum(sizes) + extra
+    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    if major == "k":
+        b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+    else:
+        b = torch.randn(len(sizes), k, n, device="cuda", dtype=torch.bfloat16, generator=g)
+    offs = torch.tensor(torch.tensor(sizes).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+    return a, b, offs
+
+
+GPU_CASES = [
+    ([256] * 4, 256, 512, "k", None),
+    ([0, 300, 0, 0, 77, 0], 384, 256, "k", None),  # empty groups
+    ([1, 7, 33, 63, 65, 2], 512, 512, "n", None),  # groups smaller than a tile, unaligned ends
+    ([0, 3000, 0], 1024, 512, "k", None),  # one giant group
+    ([3, 0, 11, 1] * 32, 256, 256, "k", None),  # many small groups
+    ([200, 0, 130, 64], 384, 512, "k", "SMALL"),
+    ([3, 1, 0, 9] * 4, 512, 512, "n", "LARGE"),
+    ([130, 260], 256, 200, "k", None),  # K not a multiple of the 64-wide k-tile
+]
+
+
+@pytest.mark.sm90
+@pytest.mark.parametrize("sizes, n, k, major, cname", GPU_CASES)
+def test_ragged_matches_fp32_reference(sizes, n, k, major, cname):
+    a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes), extra=16)
+    out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    grouped.grouped_gemm(a, b, offs, out=out, config=getattr(grouped, cname) if cname else None)
+    rows = sum(sizes)
+    ref = grouped.reference(a, b, offs)
+    got = out[:rows].float()
+    assert torch.isfinite(got).all(), "rows of a group were left unwritten"
+    err = ((got - ref[:rows]).norm() / ref[:rows].norm()).item()
+    assert err < 1e-2
+    assert torch.isnan(out[rows:]).all(), "rows past offs[-1] were written"
+
+
+@pytest.mark.sm90
+def test_matches_torch_grouped_mm():
+    a, b, offs = _ragged([64, 0, 128, 32], 256, 256)
+    ours = grouped.grouped_gemm(a, b, offs)
+    theirs = torch._grouped_mm(a, b, offs=offs)
+    assert (ours.float() - theirs.float()).abs().max().item() <= 0.02 * theirs.float().abs().max().item()
+
+
+@pytest.mark.sm90
+@pytest.mark.parametrize("major", ["k", "n"])
+def test_list_form_matches_reference(major):
+    g = torch.Generator(device="cuda").manual_seed(5)
+    shapes = [(130, 256, 64), (0, 128, 64), (7, 512, 1024), (300, 136, 200), (64, 64, 64)]
+    pairs = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        b = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g).t() if major == "k"
+             else torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g))
+        pairs.append((a, b))
+    outs = [torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
+            for a, b in pairs]
+    grouped.grouped_gemm_list(pairs, outs)
+    for (a, b), c in zip(pairs, outs):
+        if a.shape[0]:
+            ref = a.float() @ b.float()
+            assert ((c.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.sm90
+def test_bad_offs_clamped_without_validation():
+    a, b, offs = _ragged([64, 64], 128, 128)
+    bad = torch.tensor([100, 10_000], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="past the 128 rows"):
+        grouped.grouped_gemm(a, b, bad)
+    out = grouped.grouped_gemm(a, b, bad, validate=False)  # clamped: no fault, rows 0..127 written
+    torch.cuda.synchronize()
+    assert out.shape == (128, 128)
