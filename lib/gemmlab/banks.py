@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 import numpy as np
 
@@ -52,9 +53,17 @@ WAVEFRONT_BYTES = BANKS * BANK_BYTES  # 128
 WIDTHS = (4, 8, 16)
 
 
+def _check_address(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int (a byte address); got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative byte address; got {value}")
+    return int(value)
+
+
 def bank_of(byte_address: int) -> int:
-    """The bank holding ``byte_address``."""
-    return (byte_address // BANK_BYTES) % BANKS
+    """The bank holding ``byte_address`` (a non-negative int)."""
+    return (_check_address("byte_address", byte_address) // BANK_BYTES) % BANKS
 
 
 def lanes_per_phase(width: int) -> int:
@@ -65,12 +74,14 @@ def lanes_per_phase(width: int) -> int:
 
 def _check_addresses(addresses, width):
     check_choice("width", width, WIDTHS)
-    addresses = [int(a) for a in addresses]
+    if isinstance(addresses, (str, bytes)) or not hasattr(addresses, "__iter__"):
+        raise TypeError(f"addresses must be a sequence of byte addresses, one per lane; got {type(addresses).__name__}")
+    addresses = [_check_address(f"addresses[{lane}]", a) for lane, a in enumerate(addresses)]
     if not 1 <= len(addresses) <= 32:
         raise ValueError(f"addresses must hold 1 to 32 lane addresses (one warp); got {len(addresses)}")
     for lane, a in enumerate(addresses):
-        if a < 0 or a % width:
-            raise ValueError(f"addresses must be non-negative multiples of width={width}; "
+        if a % width:
+            raise ValueError(f"addresses must be multiples of width={width} (aligned accesses); "
                              f"lane {lane} has {a}")
     return addresses
 

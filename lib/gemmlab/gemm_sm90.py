@@ -473,6 +473,8 @@ def compile_gemm(target: str = "sm_90a", cfg: Sm90Config | None = None, b_major:
     if not isinstance(cfg, Sm90Config):
         raise TypeError(f"cfg must be an Sm90Config; got {type(cfg).__name__}")
     check_choice("b_major", b_major, ("k", "n"))
+    if not isinstance(tvm_ffi, bool):
+        raise TypeError(f"tvm_ffi must be a bool; got {type(tvm_ffi).__name__}")
     dt, ct = _CUTLASS_TYPES[cfg.dtype], _CUTLASS_TYPES[cfg.out_dtype]
     m, n, k = cute.sym_int(), cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
     a = fake_tensor(dt, (m, k), stride_order=(1, 0))

@@ -84,6 +84,32 @@ def address_lane(m: int, r: int) -> int:
     return 8 * m + r
 
 
+def _check_smem(name: str, smem) -> np.ndarray:
+    """Shared memory as a 1-D uint16 array of whole 16-byte rows (the values must fit in 16 bits)."""
+    arr = np.asarray(smem)
+    if arr.ndim != 1 or arr.size == 0 or arr.size % ROW_ELEMS or arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be a 1-D integer array of whole {ROW_ELEMS}-element rows (uint16 values); "
+                         f"got {arr.dtype} of shape {arr.shape}")
+    if arr.min() < 0 or arr.max() > 0xFFFF:
+        raise ValueError(f"{name} must hold 16-bit values (0..65535); got values from {arr.min()} to {arr.max()}")
+    return arr.astype(np.uint16)
+
+
+def _check_rows(rows, num: int, smem_rows: int) -> np.ndarray:
+    """``rows``: one row index per lane (32 entries); the rows lanes ``0 .. 8*num-1`` name must lie in ``smem``."""
+    arr = np.asarray(rows)
+    if arr.shape != (32,) or arr.dtype.kind not in "iu":
+        raise ValueError(f"rows must be a 1-D integer array with one row per lane (32 entries); "
+                         f"got {arr.dtype} of shape {arr.shape}")
+    used = arr[:8 * num]
+    bad = np.flatnonzero((used < 0) | (used >= smem_rows))
+    if bad.size:
+        lane = int(bad[0])
+        raise ValueError(f"rows[lane] must be a row of smem, 0..{smem_rows - 1} (16-byte rows), for the lanes "
+                         f"0..{8 * num - 1} that x{num} reads; lane {lane} has {int(used[lane])}")
+    return arr
+
+
 def _matrices_from_smem(smem: np.ndarray, rows: np.ndarray, num: int) -> np.ndarray:
     """The ``num`` 8x8 matrices that lanes' row addresses select (rows in 16-byte units)."""
     mats = np.zeros((num, 8, 8), dtype=np.uint16)
@@ -103,8 +129,8 @@ def ldmatrix_model(smem, rows, num: int, trans: bool) -> np.ndarray:
     the pair, high 16 bits the second.
     """
     _check_num_trans(num, trans)
-    smem = np.asarray(smem, dtype=np.uint16)
-    mats = _matrices_from_smem(smem, np.asarray(rows), num)
+    smem = _check_smem("smem", smem)
+    mats = _matrices_from_smem(smem, _check_rows(rows, num, smem.size // ROW_ELEMS), num)
     regs = np.zeros((32, num), dtype=np.uint32)
     for lane in range(32):
         for m in range(num):
@@ -122,8 +148,15 @@ def stmatrix_model(regs, rows, num: int, trans: bool, smem) -> np.ndarray:
     :func:`ldmatrix_model` on the rows it writes; every other byte is kept.
     """
     _check_num_trans(num, trans)
-    regs = np.asarray(regs, dtype=np.uint32)
-    out = np.array(smem, dtype=np.uint16, copy=True)
+    out = _check_smem("smem", smem).copy()
+    rows = _check_rows(rows, num, out.size // ROW_ELEMS)
+    regs = np.asarray(regs)
+    if regs.shape != (32, num) or regs.dtype.kind not in "iu":
+        raise ValueError(f"regs must be an integer array of shape (32, {num}): lanes x registers; "
+                         f"got {regs.dtype} of shape {regs.shape}")
+    if regs.min() < 0 or regs.max() > 0xFFFFFFFF:
+        raise ValueError(f"regs must hold 32-bit values; got values from {regs.min()} to {regs.max()}")
+    regs = regs.astype(np.uint32)
     for m in range(num):
         mat = np.zeros((8, 8), dtype=np.uint16)
         for lane in range(32):

@@ -39,6 +39,8 @@ What it adds over chapter 01
 """
 from __future__ import annotations
 
+import numbers
+
 from .checks import check_choice, check_int
 
 #: The swizzle modes of a tensor map, in the order of the CUDA enum (CU_TENSOR_MAP_SWIZZLE_*).
@@ -63,13 +65,28 @@ def cute_swizzle(mode: str) -> tuple[int, int, int]:
 def swizzle_offset(mode: str, byte_offset):
     """The physical shared-memory byte offset where TMA puts logical byte ``byte_offset``.
 
-    ``byte_offset`` is an int or an integer numpy array (element-wise).
+    ``byte_offset`` is a non-negative int (numpy integers too) or an integer
+    numpy array (element-wise).
     """
     check_choice("mode", mode, MODES)
-    if isinstance(byte_offset, bool) or (isinstance(byte_offset, int) and byte_offset < 0):
-        raise ValueError(f"byte_offset must be a non-negative integer; got {byte_offset!r}")
+    _check_offsets(byte_offset)
     mask = (1 << SWIZZLE_BITS[mode]) - 1
     return byte_offset ^ (((byte_offset >> 7) & mask) << 4)
+
+
+def _check_offsets(byte_offset) -> None:
+    if isinstance(byte_offset, numbers.Integral) and not isinstance(byte_offset, bool):
+        if byte_offset < 0:
+            raise ValueError(f"byte_offset must be non-negative; got {byte_offset}")
+        return
+    import numpy as np
+
+    if not isinstance(byte_offset, np.ndarray):
+        raise TypeError(f"byte_offset must be an int or an integer numpy array; got {type(byte_offset).__name__}")
+    if byte_offset.dtype.kind not in "iu":
+        raise TypeError(f"byte_offset must be an integer numpy array; got dtype {byte_offset.dtype}")
+    if byte_offset.size and byte_offset.min() < 0:
+        raise ValueError(f"byte_offset must be non-negative; got an entry of {byte_offset.min()}")
 
 
 def _check_rows(rows: int, row_bytes: int, mode: str) -> None:

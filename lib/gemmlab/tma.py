@@ -47,6 +47,7 @@ The kernels (2-D row-major tensors, static shapes)
 from __future__ import annotations
 
 import functools
+import numbers
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -101,6 +102,14 @@ def _check_dtype(name: str, dtype) -> str:
 # ---------------------------------------------------------------------------
 
 
+def _check_whole(name: str, value, lo: int | None = None) -> None:
+    """An int (numpy integers too) of at least ``lo``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
+    if lo is not None and value < lo:
+        raise ValueError(f"{name} must be >= {lo}; got {value}")
+
+
 def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address: int = 0, name: str = "src") -> None:
     """Raise ``TypeError``/``ValueError`` unless a 2-D row-major tensor and ``box`` make a valid tiled tensor map.
 
@@ -122,9 +131,19 @@ def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address
     check_choice("swizzle", swizzle, swz.MODES)
     if not (isinstance(shape, (tuple, list)) and len(shape) == 2):
         raise ValueError(f"{name} must be 2-D (rows, cols); got shape {tuple(shape) if shape is not None else shape}")
+    for i, e in enumerate(shape):
+        _check_whole(f"{name}'s shape[{i}]", e, 1)
+    if strides is not None and not (isinstance(strides, (tuple, list)) and len(strides) == 2):
+        raise ValueError(f"{name}'s strides must be a pair (row stride, 1) in elements; got {strides!r}")
     strides = tuple(strides) if strides is not None else (shape[1], 1)
+    for i, st in enumerate(strides):
+        _check_whole(f"{name}'s strides[{i}]", st, 0)
+    _check_whole("base_address", base_address, 0)
     if strides[1] != 1:
         raise ValueError(f"{name} must have unit stride in its last dimension (TMA's innermost dimension); "
+                         f"got strides {strides}")
+    if shape[0] > 1 and strides[0] < shape[1]:
+        raise ValueError(f"{name}'s row stride must be >= its row length ({shape[1]} elements), or rows overlap; "
                          f"got strides {strides}")
     if (strides[0] * eb) % TMA_ALIGN:
         raise ValueError(f"{name}'s row stride must be a multiple of {TMA_ALIGN} bytes (TMA global strides); "
@@ -135,8 +154,7 @@ def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address
     if not (isinstance(box, (tuple, list)) and len(box) == 2):
         raise ValueError(f"box must be a pair (box rows, box cols); got {box!r}")
     for i, b in enumerate(box):
-        if isinstance(b, bool) or not isinstance(b, int):
-            raise TypeError(f"box[{i}] must be an int; got {type(b).__name__}")
+        _check_whole(f"box[{i}]", b)
         if not 1 <= b <= MAX_BOX:
             raise ValueError(f"box[{i}] must be between 1 and {MAX_BOX} elements (TMA box limit); got {b}")
     inner = box[1] * eb
@@ -172,8 +190,9 @@ def describe_tensor_map(shape, dtype, box, swizzle: str = "128B", *, strides=Non
     check_choice("oob_fill", oob_fill, ("none", "nan_request_zero_fma"))
     d = _dtype_name(dtype)
     eb = _elem_bytes(dtype)
-    rows, cols = shape
-    strides = tuple(strides) if strides is not None else (cols, 1)
+    rows, cols = (int(e) for e in shape)
+    box = tuple(int(b) for b in box)
+    strides = tuple(int(st) for st in strides) if strides is not None else (cols, 1)
     return {
         "tensorDataType": f"CU_TENSOR_MAP_DATA_TYPE_{_DTYPES[d][1]}",
         "tensorRank": 2,

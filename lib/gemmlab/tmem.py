@@ -81,7 +81,11 @@ def tmem_addr(lane: int, column: int) -> int:
 def tmem_addr_fields(addr: int) -> tuple[int, int]:
     """``(lane, column)`` of a TMEM address (the inverse of :func:`tmem_addr`)."""
     check_int("addr", addr, lo=0, hi=0xFFFFFFFF)
-    return addr >> 16, addr & 0xFFFF
+    lane, column = addr >> 16, addr & 0xFFFF
+    if lane >= TMEM_LANES or column >= TMEM_COLUMNS:
+        raise ValueError(f"addr must hold a lane 0..{TMEM_LANES - 1} in bits 31-16 and a column "
+                         f"0..{TMEM_COLUMNS - 1} in bits 15-0; got {addr:#x} (lane {lane}, column {column})")
+    return lane, column
 
 
 def warp_lanes(warp: int) -> range:
@@ -177,6 +181,7 @@ def accumulator_coords(warp: int, num: int, col0: int = 0) -> np.ndarray:
     D in lane ``i`` and column ``n`` in column ``n`` of the allocation, so the
     lane is the row. Shape ``(32, num, 2)``.
     """
+    check_choice("num", num, LD_32X32B_NUMS)
     lanes = warp_lanes(warp)
     check_int("col0", col0, lo=0, hi=TMEM_COLUMNS - num)
     out = tmem_ld_32x32b_model(num)
@@ -193,6 +198,9 @@ def registers_to_tile(regs: np.ndarray, num: int) -> np.ndarray:
     (:func:`accumulator_coords`), so a wrong model scrambles the tile.
     Works on numpy arrays and torch tensors.
     """
+    check_choice("num", num, LD_32X32B_NUMS)
+    if len(getattr(regs, "shape", ())) != 2:
+        raise ValueError(f"regs must be a 2-D array (128 threads x registers); got shape {getattr(regs, 'shape', None)}")
     rows, n = regs.shape
     check_int("regs.shape[0]", rows, lo=128, hi=128)
     check_int("regs.shape[1]", n, lo=num, multiple_of=num)
