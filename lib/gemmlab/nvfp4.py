@@ -306,9 +306,13 @@ class DualGemmOperands:
         return self.a, self.b1, self.b2, self.sfa, self.sfb1, self.sfb2
 
     def to(self, device) -> "DualGemmOperands":
-        return DualGemmOperands(*(t.to(device) for t in (self.a, self.b1, self.b2, self.sfa, self.sfb1, self.sfb2)),
-                                *(permute_scales(t.to(device)) for t in (self.sfa, self.sfb1, self.sfb2)),
-                                self.c.to(device))
+        """The same problem on ``device`` (FP4 moved as bytes: torch copies ``float4_e2m1fn_x2`` poorly)."""
+        def move(t):
+            return as_fp4x2(as_bytes(t).to(device)) if t.dtype in fp4_packed_dtypes() else t.to(device)
+
+        return DualGemmOperands(*(move(t) for t in (self.a, self.b1, self.b2, self.sfa, self.sfb1, self.sfb2)),
+                                *(permute_scales(move(t)) for t in (self.sfa, self.sfb1, self.sfb2)),
+                                move(self.c))
 
 
 def check_problem(m: int, n: int, k: int, l: int = 1) -> None:
