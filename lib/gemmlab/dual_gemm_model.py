@@ -28,6 +28,12 @@ What it models
       ``acc = (A * SFA) (B * SFB)^T (+ acc)``; the first MMA of a tile runs with
       ACCUMULATE off, every later one with it on. GEMM 1 uses SFB1, GEMM 2 the same A
       and scales with SFB2 (the kernel switches the instruction's SFB operand).
+      Where this placement comes from: the PTX ISA says the scale factors must be
+      duplicated to all lane partitions and that ``scale_vec::4X`` takes a whole 32-bit
+      word (ID 0) per row; the rest (which column a row's word is in) follows from the
+      CuTe DSL's scale-factor atom, ``((32, 4), (16, 4)) : ((16, 4), (0, 1))``, and the
+      ``32x128b`` copy shape. The ISA draws the layout as a picture; this model is
+      consistent with those texts and has not been run against a B200.
     * **TMEM**: 128 lanes x 512 columns of 32 bits (a numpy ``uint32`` array seen as
       FP32 for the accumulators and as bytes for the scales). Accumulator 1 at column 0,
       accumulator 2 at ``tile_n``, then SFA, SFB1, SFB2 (:func:`tmem_columns`). It is

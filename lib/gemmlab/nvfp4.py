@@ -9,8 +9,7 @@ What it holds
     * **Packing**: two values per byte along K, the element with the even K index in
       the low nibble (bits 3..0), the odd one in the high nibble. This is torch's
       ``float4_e2m1fn_x2`` (its header draws ``val1 : val0`` as bits ``7654 : 3210``)
-      and CUTLASS's sub-byte order (element 0 in the least significant bits), which
-      is the order the tensor cores read FP4 operands from shared memory.
+      and CUTLASS's sub-byte order (element 0 in the least significant bits).
       :func:`pack_fp4` / :func:`unpack_fp4`.
     * **Scales**: one float8 e4m3 per 16 consecutive K elements of every row (NVFP4's
       block size). Two layouts of the same numbers:
