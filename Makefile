@@ -32,19 +32,39 @@ endif
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
+	@echo "== installing requirements.lock into $(VENV) (torch, CUDA libraries, CuTe DSL: several GB and several quiet minutes the first time)"
 	@test -x $(VENV_PY) || $(BOOT_PYTHON) -m venv $(VENV)
 	$(VENV_PY) -m pip install -q --disable-pip-version-check -r requirements.lock
 	$(VENV_PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
+# With PYTHON=..., check up front that it imports what a target needs (nothing is installed into it).
+ifdef PYTHON
+STACK_GUARD = err=$$($(PY) -c "$(1)" 2>&1 >/dev/null) || { echo "make: PYTHON=$(PY) cannot run this: $$(echo "$$err" | tail -n 1)." \
+	"Install requirements.lock into it, or leave out PYTHON= to use $(VENV)." >&2; exit 2; }
+else
+STACK_GUARD = true
+endif
+
+# RUN_ARGS: passed to the runner (notebook paths, --timeout, --out).
 run: $(VENV_DEP)
-	$(PY) -m gemmlab.runner
+	@$(call STACK_GUARD,$(STACK_CHECK))
+	$(PY) -m gemmlab.runner $(RUN_ARGS)
 
 test: $(VENV_DEP)
 	$(PY) -m pytest -q -p no:cacheprovider tests notebooks $(NBVAL_ARGS)
 
+# Headless and as root it just works: --allow-root for uid 0, --no-browser without a display
+# (macOS opens its browser without $DISPLAY). LAB_ARGS: more JupyterLab options (e.g. --ip=0.0.0.0 --port=8890).
+LAB_CHECK := $(STACK_CHECK), jupyterlab
 lab: $(VENV_DEP)
-	$(PY) -m jupyter lab notebooks
+	@$(call STACK_GUARD,$(LAB_CHECK))
+	@args="--ServerApp.root_dir=notebooks"; \
+	if [ "$$(id -u)" = 0 ]; then args="$$args --allow-root"; fi; \
+	if [ -z "$$DISPLAY$$WAYLAND_DISPLAY" ] && [ "$$(uname)" != Darwin ]; then args="$$args --no-browser"; fi; \
+	echo "== $(PY) -m jupyter lab $$args $(LAB_ARGS)"; \
+	echo "== open the http://.../lab?token=... URL that JupyterLab prints below; Ctrl-C twice stops it"; \
+	exec $(PY) -m jupyter lab $$args $(LAB_ARGS)
 
 # The interpreter for gpu-check, chosen as the header says.
 GPU_PY = $(shell if [ -x $(VENV_PY) ]; then echo $(VENV_PY); \

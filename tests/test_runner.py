@@ -82,7 +82,7 @@ def test_bad_inputs_and_timeouts_are_failed_rows_and_the_run_goes_on(tmp_path, c
     assert text.splitlines()[-1].startswith("total: 4 notebook(s)") and "3 failure(s) in 3 notebook(s)" in text
 
 
-def test_same_name_from_two_folders_does_not_overwrite(tmp_path):
+def test_same_name_from_two_folders_does_not_overwrite(tmp_path, capsys):
     a, b = tmp_path / "one" / "x.ipynb", tmp_path / "two" / "x.ipynb"
     c = tmp_path / "one" / "y.ipynb"
     outs = runner.output_paths([a, b, c], tmp_path / "build")
@@ -93,6 +93,8 @@ def test_same_name_from_two_folders_does_not_overwrite(tmp_path):
         p.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(_nb([(f"print({text!r})", [])]), p)
     assert runner.main([str(a), str(b), "--out", str(tmp_path / "build")]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("total: 2 notebook(s), 2 code cells run, 0 skipped, no failures")
     for p, text in ((outs[0], "from one\n"), (outs[1], "from two\n")):
         assert nbformat.read(p, as_version=4).cells[1].outputs[0]["text"] == text
 

@@ -204,9 +204,11 @@ def format_report(rows: list[dict], have: str) -> str:
         ("skipped_tiers", "needs tier", ""), ("failures", "failures", "d"), ("wall_s", "wall s", ".1f"),
     ])
     failed = sum(1 for r in rows if r["failures"])
+    failures = sum(r["failures"] for r in rows)
     total = (f"total: {len(rows)} notebook(s), {sum(r['run'] for r in rows)} code cells run, "
-             f"{sum(r['skipped'] for r in rows)} skipped, {sum(r['failures'] for r in rows)} failure(s) "
-             f"in {failed} notebook(s), {sum(r['wall_s'] for r in rows):.1f} s")
+             f"{sum(r['skipped'] for r in rows)} skipped, "
+             + (f"{failures} failure(s) in {failed} notebook(s)" if failures else "no failures")
+             + f", {sum(r['wall_s'] for r in rows):.1f} s")
     return f"tier of this machine: {have}\n{table}\n{total}"
 
 
