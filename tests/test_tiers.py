@@ -24,6 +24,8 @@ def test_tier_satisfies(have, need, ok):
 def test_tier_satisfies_rejects_unknown():
     with pytest.raises(ValueError, match="unknown tier"):
         tiers.tier_satisfies("sm90", "sm80")
+    with pytest.raises(ValueError, match="unknown machine tier 'gpu'"):
+        tiers.tier_satisfies("gpu", "sm90")   # "gpu" is a need, never a machine
 
 
 def test_require_tier_message_names_call_and_tiers(monkeypatch):

@@ -82,6 +82,8 @@ def tier_satisfies(have: str, need: str) -> bool:
 
     ``need`` may also be ``"gpu"``: any GPU tier.
     """
+    if have not in TIERS:
+        raise ValueError(f"unknown machine tier {have!r}; expected {', '.join(TIERS)}")
     if need == "gpu":
         return have in ("sm90", "sm100")
     if need == "sm90":
