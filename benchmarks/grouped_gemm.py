@@ -229,6 +229,48 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
     return summary
 
 
+SWEEP_CONFIGS = {
+    "64x64 s12": dict(tile_m=64, tile_n=64, stages=12),
+    "64x128 s8": dict(tile_m=64, tile_n=128, stages=8),
+    "64x256 s5": dict(tile_m=64, tile_n=256, stages=5),
+    "128x128 s5": dict(tile_m=128, tile_n=128, stages=5),
+    "128x192 s4": dict(tile_m=128, tile_n=192, stages=4),
+    "128x256 s4": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2),
+}
+
+
+def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, rounds=3):
+    """Kernel time of every swept configuration on the MoE sets (GPU only): the heuristic's data."""
+    from gemmlab.family.configs import Sm90Config
+    cfgs = {name: Sm90Config(cluster=(1, 1), **kw) for name, kw in SWEEP_CONFIGS.items()}
+    rows = []
+    for label, n, k in shapes:
+        for G in groups:
+            for T in tokens:
+                sizes = skewed_sizes(T, G)
+                a, b, offs = ragged_inputs(sizes, n, k)
+                out = torch.empty((T, n), device="cuda", dtype=a.dtype)
+                launches = {}
+                for name, cfg in cfgs.items():
+                    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, validate=False)
+                    launches[name] = [lambda cfg=cfg: grouped.grouped_gemm(a, b, offs, out=out, config=cfg,
+                                                                          validate=False)]
+                launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
+                t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+                row = {"shape": label, "n": n, "k": k, "groups": G, "tokens": T,
+                       "nonempty": sum(1 for x in sizes if x), "max_group": max(sizes),
+                       "chosen": grouped.choose_config(T, G, n, k).name}
+                row.update({f"{name}_ms": v["median_ms"] for name, v in t.items()})
+                best = min(cfgs, key=lambda c: row[f"{c}_ms"])
+                row["best"] = best
+                rows.append(row)
+                print(f"{label:20s} G={G:3d} T={T:5d} best={best:11s} {row[best + '_ms']:.3f} torch={row['torch_ms']:.3f} "
+                      + " ".join(f"{c}={row[c + '_ms']:.3f}" for c in cfgs), flush=True)
+                del a, b, out
+                torch.cuda.empty_cache()
+    _write("grouped_gemm_sweep", {"rows": rows, "configs": SWEEP_CONFIGS}, out_dir)
+
+
 def _write(name, doc, out_dir):
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
@@ -243,7 +285,7 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "moe", "quick", "all"))
+    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -251,6 +293,8 @@ def main(argv=None):
         ok = check(args.out)
     if args.what == "quick":
         moe(args.out, tokens=(64, 4096), groups=(8, 128), shapes=MOE_SHAPES[:2], rounds=3)
+    if args.what == "sweep":
+        sweep(args.out)
     if args.what in ("moe", "all"):
         moe(args.out)
     return 0 if ok else 1

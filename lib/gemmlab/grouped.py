@@ -25,22 +25,31 @@ COMPILE_SECONDS: dict = {}
 _WORKSPACES: dict = {}
 _DUMMIES: dict = {}
 
-#: The two tile configurations (chosen from the tokens per expert, see :func:`choose_config`).
+#: The three tile configurations the heuristic picks from (see :func:`choose_config`).
 SMALL = Sm90Config(tile_m=64, tile_n=128, tile_k=64, stages=8, cluster=(1, 1), epi_n=32, epi_stages=4)
+MEDIUM = Sm90Config(tile_m=128, tile_n=192, tile_k=64, stages=4, cluster=(1, 1), epi_n=32, epi_stages=4)
 LARGE = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(1, 1), epi_n=32, epi_stages=2)
 
 
 def choose_config(tokens: int, groups: int, n: int, k: int) -> Sm90Config:
     """A tile configuration from the average tokens per expert (the host never reads ``offs``).
 
-    Few tokens per expert (decode, many experts): every expert's weights are
-    read once whatever the tile, so the tile is 64 rows (one consumer
-    warpgroup, the least wasted MMA work on rows past a group's end) and 128
-    columns (twice as many tiles to spread the weights over the SMs).
-    Otherwise the large 128 x 256 tile, which re-reads A and B the least.
+    Measured on an H100 (``benchmarks/grouped_gemm.py sweep``: six tiles on 48
+    MoE sets; ``results/<device>/grouped_gemm_sweep.json``):
+
+    * up to 24 tokens per expert (decode): every expert's weights are read
+      once whatever the tile, so the 64 x 128 tile: the least MMA work wasted on
+      rows past a group's end, and enough tiles to spread the weights over the SMs;
+    * up to 160: 128 x 192, between the two;
+    * more: the large 128 x 256 tile, which re-reads A and B the least.
     """
     del n, k
-    return SMALL if tokens <= 96 * max(groups, 1) else LARGE
+    per_expert = tokens / max(groups, 1)
+    if per_expert <= 24:
+        return SMALL
+    if per_expert <= 160:
+        return MEDIUM
+    return LARGE
 
 
 def _have_tvm_ffi() -> bool:
