@@ -215,3 +215,13 @@ def test_run_all_in_a_real_kernel_goes_past_cells_for_a_missing_tier(tmp_path, m
     want = "ran sm100\n" if tier_satisfies(have, "sm100") else f"skipped: needs tier sm100; this machine is tier {have}\n"
     assert [o["text"] for o in code[1].outputs] == [want]
     assert code[2].outputs[0]["text"] == "2\n"
+
+
+def test_setup_line_goes_after_future_imports_and_cell_magics(tmp_path):
+    p = _write(tmp_path, "d.ipynb", [("from __future__ import annotations\nimport os", []), ("print(1)", [])])
+    gnb.main(["--mark", str(p)])
+    assert _sources(p)[0] == f"from __future__ import annotations\n{gnb.SETUP_LINE}\nimport os"
+    compile(_sources(p)[0], "cell", "exec")   # still valid Python
+    q = _write(tmp_path, "e.ipynb", [("%%capture\nimport os", [])])
+    gnb.main(["--mark", str(q)])
+    assert _sources(q)[0] == f"%%capture\n{gnb.SETUP_LINE}\nimport os"

@@ -161,6 +161,19 @@ def _with_marker(source: str, need: str | None) -> str:
     return "\n".join(lines)
 
 
+def _with_setup(source: str) -> str:
+    """``source`` with :data:`SETUP_LINE` inserted before its code (after a ``%%`` magic and ``__future__`` imports)."""
+    lines = source.split("\n")
+    at = 0
+    while at < len(lines) and (not lines[at].strip() or lines[at].startswith("%%") and at == 0
+                               or lines[at].startswith("from __future__ import")):
+        at += 1
+    while at > 0 and not lines[at - 1].strip():  # keep blank lines after the insertion
+        at -= 1
+    lines.insert(at, SETUP_LINE)
+    return "\n".join(lines)
+
+
 def _code_cells(nb):
     return [c for c in nb.cells if c.cell_type == "code"]
 
@@ -199,7 +212,7 @@ def mark(nb) -> list[str]:
             nb.cells.insert(nb.cells.index(code[0]), cell)
             changes.append("inserted an untagged first code cell with the setup call")
         else:
-            code[0].source = SETUP_LINE + "\n" + code[0].source
+            code[0].source = _with_setup(code[0].source)
             changes.append("code cell 1: added the setup call")
         code = _code_cells(nb)
     for n, cell in enumerate(code, 1):
