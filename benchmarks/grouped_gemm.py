@@ -36,18 +36,6 @@ GROUPS = (8, 32, 64, 128)
 TOKENS = (64, 512, 4096, 16384)
 
 
-def skewed_sizes(tokens: int, groups: int, seed: int = 0, alpha: float = 1.2) -> list[int]:
-    """Tokens per expert from a skewed router: expert popularity ~ 1 / rank^alpha, then multinomial.
-
-    Popular experts get many tokens; with few tokens many experts get none.
-    """
-    g = torch.Generator().manual_seed(seed * 7919 + groups)
-    weights = 1.0 / torch.arange(1, groups + 1, dtype=torch.float64) ** alpha
-    weights = weights[torch.randperm(groups, generator=g)]
-    picks = torch.multinomial(weights, tokens, replacement=True, generator=g)
-    return torch.bincount(picks, minlength=groups).tolist()
-
-
 def offsets(sizes, device="cuda"):
     ends, s = [], 0
     for m in sizes:
@@ -165,7 +153,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
     for label, n, k in shapes:
         for G in groups:
             for T in tokens:
-                sizes = skewed_sizes(T, G)
+                sizes = grouped.skewed_sizes(T, G)
                 a, b, offs = ragged_inputs(sizes, n, k)
                 ends = [0] + torch.cumsum(torch.tensor(sizes), 0).tolist()
                 out = torch.empty((T, n), device="cuda", dtype=a.dtype)
@@ -178,6 +166,12 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
                 err = rel_err(out, ref, T)
                 del ref
 
+                # A padded batched GEMM: every group padded to the largest (pre-padded: the
+                # gather/scatter it would also need is not timed, in its favour).
+                mmax = max(sizes)
+                a_pad = torch.zeros((G, mmax, k), device="cuda", dtype=a.dtype)
+                out_pad = torch.empty((G, mmax, n), device="cuda", dtype=a.dtype)
+
                 def loop():
                     for g in range(G):
                         if ends[g + 1] > ends[g]:
@@ -188,6 +182,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
                     "gemmlab_novalidate": [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False)],
                     "torch_grouped_mm": [lambda: torch._grouped_mm(a, b, offs=offs)],
                     "matmul_loop": [loop],
+                    "padded_bmm": [lambda: torch.bmm(a_pad, b, out=out_pad)],
                 }
                 t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2)
                 tg = bench.time_interleaved({"gemmlab_kernel": launches["gemmlab_novalidate"],
@@ -199,30 +194,24 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
                        "weight_bound": nbytes / hbm > flops / peak}
                 for name, v in list(t.items()) + list(tg.items()):
                     row[f"{name}_ms"] = v["median_ms"]
-                for name in ("gemmlab", "gemmlab_novalidate", "torch_grouped_mm", "matmul_loop",
+                row["padded_flops_ratio"] = G * mmax / max(T, 1)
+                for name in ("gemmlab", "gemmlab_novalidate", "torch_grouped_mm", "matmul_loop", "padded_bmm",
                              "gemmlab_kernel", "torch_grouped_mm_kernel"):
                     row[f"{name}_tflops"] = flops / (row[f"{name}_ms"] * 1e-3) / 1e12
                 row["vs_torch"] = row["torch_grouped_mm_ms"] / row["gemmlab_ms"]
                 row["vs_torch_novalidate"] = row["torch_grouped_mm_ms"] / row["gemmlab_novalidate_ms"]
                 row["vs_torch_kernel"] = row["torch_grouped_mm_kernel_ms"] / row["gemmlab_kernel_ms"]
                 row["vs_loop"] = row["matmul_loop_ms"] / row["gemmlab_ms"]
+                row["vs_padded"] = row["padded_bmm_ms"] / row["gemmlab_ms"]
                 row["of_roofline"] = floor_ms / row["gemmlab_kernel_ms"]
                 rows.append(row)
                 print(f"{label:20s} G={G:3d} T={T:5d} {cfg.name:18s} err={err:.1e} "
                       f"ours={row['gemmlab_ms']:.3f} nov={row['gemmlab_novalidate_ms']:.3f} "
                       f"torch={row['torch_grouped_mm_ms']:.3f} loop={row['matmul_loop_ms']:.3f} "
                       f"x{row['vs_torch']:.2f} roof={row['of_roofline']:.2f}", flush=True)
-                del a, b, out, out_t
+                del a, b, out, out_t, a_pad, out_pad
                 torch.cuda.empty_cache()
-    summary = {
-        "geomean_vs_torch": bench.geomean([r["vs_torch"] for r in rows]),
-        "geomean_vs_torch_novalidate": bench.geomean([r["vs_torch_novalidate"] for r in rows]),
-        "geomean_vs_torch_kernel": bench.geomean([r["vs_torch_kernel"] for r in rows]),
-        "min_vs_torch_novalidate": min(r["vs_torch_novalidate"] for r in rows),
-        "geomean_vs_loop": bench.geomean([r["vs_loop"] for r in rows]),
-        "weight_bound_of_roofline": bench.geomean([r["of_roofline"] for r in rows if r["weight_bound"]] or [0]),
-        "max_rel_err": max(r["rel_err"] for r in rows),
-    }
+    summary = grouped.summarize(rows)
     _write("grouped_gemm", {"rows": rows, "summary": summary, "clocks": bench.gpu_clocks(),
                             "peak_tflops": peak / 1e12, "hbm_gbs": hbm / 1e9}, out_dir)
     print(json.dumps(summary, indent=1))
@@ -247,7 +236,7 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
     for label, n, k in shapes:
         for G in groups:
             for T in tokens:
-                sizes = skewed_sizes(T, G)
+                sizes = grouped.skewed_sizes(T, G)
                 a, b, offs = ragged_inputs(sizes, n, k)
                 out = torch.empty((T, n), device="cuda", dtype=a.dtype)
                 launches = {}

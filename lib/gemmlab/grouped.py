@@ -57,14 +57,14 @@ def _have_tvm_ffi() -> bool:
     return have()
 
 
-def compiled(cfg: Sm90Config, mode: str, b_major: str):
+def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached."""
-    key = (cfg, mode, b_major)
+    key = (cfg, mode, b_major, fences)
     fn = _KERNELS.get(key)
     if fn is None:
         from .grouped_sm90 import compile_grouped
         t0 = time.perf_counter()
-        fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi())
+        fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences)
         COMPILE_SECONDS[key] = time.perf_counter() - t0
         if hasattr(fn, "__tvm_ffi_object__"):
             fn = fn.__tvm_ffi_object__()
@@ -220,12 +220,15 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True):
+def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True,
+                 fences: bool = True):
     """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
 
     ``validate=False`` skips the one check that reads ``offs`` back to the host
     (monotonic, within ``a``): then the kernel clamps ``offs`` instead, so a bad
-    ``offs`` gives empty groups rather than a memory fault.
+    ``offs`` gives empty groups rather than a memory fault. ``fences=False``
+    runs the broken variant without the descriptor release/acquire (chapter 08
+    uses it to show what the fences are for; never use it for results).
     """
     import torch
     from . import hardware
@@ -240,7 +243,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     sms = hardware.sm_count(a.device)
     tiles_bound = (-(-rows // cfg.tile_m) + groups) * -(-n // cfg.tile_n)
     grid = max(1, min(sms, tiles_bound))
-    fn = compiled(cfg, "ragged", major)
+    fn = compiled(cfg, "ragged", major, fences)
     _, table = _dummies(a.device)
     fn(a, b, out, offs, table, _workspace(a.device, sms, cfg), groups, grid)
     return out
@@ -363,6 +366,20 @@ def descriptor_updates(m_sizes, n: int, tile_m: int, tile_n: int, grid: int) -> 
     return counts
 
 
+def skewed_sizes(tokens: int, groups: int, seed: int = 0, alpha: float = 1.2) -> list[int]:
+    """Tokens per expert from a skewed router: expert popularity ~ 1 / rank^alpha, then a multinomial draw.
+
+    Popular experts get many tokens; with few tokens many experts get none (the
+    benchmark's MoE sets; deterministic for a seed).
+    """
+    import torch
+    g = torch.Generator().manual_seed(seed * 7919 + groups)
+    weights = 1.0 / torch.arange(1, groups + 1, dtype=torch.float64) ** alpha
+    weights = weights[torch.randperm(groups, generator=g)]
+    picks = torch.multinomial(weights, tokens, replacement=True, generator=g)
+    return torch.bincount(picks, minlength=groups).tolist()
+
+
 def flops_bytes(m_sizes, n: int, k: int, dtype: str = "bfloat16") -> tuple[int, int]:
     """FLOPs and the bytes that must move at least once: A and C rows, and the weights of non-empty groups."""
     esize = DTYPE_BITS[dtype] // 8
@@ -370,3 +387,29 @@ def flops_bytes(m_sizes, n: int, k: int, dtype: str = "bfloat16") -> tuple[int, 
     live = sum(1 for m in m_sizes if m > 0)
     return 2 * tokens * n * k, esize * (tokens * k + tokens * n + live * k * n)
 
+
+
+def summarize(rows) -> dict:
+    """The MoE benchmark's headline numbers from its rows (``benchmarks/grouped_gemm.py moe``).
+
+    "Decode" sets are those with at most 16 tokens per expert on average: the
+    weights dominate the bytes and the HBM roofline is the bound to reach.
+    """
+    from .bench import geomean
+    decode = [r for r in rows if r["tokens"] <= 16 * r["groups"]]
+    out = {
+        "sets": len(rows),
+        "geomean_vs_torch": geomean([r["vs_torch"] for r in rows]),
+        "geomean_vs_torch_novalidate": geomean([r["vs_torch_novalidate"] for r in rows]),
+        "geomean_vs_torch_kernel": geomean([r["vs_torch_kernel"] for r in rows]),
+        "min_vs_torch_novalidate": min(r["vs_torch_novalidate"] for r in rows),
+        "min_vs_torch_kernel": min(r["vs_torch_kernel"] for r in rows),
+        "geomean_vs_loop": geomean([r["vs_loop"] for r in rows]),
+        "decode_sets": len(decode),
+        "decode_of_roofline_min": min((r["of_roofline"] for r in decode), default=None),
+        "decode_of_roofline_geomean": geomean([r["of_roofline"] for r in decode]) if decode else None,
+        "max_rel_err": max(r["rel_err"] for r in rows),
+    }
+    if all("vs_padded" in r for r in rows):
+        out["geomean_vs_padded"] = geomean([r["vs_padded"] for r in rows])
+    return out

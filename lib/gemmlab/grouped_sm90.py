@@ -101,6 +101,20 @@ def rewrite_descriptor(atom: cute.CopyAtom, tensor: cute.Tensor, smem_slot):
 
 
 @cute.jit
+def publish_descriptor_unfenced(workspace: cute.Tensor, cta: Int32, slot: int, smem_slot):
+    """The broken twin of :func:`publish_descriptor` (a teaching knob): 16 plain 8-byte copies.
+
+    The bytes reach global memory through the generic proxy only: nothing
+    orders them with the TMA unit's reads through the tensormap proxy.
+    """
+    lane = cute.arch.lane_idx()
+    src = cute.make_tensor(smem_slot, cute.make_layout(DESC_WORDS))
+    if lane < DESC_WORDS:
+        workspace[(cta, slot, lane)] = src[lane]
+    cute.arch.sync_warp()
+
+
+@cute.jit
 def publish_descriptor(global_ptr, smem_slot):
     """``tensormap.cp_fenceproxy ... release``: copy the 128 bytes to the global slot *and* order the copy.
 
@@ -238,7 +252,7 @@ def grouped_kernel(
     tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
     a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
-    ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr,
+    ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -304,10 +318,14 @@ def grouped_kernel(
                                                            b_group_stride, table, mode, b_major_n), smem_a)
                     rewrite_descriptor(tma_b, group_tensor("b", cur.g, cur.row0, cur.m, cur.n, cur.k, tB0,
                                                            b_group_stride, table, mode, b_major_n), smem_b)
-                    publish_descriptor(global_slot(workspace, bid, slot), smem_a)
-                    publish_descriptor(global_slot(workspace, bid, A_SLOTS + slot), smem_b)
-                    acquire_descriptor(global_slot(workspace, bid, slot))
-                    acquire_descriptor(global_slot(workspace, bid, A_SLOTS + slot))
+                    if cutlass.const_expr(fences):
+                        publish_descriptor(global_slot(workspace, bid, slot), smem_a)
+                        publish_descriptor(global_slot(workspace, bid, A_SLOTS + slot), smem_b)
+                        acquire_descriptor(global_slot(workspace, bid, slot))
+                        acquire_descriptor(global_slot(workspace, bid, A_SLOTS + slot))
+                    else:
+                        publish_descriptor_unfenced(workspace, bid, slot, smem_a)
+                        publish_descriptor_unfenced(workspace, bid, A_SLOTS + slot, smem_b)
                     last = cur.g
                 desc_a = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, slot), cute.AddressSpace.generic)
                 desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, A_SLOTS + slot),
@@ -406,8 +424,11 @@ def grouped_kernel(
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
                     rewrite_descriptor(tma_c, group_tensor("c", cur.g, cur.row0, cur.m, cur.n, cur.k, tC0,
                                                            b_group_stride, table, mode, b_major_n), smem_c)
-                    publish_descriptor(global_slot(workspace, bid, c_slot), smem_c)
-                    acquire_descriptor(global_slot(workspace, bid, c_slot))
+                    if cutlass.const_expr(fences):
+                        publish_descriptor(global_slot(workspace, bid, c_slot), smem_c)
+                        acquire_descriptor(global_slot(workspace, bid, c_slot))
+                    else:
+                        publish_descriptor_unfenced(workspace, bid, c_slot, smem_c)
                 last = cur.g
             desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
 
@@ -444,7 +465,7 @@ def grouped_kernel(
 @cute.jit
 def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                    workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
-                   cfg: cutlass.Constexpr, mode: cutlass.Constexpr):
+                   cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -485,18 +506,18 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                   cfg, mode, b_major_n, ab_type, c.element_type).launch(
+                   cfg, mode, b_major_n, ab_type, c.element_type, fences).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_host(cfg: Sm90Config, mode: str):
+def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
-        launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode)
+        launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences)
 
     return grouped_sm90_host
 
@@ -506,11 +527,13 @@ MODES = ("ragged", "table")
 
 
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
-                    target: str = "sm_90a", tvm_ffi: bool = False):
+                    target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
     one compiled kernel per (configuration, mode, B's layout) serves every call.
+    ``fences=False`` compiles the broken variant: descriptors published with
+    plain stores, no release, no acquire (chapter 08's "break it" exercise).
     """
     from .checks import check_choice
     from .compile import check_target, compile_for, fake_stream, fake_tensor
@@ -537,5 +560,5 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    return compile_for(target, grouped_host(cfg, mode), a, b, c, offs, table, workspace, Int32(1), Int32(1),
+    return compile_for(target, grouped_host(cfg, mode, bool(fences)), a, b, c, offs, table, workspace, Int32(1), Int32(1),
                        fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)

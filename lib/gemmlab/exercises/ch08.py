@@ -1,0 +1,53 @@
+"""Chapter 08's exercises (the grouped GEMM, descriptors rewritten on the device): checkers and worked solutions."""
+from __future__ import annotations
+
+from . import verdict
+
+#: The grouped problem of exercise 1: rows per group, N, tile, CTAs.
+ORDER_PROBLEM = dict(m_sizes=[300, 0, 70, 520], n=512, tile_m=128, tile_n=128, grid=5)
+
+
+def check_tiles_and_rewrites(answer) -> bool:
+    """Predict, then run: ``(tiles in all, descriptor rewrites by CTA 0)`` for :data:`ORDER_PROBLEM`."""
+    return verdict("tiles and rewrites", answer, solution_tiles_and_rewrites(),
+                   "Count ceil(M / 128) x ceil(512 / 128) tiles per group (an empty group has none), number them "
+                   "group after group with M fastest, give CTA 0 tiles 0, 5, 10, ...; it rewrites its descriptors "
+                   "each time its next tile lies in another group than the previous one (and for its first).")
+
+
+def solution_tiles_and_rewrites():
+    # 3 x 4 + 0 + 1 x 4 + 5 x 4 = 36 tiles. CTA 0 takes 0, 5, ..., 35: tiles 0-11 are group 0,
+    # 12-15 group 2, 16-35 group 3, so it enters group 0 (tile 0), group 2 (tile 15), group 3 (tile 20).
+    from ..grouped import descriptor_updates, tile_order
+
+    p = ORDER_PROBLEM
+    order = tile_order(p["m_sizes"], p["n"], p["tile_m"], p["tile_n"], p["grid"])
+    return (sum(len(t) for t in order), descriptor_updates(**p)[0])  # (36, 3)
+
+
+def check_fence_instructions(answer) -> bool:
+    """Break it: which two PTX instructions vanish when the kernel is compiled with ``fences=False``?
+
+    Answer with a set of the two instruction names up to their first operand-free dot suffixes, e.g.
+    ``{"tensormap.cp_fenceproxy", "fence.proxy.tensormap::generic.acquire"}``-like strings.
+    """
+    return verdict("vanished instructions", answer if answer is None else set(answer),
+                   solution_fence_instructions(),
+                   "Compare ptx_opcodes of the two compiles: the release that copies the descriptor to global "
+                   "memory and the acquire before the first TMA that uses it.")
+
+
+def solution_fence_instructions():
+    return {"tensormap.cp_fenceproxy", "fence.proxy.tensormap::generic.acquire"}
+
+
+def check_decode_floor_us(answer) -> bool:
+    """Count the floor: 23 non-empty experts of DeepSeek-V3's gate/up (N = 4096, K = 7168, BF16) at 3.35 TB/s, in us."""
+    ok = answer is not None and isinstance(answer, (int, float)) and abs(answer - solution_decode_floor_us()) <= 2
+    return verdict("decode floor (us)", solution_decode_floor_us() if ok else answer, solution_decode_floor_us(),
+                   "Only the experts that got tokens are read: 23 x 4096 x 7168 x 2 bytes; the 64 tokens' rows "
+                   "are negligible. Divide by 3.35e12 bytes/s.")
+
+
+def solution_decode_floor_us():
+    return round(23 * 4096 * 7168 * 2 / 3.35e12 * 1e6)  # 403

@@ -1,0 +1,103 @@
+"""Chapter 08's figures and tables: the tile order across groups, the MoE benchmark against its roofline."""
+from __future__ import annotations
+
+from .bench import geomean
+from .grouped import tile_order
+
+
+def draw_tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, name: str = "08_tile_order"):
+    """Every tile of a grouped problem, coloured by the CTA that computes it, labelled with its turn.
+
+    One panel per group (empty groups shown empty): rows are M tiles, columns N
+    tiles. The label ``b:i`` is CTA ``b``'s ``i``-th tile; the heavy outline marks
+    the tiles where a CTA enters a new group, i.e. rewrites its descriptors.
+    """
+    import matplotlib.pyplot as plt
+
+    from .figures import new_figure, save
+
+    order = tile_order(m_sizes, n, tile_m, tile_n, grid)
+    where = {}
+    for cta, tiles in enumerate(order):
+        for i, t in enumerate(tiles):
+            new_group = i == 0 or tiles[i - 1][0] != t[0]
+            where[t] = (cta, i, new_group)
+    nt = -(-n // tile_n)
+    widths = [nt] * len(m_sizes)
+    fig, axes = new_figure(1, len(m_sizes), figsize=(0.9 * sum(widths) + 1.5, 3.2), squeeze=False,
+                           gridspec_kw={"width_ratios": widths})
+    cmap = plt.get_cmap("tab10")
+    tallest = max(max(-(-m // tile_m) for m in m_sizes), 1)
+    for g, (ax, m) in enumerate(zip(axes[0], m_sizes)):
+        mt = -(-m // tile_m)
+        for mi in range(mt):
+            for ni in range(nt):
+                cta, i, new = where[(g, mi, ni)]
+                ax.add_patch(plt.Rectangle((ni, mi), 1, 1, facecolor=cmap(cta % 10), alpha=0.55,
+                                           edgecolor="black", lw=2.2 if new else 0.6))
+                ax.text(ni + 0.5, mi + 0.5, f"{cta}:{i}", ha="center", va="center", fontsize=8)
+        ax.set_xlim(0, nt)
+        ax.set_ylim(tallest, 0)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(f"group {g}: M = {m}" + (" (no tiles)" if mt == 0 else ""), fontsize=9)
+    fig.suptitle(f"{grid} CTAs, tiles {tile_m} x {tile_n}, N = {n}; label = CTA:turn; thick edge = "
+                 f"descriptor rewrite", fontsize=9, y=1.0)
+    return save(fig, name)
+
+
+def draw_moe(docs: list[dict], name: str = "08_moe"):
+    """TFLOP/s against tokens per expert, ours and torch._grouped_mm, with the roofline; a panel per device."""
+    from .figures import new_figure, save
+
+    fig, axes = new_figure(1, len(docs), figsize=(6.4 * len(docs), 4.6), squeeze=False, sharey=True)
+    for ax, doc in zip(axes[0], docs):
+        rows = sorted(doc["rows"], key=lambda r: r["tokens"] / r["groups"])
+        x = [r["tokens"] / r["groups"] for r in rows]
+        roof = [2 * r["tokens"] * r["n"] * r["k"] / (r["floor_ms"] * 1e-3) / 1e12 for r in rows]
+        ax.plot(x, roof, "_", ms=12, color="black", label="roofline (max of FLOPs/peak, bytes/HBM)")
+        ax.plot(x, [r["torch_grouped_mm_kernel_tflops"] for r in rows], "s", ms=4, mfc="none",
+                color="tab:orange", label="torch._grouped_mm")
+        ax.plot(x, [r["gemmlab_kernel_tflops"] for r in rows], "o", ms=4, color="tab:blue",
+                label="gemmlab.grouped_gemm")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("tokens per expert (T / G)")
+        g = geomean([r["vs_torch_kernel"] for r in rows])
+        ax.set_title(f"{doc['device']}: kernel time ratio vs torch, geomean {g:.3f}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("TFLOP/s (kernel time)")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    return save(fig, name)
+
+
+def moe_table(doc: dict) -> str:
+    """One line per MoE set: tokens, groups, our tile, the times (ms) and ratios."""
+    head = (f"{'set':22s} {'G':>4s} {'T':>6s} {'live':>4s} {'tile':>8s} {'ours':>7s} {'torch':>7s} "
+            f"{'loop':>7s} {'padded':>7s} {'x torch':>7s} {'roof':>5s}")
+    lines = [head, "-" * len(head)]
+    for r in doc["rows"]:
+        padded = f"{r['padded_bmm_ms']:7.3f}" if "padded_bmm_ms" in r else f"{'-':>7s}"
+        lines.append(f"{r['shape']:22s} {r['groups']:4d} {r['tokens']:6d} {r['nonempty']:4d} "
+                     f"{r['config'].split()[0]:>8s} {r['gemmlab_novalidate_ms']:7.3f} {r['torch_grouped_mm_ms']:7.3f} "
+                     f"{r['matmul_loop_ms']:7.3f} {padded} {r['vs_torch_kernel']:7.2f} {r['of_roofline']:5.2f}")
+    return "\n".join(lines)
+
+
+def summary_lines(doc: dict) -> str:
+    """The benchmark's headline numbers, one per line, named."""
+    from .grouped import summarize
+
+    s = summarize(doc["rows"])
+    lines = [f"{doc['device']} ({s['sets']} MoE sets, {doc.get('date', '')[:10]})",
+             f"  kernel time vs torch._grouped_mm: geomean {s['geomean_vs_torch_kernel']:.3f}x, "
+             f"min {s['min_vs_torch_kernel']:.3f}x",
+             f"  public call vs torch._grouped_mm: {s['geomean_vs_torch']:.3f}x with the offs check, "
+             f"{s['geomean_vs_torch_novalidate']:.3f}x without (min {s['min_vs_torch_novalidate']:.3f}x)",
+             f"  vs a loop of torch.matmul: {s['geomean_vs_loop']:.3f}x"]
+    if "geomean_vs_padded" in s:
+        lines.append(f"  vs a padded batched GEMM (torch.bmm, padding not timed): {s['geomean_vs_padded']:.3f}x")
+    lines.append(f"  decode sets (<= 16 tokens per expert, {s['decode_sets']}): {s['decode_of_roofline_geomean']:.2f} "
+                 f"of the roofline (geomean), lowest {s['decode_of_roofline_min']:.2f}")
+    lines.append(f"  largest relative error against FP32: {s['max_rel_err']:.1e}")
+    return "\n".join(lines)
