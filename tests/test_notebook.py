@@ -225,3 +225,11 @@ def test_setup_line_goes_after_future_imports_and_cell_magics(tmp_path):
     q = _write(tmp_path, "e.ipynb", [("%%capture\nimport os", [])])
     gnb.main(["--mark", str(q)])
     assert _sources(q)[0] == f"%%capture\n{gnb.SETUP_LINE}\nimport os"
+
+
+def test_outside_a_checkout_the_tool_says_so(tmp_path, monkeypatch, capsys):
+    from gemmlab import runner
+
+    monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path / "nowhere")
+    assert gnb.main(["--check"]) == 2
+    assert "no notebooks found" in capsys.readouterr().err

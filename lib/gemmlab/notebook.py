@@ -238,9 +238,13 @@ def main(argv=None) -> int:
 
     import nbformat
 
-    from .runner import default_notebooks
+    from .runner import NoNotebooks, default_notebooks
 
-    paths = [Path(p) for p in args.notebooks] or default_notebooks()
+    try:
+        paths = [Path(p) for p in args.notebooks] or default_notebooks()
+    except NoNotebooks as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     bad = 0
     for p in paths:
         try:
