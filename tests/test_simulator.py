@@ -157,3 +157,11 @@ def test_predict_designs_by_hand():
     # A shallow ring (2 stages, k = 3): both stall, the unrolled design more.
     p = sm.predict_designs(2, (8, 3), 3, 1)
     assert p["carried"] > 3 + 24 and p["extra"] > 0
+
+
+@pytest.mark.parametrize("name", ["load_time", "compute_time", "issue_time", "transfer_time", "epilogue_time"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_simulate_rejects_non_finite_durations(name, bad):
+    kw = {"load_time": 3.0, "compute_time": 1.0, name: bad}
+    with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+        sm.simulate(2, (1, 4), **kw)

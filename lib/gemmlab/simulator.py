@@ -69,6 +69,7 @@ Closed forms the tests check (``issue_time = 0`` unless said, ``n`` slots):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -184,6 +185,8 @@ def _k_text(tiles: list[int]) -> str:
 def _number(name: str, v, *, positive: bool = False) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError(f"{name} must be a number; got {type(v).__name__}")
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number; got {v}")
     if v < 0 or (positive and v == 0):
         raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}; got {v}")
     return float(v)

@@ -22,9 +22,10 @@ What it models
       phase or a missing wait therefore shows up as a wrong C, a barrier
       waited on with a phase it never reaches (deadlock) or a wait that
       passed on an older phase than it needed (an aliased wait).
-    * :func:`predict_tflops`: chapter 05's timeline simulator fed with B200's
-      published rates: a *prediction* of the kernel's TFLOP/s, never a
-      measurement.
+    * :func:`predict_tflops`: chapter 05's timeline simulator, calibrated on the
+      chapter 07 measurements of an H100 and an H200 (:mod:`gemmlab.calibration`),
+      fed with B200's published rates: a *prediction* of the kernel's TFLOP/s as a
+      range, never a measurement.
 
 What it adds over chapter 07's CPU model
     Three pipelines instead of one, two CTAs sharing barriers (the leader's
@@ -34,7 +35,7 @@ What it adds over chapter 07's CPU model
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -48,7 +49,7 @@ from .mbarrier import Mbarrier
 from .pipeline import PipelineState
 from .scheduler import TileScheduler
 
-BUGS = (None, "reset_per_tile", "no_store_wait", "one_acc_phase")
+BUGS = (None, "reset_per_tile", "no_store_wait", "one_acc_phase", "no_tail")
 
 
 def choose_config(m: int, n: int, k: int, num_sms: int = DEFAULT_NUM_SMS) -> Sm100Config:
@@ -167,10 +168,11 @@ class ClusterRun:
     aliased: list[str] = field(default_factory=list)  # waits that passed on a phase older than needed
     trace: list[dict] = field(default_factory=list)  # every role step with its stage/phase (as schedule_rows)
     stores: list[tuple] = field(default_factory=list)  # (cta, rows, cols) of every TMA store, in completion order
+    late: list[str] = field(default_factory=list)  # arrivals on a CTA's barrier after all its roles had finished
 
     @property
     def ok(self) -> bool:
-        return not self.deadlock and not self.aliased
+        return not self.deadlock and not self.aliased and not self.late
 
 
 class _Cluster:
@@ -207,9 +209,14 @@ def simulate_cluster(a: np.ndarray, b: np.ndarray, c: np.ndarray, cfg: Sm100Conf
     ``"reset_per_tile"`` (SMEM-AB PipelineStates re-created every tile),
     ``"no_store_wait"`` (the epilogue overwrites a staging buffer without
     ``cp.async.bulk.wait_group.read``), ``"one_acc_phase"`` (the MMA warp
-    never flips its TMEM-C phase).
+    never flips its TMEM-C phase), ``"no_tail"`` (the TMA and MMA warps skip their producer tails).
+
+    A *late arrival* is an arrival on a CTA's barrier after every role of that CTA has finished: that CTA
+    may already be tearing down (freeing TMEM, exiting) while the other CTA still signals it. The producer
+    tails exist to make that impossible; ``no_tail`` shows what they prevent.
     """
     check_choice("bug", bug, BUGS)
+    cfg = _checked_config(cfg)
     m, k = a.shape
     n = b.shape[0]
     S, bn, en = cfg.ab_stages, cfg.block_n, cfg.epi_n
@@ -248,10 +255,24 @@ def simulate_cluster(a: np.ndarray, b: np.ndarray, c: np.ndarray, cfg: Sm100Conf
                 b_blk = _padded(b, nt * bn + cta * (bn // 2), bn // 2, kb * BLOCK_K, BLOCK_K)
                 st.loads.append((cta, s, a_blk, b_blk))
                 ab.advance()
+        if bug != "no_tail":  # producer tail: every stage this CTA filled has been released
+            for _ in range(S):
+                yield wait(st.ab_empty[cta][ab.index], ab.phase, f"tma{cta} tail ab_empty[{ab.index}]", True)
+                ab.advance()
+
+    def cta_done(cta):
+        return all(r in done for r in (("tma0", "mma", "epi0") if cta == 0 else ("tma1", "epi1")))
+
+    def arrive_on(cta, bar, what):
+        if cta_done(cta):
+            run.late.append(f"{what} arrives on CTA {cta} after all its roles finished")
+        bar.arrive()
 
     def finish_load(load):
         cta, s, a_blk, b_blk = load
         st.smem_a[cta][s], st.smem_b[cta][s] = a_blk, b_blk
+        if cta_done(0):
+            run.late.append(f"TMA load of CTA {cta} completes on CTA 0's ab_full[{s}] after all its roles finished")
         st.ab_full[0][s].complete_tx(cfg.stage_bytes)  # the 2-CTA TMA signals the leader's barrier
 
     # ---- MMA warp (leader CTA)
@@ -270,13 +291,18 @@ def simulate_cluster(a: np.ndarray, b: np.ndarray, c: np.ndarray, cfg: Sm100Conf
                 run.trace.append(dict(role="mma", cta=0, tile=i, m_tile=mt, n_tile=nt, k=kb, ab_stage=s,
                                       ab_phase=ab.phase, acc=acc.index))
                 st.tensor_pipe.append(("mma", s, acc.index, kb > 0))
-                st.tensor_pipe.append(("commit", [st.ab_empty[0][s], st.ab_empty[1][s]]))
+                st.tensor_pipe.append(("commit", [st.ab_empty[0][s], st.ab_empty[1][s]], f"commit ab_empty[{s}]"))
                 ab.advance()
-            st.tensor_pipe.append(("commit", [st.tmem_full[0][acc.index], st.tmem_full[1][acc.index]]))
+            st.tensor_pipe.append(("commit", [st.tmem_full[0][acc.index], st.tmem_full[1][acc.index]],
+                                   f"commit tmem_full[{acc.index}]"))
             if bug == "one_acc_phase":
                 acc.index = (acc.index + 1) % ACC_STAGES  # moves the stage but never flips the phase
                 acc.count += 1
             else:
+                acc.advance()
+        if bug != "no_tail":  # producer tail: both epilogues have drained every accumulator
+            for _ in range(ACC_STAGES):
+                yield wait(st.tmem_empty[0][acc.index], acc.phase, f"mma tail tmem_empty[{acc.index}]", True)
                 acc.advance()
 
     def finish_tensor_op(op):
@@ -287,8 +313,8 @@ def simulate_cluster(a: np.ndarray, b: np.ndarray, c: np.ndarray, cfg: Sm100Conf
                 prod = st.smem_a[cta][s] @ b_pair.T
                 st.tmem[cta][ai] = st.tmem[cta][ai] + prod if accumulate else prod
         else:
-            for bar in op[1]:
-                bar.arrive()
+            for cta, bar in enumerate(op[1]):  # the multicast commit: one arrival in each CTA of the pair
+                arrive_on(cta, bar, op[2])
 
     # ---- epilogue warpgroup of CTA ``cta``
     def epilogue_role(cta):
@@ -310,7 +336,7 @@ def simulate_cluster(a: np.ndarray, b: np.ndarray, c: np.ndarray, cfg: Sm100Conf
                 st.stores[cta].append((cst.index, r0, c0))
                 cst.advance()
             for _ in range(EPILOGUE_WARPS):  # one elected lane per warp, remote arrive on the leader
-                st.tmem_empty[0][acc.index].arrive()
+                arrive_on(0, st.tmem_empty[0][acc.index], f"epi{cta} tmem_empty[{acc.index}]")
             acc.advance()
         yield Wait(f"epi{cta} wait_group 0", lambda: not st.stores[cta])
 
@@ -379,10 +405,20 @@ class ModelRun:
     c: np.ndarray
     clusters: list[ClusterRun]
     cfg: Sm100Config
+    written: np.ndarray | None = None  # which elements of C a store wrote
+
+    @property
+    def unwritten(self) -> int:
+        """Elements of C that no TMA store wrote (still poisoned)."""
+        return int((~self.written).sum()) if self.written is not None else 0
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.clusters)
+        return all(r.ok for r in self.clusters) and self.unwritten == 0
+
+    @property
+    def late(self) -> list[str]:
+        return [w for r in self.clusters for w in r.late]
 
     @property
     def deadlocks(self) -> list[ClusterRun]:
@@ -396,6 +432,13 @@ class ModelRun:
 POISON = np.float32(-12345.0)  # the model's output starts poisoned, like the GPU tests' outputs
 
 
+def _checked_config(cfg) -> Sm100Config:
+    """``cfg`` re-validated: an ``Sm100Config`` whose fields pass every rule (also one altered after creation)."""
+    if not isinstance(cfg, Sm100Config):
+        raise TypeError(f"cfg must be an Sm100Config (gemmlab.family.configs); got {type(cfg).__name__}")
+    return replace(cfg).check_fits() if cfg.ab_stages >= 2 else replace(cfg)
+
+
 def run_model(a, b, cfg: Sm100Config | None = None, *, seed: int = 0, bug: str | None = None) -> ModelRun:
     """Run every cluster of the kernel on the CPU for ``a @ b.T`` (``a``: M x K, ``b``: N x K).
 
@@ -407,10 +450,16 @@ def run_model(a, b, cfg: Sm100Config | None = None, *, seed: int = 0, bug: str |
         raise ValueError(f"a must be M x K and b N x K with the same K; got {a.shape} and {b.shape}")
     m, k = a.shape
     n = b.shape[0]
-    cfg = cfg or choose_config(m, n, k)
+    if min(m, n, k) < 1:
+        raise ValueError(f"a and b must not be empty; got {a.shape} and {b.shape}")
+    cfg = _checked_config(cfg if cfg is not None else choose_config(m, n, k))
     c = np.full((m, n), POISON, dtype=np.float32)
     runs = [simulate_cluster(a, b, c, cfg, cl, seed=seed, bug=bug) for cl in range(num_clusters_for(m, n, cfg))]
-    return ModelRun(c, runs, cfg)
+    written = np.zeros((m, n), dtype=bool)
+    for r in runs:
+        for _, (r0, r1), (c0, c1) in r.stores:
+            written[r0:r1, c0:c1] = True
+    return ModelRun(c, runs, cfg, written)
 
 
 def small_config(block_n: int = 256, ab_stages: int = 3, num_sms: int = 4, epi_n: int = 32) -> Sm100Config:
@@ -500,54 +549,25 @@ def draw_schedule(m: int, n: int, k: int, cfg: Sm100Config, name: str = "10_sche
 
 
 # --------------------------------------------------------------------------------------
-# The prediction: chapter 05's simulator with B200's published rates
+# The prediction: chapter 05's simulator, calibrated on Hopper first (gemmlab.calibration)
 # --------------------------------------------------------------------------------------
-
-B200_BF16_DENSE_FLOPS = 2.25e15  # published dense BF16 tensor throughput, FLOP/s
-B200_HBM_BYTES_PER_S = 7.7e12  # published HBM3e bandwidth, bytes/s
-LOAD_LATENCY_S = 1.0e-6  # an assumed TMA load latency (HBM round trip), seconds
-LAUNCH_OVERHEAD_S = 4.0e-6  # an assumed launch + prologue + teardown, seconds
 
 PART3_SHAPES = [(4096, n, k) for n, k in ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384),
                                           (4096, 7168), (7168, 2048))] + [(4096, 4096, 4096), (8192, 8192, 8192),
                                                                           (2048, 2048, 8192)]
 
 
-def predict_tflops(shape, cfg: Sm100Config | None = None, *, flops: float = B200_BF16_DENSE_FLOPS,
-                   hbm: float = B200_HBM_BYTES_PER_S, num_sms: int = DEFAULT_NUM_SMS,
-                   load_latency: float = LOAD_LATENCY_S, overhead: float = LAUNCH_OVERHEAD_S) -> dict:
+def predict_tflops(shape, cfg: Sm100Config | None = None) -> dict:
     """A PREDICTION of the kernel's TFLOP/s on a B200 for ``shape = (m, n, k)`` (nothing is measured).
 
-    The busiest cluster's work goes through :func:`gemmlab.simulator.simulate`:
-    one slot per k-block, ``compute_time`` = the pair's 256 x ``block_n`` x 64
-    MMA at the pair's share (2/148) of 2.25 PFLOP/s; ``transfer_time`` = the
-    pair's share of the problem's minimum HBM traffic (A, B read once, C
-    written once) at its share of 7.7 TB/s; the epilogue overlaps through
-    two accumulator stages and takes the time to store its tile at that
-    share. Add a fixed launch overhead. Returns the inputs and the result.
+    :func:`gemmlab.calibration.predict_b200`: the pipeline simulator with the clock, epilogue and HBM
+    recipe that reproduces the chapter 07 measurements on an H100 and an H200 within 10 %, fed with
+    B200's datasheet rates. Returns ``low_tflops``, ``predicted_tflops`` and ``high_tflops`` (the range)
+    with the inputs.
     """
-    from .simulator import simulate
+    from .calibration import predict_b200
 
-    m, n, k = shape
-    cfg = cfg or choose_config(m, n, k, num_sms)
-    clusters = num_clusters_for(m, n, cfg)
-    sched = tile_scheduler(m, n, cfg)
-    k_tiles = ceil_div(k, BLOCK_K)
-    busiest = ceil_div(sched.num_tiles, clusters)
-    pair_flops = flops * 2 / num_sms
-    compute_time = 2 * PAIR_M * cfg.block_n * BLOCK_K / pair_flops
-    total_bytes = 2 * (m * k + n * k + m * n)
-    pair_bw = hbm / clusters
-    slots = sched.num_tiles * k_tiles
-    transfer_time = (2 * (m * k + n * k)) / slots / pair_bw
-    epilogue_time = 2 * PAIR_M * cfg.block_n / pair_bw
-    tl = simulate(cfg.ab_stages, [k_tiles] * busiest, load_latency, compute_time, transfer_time=transfer_time,
-                  epilogue_time=epilogue_time, epilogue="overlapped", acc_stages=ACC_STAGES)
-    seconds = tl.total + overhead
-    return dict(m=m, n=n, k=k, block_n=cfg.block_n, stages=cfg.ab_stages, clusters=clusters,
-                tiles=sched.num_tiles, waves=busiest, compute_us=compute_time * 1e6, transfer_us=transfer_time * 1e6,
-                predicted_us=seconds * 1e6, predicted_tflops=2 * m * n * k / seconds / 1e12,
-                roofline_tflops=2 * m * n * k / max(2 * m * n * k / flops, total_bytes / hbm) / 1e12)
+    return predict_b200(shape, cfg)
 
 
 def prediction_table(shapes=None) -> list[dict]:
@@ -556,23 +576,27 @@ def prediction_table(shapes=None) -> list[dict]:
 
 
 def draw_prediction(rows: list[dict], name: str = "10_prediction"):
-    """Bar chart of predicted TFLOP/s against the roofline, labelled PREDICTION. Returns ``(path, data)``."""
+    """Predicted TFLOP/s ranges against the roofline, labelled PREDICTION. Returns ``(path, data)``."""
     from .figures import new_figure, save
 
     labels = [f"{r['m']}x{r['n']}x{r['k']}" for r in rows]
     pred = [r["predicted_tflops"] for r in rows]
+    low = [r["low_tflops"] for r in rows]
+    high = [r["high_tflops"] for r in rows]
     roof = [r["roofline_tflops"] for r in rows]
     fig, ax = new_figure(figsize=(11, 4))
     x = np.arange(len(rows))
     ax.bar(x - 0.2, roof, 0.4, color="#BBBBBB", label="roofline (2.25 PFLOP/s, 7.7 TB/s)")
-    ax.bar(x + 0.2, pred, 0.4, color="#4C72B0", label="PREDICTED by the pipeline simulator")
-    for xi, p in zip(x, pred):
-        ax.text(xi + 0.2, p, f"{p:.0f}", ha="center", va="bottom", fontsize=7)
+    ax.bar(x + 0.2, pred, 0.4, color="#4C72B0", label="PREDICTED (calibrated on H100/H200), with its range")
+    ax.errorbar(x + 0.2, pred, yerr=[np.subtract(pred, low), np.subtract(high, pred)], fmt="none", ecolor="black",
+                capsize=3, lw=1)
+    for xi, lo_, hi_ in zip(x, low, high):
+        ax.text(xi + 0.2, hi_ + 20, f"{lo_:.0f}-{hi_:.0f}", ha="center", va="bottom", fontsize=6)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("TFLOP/s (BF16)")
-    ax.set_title("B200, persistent 2-CTA GEMM: a PREDICTION from published rates, not a measurement", fontsize=10)
+    ax.set_title("B200, persistent 2-CTA GEMM: a PREDICTION, not a measurement", fontsize=10)
     ax.set_ylim(0, 2750)
     ax.legend(fontsize=8, loc="upper center", ncol=2)
     path = save(fig, name)
-    return path, {"labels": labels, "predicted": pred, "roofline": roof}
+    return path, {"labels": labels, "predicted": pred, "low": low, "high": high, "roofline": roof}
