@@ -27,7 +27,7 @@ PY       := $(VENV_PY)
 VENV_DEP := venv
 endif
 
-.PHONY: venv run test lab gpu-check gpu-tests gpu-bench gpu-notebooks gpu-nbval sanitize bench lock clean
+.PHONY: venv run test lab gpu-check gpu-tests gpu-bench gpu-notebooks gpu-nbval sanitize bench lock clean sm100-check
 
 venv: $(VENV)/.installed
 
@@ -107,6 +107,13 @@ sanitize:
 	done; \
 	grep -q "ERROR SUMMARY: 0 errors" $$f && grep -q "RACECHECK SUMMARY: 0 hazards" $$f \
 	  || { echo "compute-sanitizer found problems: see $$f" >&2; exit 1; }
+
+# On a B200 / GB200: sm100 tests (mandatory), chapters 09-10 with their sm100 cells, a short benchmark
+# against cuBLAS, one verdict table, results/<device>/sm100_check.json (benchmarks/sm100_check.py).
+# Elsewhere: one line naming the tier it needs, exit status 2.
+sm100-check:
+	@py="$(GPU_PY)"; if [ "$$py" = NEEDS_VENV ]; then $(MAKE) -s venv && py=$(VENV_PY); fi; \
+	$$py benchmarks/sm100_check.py
 
 bench:
 	$(or $(filter-out NEEDS_VENV,$(GPU_PY)),$(VENV_PY)) benchmarks/run.py
