@@ -275,3 +275,11 @@ def test_without_tails_the_peer_signals_a_finished_leader():
     assert late and all("after all its roles finished" in w for w in late)
     assert any("epi1 tmem_empty" in w for w in late)  # the peer's epilogue arrives on the leader
     assert all(np.array_equal(r.c, a @ b.T) for r in runs)  # C is right: the hazard is the teardown's
+
+
+def test_chapter10_exercise_solutions_by_hand():
+    from gemmlab.exercises import ch10
+
+    assert ch10.solution_tx_bytes() == 2 * (128 + 64) * 64 * 2 == 49152
+    assert ch10.solution_late_arrival_barrier() == "tmem_empty"
+    assert ch10.solution_held_clock_effect() == pytest.approx(1.83 / 1.46, abs=0.02)

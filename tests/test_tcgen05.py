@@ -301,3 +301,14 @@ def test_cta_pair_mma():
     b = torch.randn(128, 128, device="cuda").to(torch.bfloat16)
     d, _ = t5.run_mma_tile(a, b, num=32, cta_group=2)
     torch.testing.assert_close(d, a.float() @ b.float().T, atol=1e-2, rtol=1e-3)
+
+
+def test_chapter09_exercise_solutions_by_hand():
+    from gemmlab.exercises import ch09
+
+    assert ch09.solution_idesc() == 1 << 4 | 1 << 7 | 1 << 10 | 16 << 17 | 16 << 24 == 0x10200490
+    assert ch09.solution_ld_row() == 32 * (5 % 4) + 7 == 39
+    assert ch09.solution_sm90_descriptor_on_sm100() == 1 << 46  # only the version bits differ
+    assert [t5.sm90_swizzle_as_sm100(c) for c in (0, 1, 2, 3)] == [0, 2, 4, 6]
+    with pytest.raises(ValueError, match="sm90_code"):
+        t5.sm90_swizzle_as_sm100(4)
