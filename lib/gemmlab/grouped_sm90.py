@@ -96,8 +96,15 @@ def start_descriptor(atom: cute.CopyAtom, smem_slot):
 
 @cute.jit
 def rewrite_descriptor(atom: cute.CopyAtom, tensor: cute.Tensor, smem_slot):
-    """``tensormap.replace`` the address, sizes and strides of the shared-memory copy with ``tensor``'s."""
-    cpasync.update_tma_descriptor(atom, tensor, smem_slot)
+    """``tensormap.replace`` the address, sizes and strides of the shared-memory copy with ``tensor``'s.
+
+    One lane writes (32 lanes writing the same bytes is a race, if a harmless
+    one, that compute-sanitizer's racecheck reports); ``__syncwarp`` then makes
+    the bytes visible to the whole warp, which publishes them together.
+    """
+    with cute.arch.elect_one():
+        cpasync.update_tma_descriptor(atom, tensor, smem_slot)
+    cute.arch.sync_warp()
 
 
 @cute.jit
