@@ -33,6 +33,15 @@ What it teaches
 
       Two accumulator stages of 256 fp32 columns fill TMEM's 512 columns, so
       the epilogue of tile *i* overlaps the main loop of tile *i + 1*.
+    * **Set-up and teardown in the order of the working kernels** (NVIDIA's CuTe DSL
+      ``dense_gemm_persistent``, CUTLASS C++ ``sm100_gemm_tma_warpspecialized``,
+      DeepGEMM ``sm100_bf16_gemm``): barrier init, cluster barrier, TMEM alloc
+      (``cta_group::2`` is one operation of the pair, so both CTAs must be set up
+      first), a fenced CTA barrier publishing the address, the roles, *producer
+      tails* (the TMA warp waits out every ``ab_empty``, the MMA warp every
+      ``tmem_empty``), the final cluster barrier, relinquish and dealloc.
+      :func:`static_evidence` reads these points back from the PTX;
+      ``tests/test_sm100_pinned.py`` pins them.
     * A **persistent grid**: ``num_sms / 2`` clusters walk the output tiles
       ``cluster, cluster + clusters, ...`` in chapter 07's grouped raster order
       (:class:`gemmlab.scheduler.TileScheduler`; on the device
