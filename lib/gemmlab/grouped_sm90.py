@@ -98,12 +98,12 @@ def start_descriptor(atom: cute.CopyAtom, smem_slot):
 def rewrite_descriptor(atom: cute.CopyAtom, tensor: cute.Tensor, smem_slot):
     """``tensormap.replace`` the address, sizes and strides of the shared-memory copy with ``tensor``'s.
 
-    One lane writes (32 lanes writing the same bytes is a race, if a harmless
-    one, that compute-sanitizer's racecheck reports); ``__syncwarp`` then makes
-    the bytes visible to the whole warp, which publishes them together.
+    The DSL's update elects one lane to write (``elect.sync`` inside: so it must be
+    called by the whole warp, never from an already elected lane, which hangs);
+    ``__syncwarp`` then orders that lane's writes before the other lanes' part in
+    the warp-wide publish that follows.
     """
-    with cute.arch.elect_one():
-        cpasync.update_tma_descriptor(atom, tensor, smem_slot)
+    cpasync.update_tma_descriptor(atom, tensor, smem_slot)
     cute.arch.sync_warp()
 
 
