@@ -6,6 +6,7 @@ argument and the rule it broke.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Iterable
 
 
@@ -68,9 +69,10 @@ def check_same(name_a: str, a, name_b: str, b):
 
 def check_int(name: str, value, *, lo: int | None = None, hi: int | None = None, multiple_of: int = 1,
               power_of_two: bool = False) -> int:
-    """An integer argument within bounds."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """An integer argument within bounds (numpy integers accepted, returned as ``int``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int; got {type(value).__name__}")
+    value = int(value)
     if lo is not None and value < lo:
         raise ValueError(f"{name} must be >= {lo}; got {value}")
     if hi is not None and value > hi:

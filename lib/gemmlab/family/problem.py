@@ -117,7 +117,7 @@ def problem_of(a, b, out=None) -> GemmProblem:
                          "For an N x K weight w pass w.t().")
     n = b.shape[1]
     if a.stride(1) != 1 and k > 1:
-        raise ValueError(f"a must be K-contiguous (row-major M x K, stride 1 along K); got strides {tuple(a.stride())}")
+        raise ValueError(f"a must be K-contiguous (row-major M x K, stride 1 along K); got strides {tuple(a.stride())}. Pass a.contiguous().")
     if not _packed(a):
         raise ValueError(f"a's rows must be packed (row stride = K = {k}); got strides {tuple(a.stride())}. "
                          "Pass a.contiguous() for a row-strided view.")
