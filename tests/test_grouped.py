@@ -242,3 +242,16 @@ def test_bad_offs_clamped_without_validation():
     out = grouped.grouped_gemm(a, b, bad, validate=False)  # clamped: no fault, rows 0..127 written
     torch.cuda.synchronize()
     assert out.shape == (128, 128)
+
+
+def test_exercise_solutions_by_hand(ragged_ptx):
+    from gemmlab.compile import ptx_opcodes
+    from gemmlab.exercises import ch08
+
+    assert ch08.solution_tiles_and_rewrites() == (3 * 4 + 1 * 4 + 5 * 4, 3)
+    broken = ptx_of(compile_grouped(grouped.SMALL, "ragged", "k", fences=False))
+    names = lambda ptx: {op for op in ptx_opcodes(ptx, r"^tensormap\.", r"^fence\.proxy\.tensormap")}
+    vanished = names(ragged_ptx) - names(broken)
+    assert {v.split(".global")[0].split(".gpu")[0] for v in vanished} == ch08.solution_fence_instructions()
+    assert names(broken) and all(n.startswith("tensormap.replace") for n in names(broken))
+    assert ch08.solution_decode_floor_us() == round(23 * 4096 * 7168 * 2 / 3.35e12 * 1e6)

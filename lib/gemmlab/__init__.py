@@ -9,8 +9,13 @@ notebooks import these modules and render their source. Import what you need::
 chapter 07's persistent kernel on Hopper, chapter 10's on Blackwell, through
 the layers of :mod:`gemmlab.family`. The kernels are imported on its first
 call, so ``import gemmlab`` stays light (no compiler).
+
+``gemmlab.grouped_gemm(a, b, offs, out=None)`` is chapter 08's grouped GEMM
+with ``torch._grouped_mm``'s ragged MoE meaning (``grouped_gemm_list`` for a
+list of independent problems), on Hopper.
 """
 __version__ = "0.1.0"
 
 from .family.api import gemm  # noqa: F401  (imports the kernels lazily)
+from .grouped import grouped_gemm, grouped_gemm_list  # noqa: F401  (likewise)
 from .tiers import TierError, detect_tier, require_tier  # noqa: F401

@@ -69,6 +69,28 @@ def _family_section(doc: dict, host: dict | None) -> str:
                                    "rel. error"], rows)
 
 
+def _grouped_section(doc: dict, sanitizer: Path | None) -> str:
+    from .grouped import summarize
+
+    s = summarize(doc["rows"])
+    head = (f"**Grouped GEMM for MoE: `gemmlab.grouped_gemm` vs `torch._grouped_mm`** (chapter 08; {doc['device']}, "
+            f"{doc['date'][:10]}, torch {doc['torch']}; {s['sets']} sets: DeepSeek-V3 and Mixtral expert layers, "
+            "G = 8 ... 128 experts, 64 ... 16384 tokens from a skewed router; `benchmarks/grouped_gemm.py moe`). "
+            f"Kernel time, torch's over ours: geomean **{s['geomean_vs_torch_kernel']:.3f}×** (lowest "
+            f"{s['min_vs_torch_kernel']:.3f}); the public call {s['geomean_vs_torch']:.3f}× with its `offs` check "
+            f"(a device-to-host read), {s['geomean_vs_torch_novalidate']:.3f}× with `validate=False`; "
+            f"{s['geomean_vs_loop']:.3f}× a loop of `torch.matmul`"
+            + (f", {s['geomean_vs_padded']:.2f}× a padded `torch.bmm`" if "geomean_vs_padded" in s else "")
+            + f". Decode sets (≤ 16 tokens per expert): {s['decode_of_roofline_geomean']:.2f} of the HBM roofline "
+            f"(lowest {s['decode_of_roofline_min']:.2f}). Largest error vs FP32: {s['max_rel_err']:.1e}.")
+    if sanitizer is not None:
+        lines = sanitizer.read_text().splitlines()
+        notes = [ln.lstrip("# ").strip() for ln in lines[1:] if ln.startswith("# ")]
+        head += (" compute-sanitizer: " + "; ".join(ln.strip("= ").strip() for ln in lines if "SUMMARY" in ln)
+                 + (f" ({' '.join(notes)})" if notes else "") + ".")
+    return head
+
+
 def _first_gemm_section(doc: dict) -> str:
     rows = [[r["kernel"], f"{r['TFLOP/s']:.0f}", f"{r['vs torch']:.3f}"] for r in doc["rows"]]
     head = f"**First TMA + WGMMA GEMM, 4096³ BF16** (chapter 06; {doc['device']}, {doc['date']})"
@@ -126,6 +148,10 @@ def render() -> str:
         f = dev_dir / "gemm_sm90_sanitizer.txt"
         if f.exists():
             parts.append(_sanitizer_section(f))
+        f = dev_dir / "grouped_gemm.json"
+        if f.exists():
+            san = dev_dir / "grouped_gemm_sanitizer.txt"
+            parts.append(_grouped_section(_load(f), san if san.exists() else None))
         f = dev_dir / "sm100_check.json"
         if f.exists():
             doc = _load(f)
