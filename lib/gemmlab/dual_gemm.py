@@ -1,0 +1,369 @@
+"""Chapter 11's host side: one call for the NVFP4 gated dual GEMM on both GPU tiers, its baselines, its bounds.
+
+What it holds
+    * :func:`gated_dual_gemm` ``(a, b1, b2, sfa, sfb1, sfb2, out=None)``: ``C = silu(A B1^T) * (A B2^T)`` in
+      FP16 from NVFP4 operands (GPU MODE's ``nvfp4_dual_gemm`` shapes and layouts, L = 1). It checks every
+      argument first (:func:`gemmlab.nvfp4.check_operands` and the output), then dispatches on
+      :func:`gemmlab.tiers.detect_tier`: ``sm100`` runs the tcgen05 kernel (``gemmlab.dual_gemm_sm100``),
+      ``sm90`` the Hopper twin (``gemmlab.dual_gemm_sm90``), ``cpu`` raises :class:`~gemmlab.tiers.TierError`.
+      :func:`prepare` returns the same work as a zero-argument launch (compiled once, arguments converted
+      once): what a timing loop should call to see the kernel rather than Python.
+    * The two baselines every measurement of chapter 11 stands next to:
+
+      (a) :func:`reference_pipeline`: what a first attempt does: dequantize A, B1 and B2 to FP32 on every
+          call, two FP32 ``torch.matmul``, ``silu(x) * y``, FP16. It is :func:`gemmlab.nvfp4.reference`
+          with an output buffer.
+      (b) the best stock path: :func:`prepare_stock` dequantizes the *weights* B1, B2 to BF16 once, ahead
+          of time (exact: an e2m1 value times an e4m3 scale has at most 6 significant bits, BF16 has 8);
+          :func:`stock_path` then, per call, dequantizes A only (it changes every call) to BF16, runs two
+          cuBLAS BF16 GEMMs with FP32 output (``torch.mm(..., out_dtype=torch.float32)``: a BF16 result
+          would round the products to 8 bits, 0.4 %, more than the checker's 0.1 %), and the gate as two
+          elementwise kernels, ``silu`` in place and one ``torch.mul`` writing FP16 (no ``torch.compile``:
+          it is not reliably available offline, so nothing fuses them further).
+
+    * :func:`roofline`: the least time any kernel can take on a GPU: the packed FP4 bytes of A, B1, B2, their
+      e4m3 scales and the FP16 C over the HBM bandwidth, or the FLOPs over the dense tensor-core peak,
+      whichever is larger. The peak is FP4's on a B200 (what the SM100 kernel uses) and BF16's on Hopper
+      (no FP4 tensor cores: the twin multiplies BF16). On a B200 the bytes decide, and they reproduce GPU
+      MODE's speed-of-light figures (:data:`gemmlab.nvfp4.SOL_US`) to 0.3 %.
+    * :func:`predict_b200`: a PREDICTION of the SM100 kernel's time from chapter 05's pipeline simulator
+      with chapter 10's calibration (never a measurement: no Blackwell GPU was used).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from . import nvfp4 as fp4
+from . import tiers
+from .checks import check_int
+
+SM100_MODULE = "gemmlab.dual_gemm_sm100"
+#: The best public result for GPU MODE's nvfp4_dual_gemm on a B200 (geomean of the four shapes), microseconds.
+BEST_PUBLIC_US = 13.3
+#: Rows of C per tile of both kernels (one 128-lane MMA / two 64-row warpgroups).
+TILE_M = 128
+
+
+# --------------------------------------------------------------------------------------
+# The public call
+# --------------------------------------------------------------------------------------
+
+
+def sm100_module():
+    """The SM100 kernel's module, or None where this checkout does not have it (imported on first use)."""
+    try:
+        return importlib.import_module(SM100_MODULE)
+    except ModuleNotFoundError as e:
+        if e.name != SM100_MODULE:
+            raise  # the module exists but something it imports is missing: say so
+        return None
+
+
+def _twin():
+    from . import dual_gemm_sm90
+
+    return dual_gemm_sm90
+
+
+def _tier() -> str:
+    return tiers.detect_tier()
+
+
+def check_output(out, m: int, n: int):
+    """``out`` must be None or an FP16 ``(M, N, 1)`` tensor, N-major (stride 1 along N)."""
+    import torch
+
+    from .checks import check_tensor
+
+    if out is None:
+        return
+    check_tensor("out", out, dtypes=(torch.float16,), ndim=3, contiguous=False, device=None)
+    if tuple(out.shape) != (m, n, 1):
+        raise ValueError(f"out must have shape {(m, n, 1)} (M, N, L); got {tuple(out.shape)}")
+    if out[..., 0].stride(1) != 1:
+        raise ValueError(f"out must be N-major (stride 1 along N); got strides {out.stride()}")
+
+
+def check_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
+    """Everything :func:`gated_dual_gemm` checks before it looks at the hardware; returns ``(M, N, K)``."""
+    m, n, k, l = fp4.check_operands(a, b1, b2, sfa, sfb1, sfb2)
+    if l != 1:
+        raise ValueError(f"L must be 1 (the kernels' batch is one problem); got L={l}")
+    if n % 8:
+        raise ValueError(f"N must be a multiple of 8 (each FP16 row of C is stored in 16-byte pieces); got N={n}")
+    check_output(out, m, n)
+    if out is not None and out.device != a.device:
+        raise ValueError(f"out must be on a's device {a.device}; got {out.device}")
+    return m, n, k
+
+
+def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
+    """``silu(A B1^T) * (A B2^T)`` in FP16 from NVFP4 operands, on the kernel of this machine's GPU.
+
+    ``a`` (M, K/2, 1), ``b1``/``b2`` (N, K/2, 1): packed FP4, two e2m1 values a byte, K-major (uint8 or
+    ``float4_e2m1fn_x2``); ``sfa`` (M, K/16, 1), ``sfb1``/``sfb2`` (N, K/16, 1): plain e4m3 scales, one per
+    16 K values; K a multiple of 256, N of 8; ``out`` (M, N, 1) FP16 or None. Returns ``out``.
+
+    Bad input raises ``TypeError`` / ``ValueError`` naming the argument, on every machine and before any
+    compile or launch; a machine without a Hopper or datacenter Blackwell GPU then raises ``TierError``.
+    """
+    check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    tier = _tier()
+    if tier == "sm100":
+        mod = sm100_module()
+        if mod is None:
+            raise RuntimeError("gemmlab.gated_dual_gemm on a B200 needs gemmlab.dual_gemm_sm100, which this "
+                               "checkout does not have")
+        return mod.gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=out)
+    if tier == "sm90":
+        return _twin().gated_dual_gemm_sm90(a, b1, b2, sfa, sfb1, sfb2, out=out)
+    tiers.require_tier("gpu", "gemmlab.gated_dual_gemm")  # raises TierError on this machine
+    raise AssertionError("unreachable: require_tier accepted a cpu tier")  # pragma: no cover
+
+
+def prepare(a, b1, b2, sfa, sfb1, sfb2, out):
+    """:func:`gated_dual_gemm` as a zero-argument launch with these tensors: compiled and converted once.
+
+    On Hopper it is the twin's compiled kernel bound to these pointers (what ``gated_dual_gemm_sm90``
+    launches, without its per-call checks and conversions); on a B200, a closure around the SM100 call.
+    """
+    check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    if out is None:
+        raise ValueError("out must be a tensor for a prepared launch (it binds the output's pointer)")
+    tier = _tier()
+    if tier == "sm90":
+        import torch
+
+        from .compile import launcher
+
+        twin = _twin()
+        for name, t in (("a", a), ("b1", b1), ("b2", b2), ("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2)):
+            if t.device.type != "cuda":
+                raise ValueError(f"{name} must be on a cuda device; got {t.device}")
+        args = [fp4.as_bytes(t)[..., 0] for t in (a, b1, b2)] + [t.view(torch.uint8)[..., 0] for t in (sfa, sfb1, sfb2)]
+        return launcher(twin.dual_host(twin.DualSm90Config()), *args, out[..., 0])
+    if tier == "sm100":
+        gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=out)  # compile now, not in the first timed launch
+        return lambda: gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=out)
+    tiers.require_tier("gpu", "gemmlab.dual_gemm.prepare")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------------------
+# Baseline (a): the reference pipeline, dequantizing everything on every call
+# --------------------------------------------------------------------------------------
+
+
+def reference_pipeline(a, b1, b2, sfa, sfb1, sfb2, out=None):
+    """Baseline (a): dequantize A, B1, B2 to FP32 on every call, two FP32 ``torch.matmul``, ``silu(x) * y``, FP16.
+
+    Any device (the CPU too). Returns ``out`` ((M, N, 1) FP16), allocated when None.
+    """
+    import torch
+
+    m, n, _ = check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    fa, f1, f2 = (fp4.dequantize(p[..., 0], s[..., 0]) for p, s in ((a, sfa), (b1, sfb1), (b2, sfb2)))
+    y1 = torch.matmul(fa, f1.T)
+    y2 = torch.matmul(fa, f2.T)
+    if out is None:
+        out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
+    out[..., 0] = fp4.silu_mul(y1, y2)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Baseline (b): weights dequantized to BF16 once, then cuBLAS
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StockWeights:
+    """B1 and B2 dequantized to BF16 ahead of time, (N, K) each: what :func:`stock_path` multiplies by."""
+
+    w1: object
+    w2: object
+
+    @property
+    def nbytes(self) -> int:
+        return self.w1.numel() * self.w1.element_size() + self.w2.numel() * self.w2.element_size()
+
+
+def dequantize_bf16(packed, sf):
+    """Packed FP4 ``(rows, K/2, 1)`` with plain scales ``(rows, K/16, 1)`` as BF16 ``(rows, K)``: exact."""
+    import torch
+
+    return fp4.dequantize(packed[..., 0], sf[..., 0]).to(torch.bfloat16)
+
+
+def prepare_stock(b1, b2, sfb1, sfb2) -> StockWeights:
+    """Baseline (b)'s one-time step: the weights B1, B2 as BF16 ``(N, K)`` (exact, 3.6x the NVFP4 bytes)."""
+    import torch
+
+    for name, t in (("b1", b1), ("b2", b2)):
+        fp4._check_packed(name, t, torch)
+    if tuple(b2.shape) != tuple(b1.shape):
+        raise ValueError(f"b1 and b2 must have the same shape; got {tuple(b1.shape)} and {tuple(b2.shape)}")
+    n, k, l = b1.shape[0], 2 * b1.shape[1], b1.shape[2]
+    fp4.check_problem(n, n, k, l)
+    if l != 1:
+        raise ValueError(f"L must be 1; got L={l}")
+    fp4._check_sf("sfb1", sfb1, n, k, l, torch)
+    fp4._check_sf("sfb2", sfb2, n, k, l, torch)
+    return StockWeights(dequantize_bf16(b1, sfb1), dequantize_bf16(b2, sfb2))
+
+
+def bf16_gemm_fp32(x, w):
+    """``x @ w.T`` for BF16 ``x`` (M, K) and ``w`` (N, K), FP32 out: one cuBLAS BF16 GEMM on a GPU.
+
+    ``torch.mm(..., out_dtype=torch.float32)`` keeps the FP32 accumulator instead of rounding it to BF16.
+    Where that overload is missing (torch's CPU build has no BF16 -> FP32 ``mm``), the FP32 product of the
+    same BF16 values: the same numbers, computed differently.
+    """
+    import torch
+
+    if x.device.type == "cuda":
+        return torch.mm(x, w.T, out_dtype=torch.float32)
+    return torch.mm(x.float(), w.float().T)
+
+
+def stock_path(a, sfa, weights: StockWeights, out=None):
+    """Baseline (b), per call: A to BF16, two cuBLAS BF16 GEMMs (FP32 out), ``silu`` in place, one ``mul`` to FP16.
+
+    ``a`` (M, K/2, 1) packed FP4 with ``sfa`` (M, K/16, 1); ``weights`` from :func:`prepare_stock`.
+    Returns ``out`` ((M, N, 1) FP16), allocated when None.
+    """
+    import torch
+
+    if not isinstance(weights, StockWeights):
+        raise TypeError(f"weights must be a StockWeights (from prepare_stock); got {type(weights).__name__}")
+    fp4._check_packed("a", a, torch)
+    m, k = a.shape[0], 2 * a.shape[1]
+    n = weights.w1.shape[0]
+    if tuple(weights.w1.shape) != (n, k) or tuple(weights.w2.shape) != (n, k):
+        raise ValueError(f"weights must be two (N, K={k}) tensors, K as a's; got {tuple(weights.w1.shape)} and "
+                         f"{tuple(weights.w2.shape)}")
+    fp4._check_sf("sfa", sfa, m, k, 1, torch)
+    check_output(out, m, n)
+    for name, t in (("sfa", sfa), ("weights", weights.w1), ("out", out)):
+        if t is not None and t.device != a.device:
+            raise ValueError(f"{name} must be on a's device {a.device}; got {t.device}")
+    x = dequantize_bf16(a, sfa)
+    y1 = bf16_gemm_fp32(x, weights.w1)
+    y2 = bf16_gemm_fp32(x, weights.w2)
+    if out is None:
+        out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
+    torch.nn.functional.silu(y1, inplace=True)
+    torch.mul(y1, y2, out=out[..., 0])
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Bounds: the roofline and a B200 prediction
+# --------------------------------------------------------------------------------------
+
+
+def problem_bytes(m: int, n: int, k: int) -> dict:
+    """Bytes that must cross HBM at least once: packed A, B1, B2 (half a byte a value), their e4m3 scales
+    (one byte per 16 values of every row), and C in FP16."""
+    fp4.check_problem(m, n, k)
+    d = dict(a=m * k // 2, b1=n * k // 2, b2=n * k // 2, scales=(m + 2 * n) * (k // fp4.SF_VEC), c=2 * m * n)
+    d["total"] = sum(d.values())
+    return d
+
+
+def problem_flops(m: int, n: int, k: int) -> int:
+    """Multiply-adds of both products, two FLOPs each: ``2 * 2 * M * N * K`` (the gate is negligible)."""
+    fp4.check_problem(m, n, k)
+    return 4 * m * n * k
+
+
+def roofline(m: int, n: int, k: int, spec=None) -> dict:
+    """The least time for M x N x K on ``spec`` (a :class:`gemmlab.hardware.GPUSpec`, default B200), microseconds.
+
+    ``memory_us``: :func:`problem_bytes` over the HBM bandwidth; ``compute_us``: :func:`problem_flops` over
+    the dense FP4 peak where the GPU has FP4 tensor cores, else the dense BF16 peak (``peak``: which one).
+    ``bound_us`` is the larger, ``bound`` names it.
+    """
+    from .hardware import B200, GPUSpec
+
+    spec = B200 if spec is None else spec
+    if not isinstance(spec, GPUSpec):
+        raise TypeError(f"spec must be a gemmlab.hardware.GPUSpec; got {type(spec).__name__}")
+    nbytes = problem_bytes(m, n, k)["total"]
+    flops = problem_flops(m, n, k)
+    peak = "fp4" if spec.fp4_tflops else "bf16"
+    memory_us = nbytes / (spec.hbm_tbps * 1e12) * 1e6
+    compute_us = flops / (spec.peak_tflops(peak) * 1e12) * 1e6
+    bound = "memory" if memory_us >= compute_us else "compute"
+    return dict(m=m, n=n, k=k, gpu=spec.short, bytes=nbytes, flops=flops, peak=peak, memory_us=memory_us,
+                compute_us=compute_us, bound_us=max(memory_us, compute_us), bound=bound)
+
+
+def roofline_table(spec=None, shapes=fp4.BENCHMARK_SHAPES) -> list[dict]:
+    """:func:`roofline` for each shape, with GPU MODE's speed of light beside it where the shape is theirs.
+
+    ``sol_tbps`` and ``sol_pflops``: the bandwidth and the FLOP rate GPU MODE's figure implies if it is all
+    bytes or all FLOPs (the one that matches a datasheet-like number tells which bound they used).
+    """
+    sol = dict(zip(fp4.BENCHMARK_SHAPES, fp4.SOL_US))
+    rows = []
+    for m, n, k in shapes:
+        r = {**roofline(m, n, k, spec), "sol_us": sol.get((m, n, k)), "sol_tbps": None, "sol_pflops": None}
+        if r["sol_us"]:
+            r["sol_tbps"] = r["bytes"] / (r["sol_us"] * 1e-6) / 1e12
+            r["sol_pflops"] = r["flops"] / (r["sol_us"] * 1e-6) / 1e15
+        rows.append(r)
+    return rows
+
+
+def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) -> dict:
+    """A PREDICTION (not a measurement) of the SM100 dual GEMM on a B200 for ``shape = (m, n, k)``, microseconds.
+
+    Chapter 10's recipe: the busiest CTA's tiles through chapter 05's simulator; per k-block (256 values
+    of K) the tensor pipe does both GEMMs' ``2 x 2 x 128 x tile_n x 256`` FLOPs at the SM's share of the
+    dense FP4 peak, scaled by the clock fraction the calibration found on Hopper
+    (:func:`gemmlab.calibration.b200_clock_fraction`); the loads share 85 % of HBM among the CTAs; one
+    accumulator stage (both FP32 accumulators and the scales fill TMEM), so the epilogue (the
+    calibration's cycles per tile) runs between tiles. ``stages`` defaults to as many as shared memory
+    holds (:func:`gemmlab.dual_gemm_model.max_stages`). Returns ``low_us`` / ``predicted_us`` / ``high_us``
+    (the calibration's +-10 %, never below the roofline) and the numbers behind them.
+    """
+    from .calibration import CALIBRATION, SM90_SPEC_GHZ, TOLERANCE, Calibration, _simulate, b200_clock_fraction
+    from .dual_gemm_model import TILE_N_CHOICES, budget, max_stages
+    from .hardware import B200
+
+    if not isinstance(shape, (tuple, list)) or len(shape) != 3:
+        raise ValueError(f"shape must be (m, n, k); got {shape!r}")
+    m, n, k = shape
+    fp4.check_problem(m, n, k)
+    if tile_n not in TILE_N_CHOICES:
+        raise ValueError(f"tile_n must be one of {TILE_N_CHOICES}; got {tile_n!r}")
+    cal = CALIBRATION if cal is None else cal
+    if not isinstance(cal, Calibration):
+        raise TypeError(f"cal must be a gemmlab.calibration.Calibration; got {type(cal).__name__}")
+    most = max_stages(tile_n)
+    stages = most if stages is None else stages
+    check_int("stages", stages, lo=1, hi=most)
+    tiles = fp4.ceil_div(m, TILE_M) * fp4.ceil_div(n, tile_n)
+    workers = min(B200.sms, tiles)
+    waves = fp4.ceil_div(tiles, workers)
+    k_blocks = k // fp4.K_MULTIPLE
+    frac = b200_clock_fraction(cal)
+    sm_flops = B200.fp4_tflops * 1e12 * frac / B200.sms
+    epi_s = cal.epilogue_cycles / (SM90_SPEC_GHZ * frac * 1e9)
+    roof = roofline(m, n, k, B200)
+    seconds = _simulate(problem_flops(m, n, k), stages, waves, k_blocks, tiles * k_blocks, workers,
+                        2 * 2 * TILE_M * tile_n * fp4.K_MULTIPLE, sm_flops, roof["bytes"], B200.hbm_tbps * 1e12,
+                        epi_s, "inline", cal)
+    mid = seconds * 1e6
+    return dict(m=m, n=n, k=k, tile_n=tile_n, stages=stages, tiles=tiles, ctas=workers, waves=waves,
+                k_blocks=k_blocks, clock_fraction=frac, smem_bytes=budget(tile_n, stages).smem_total,
+                low_us=max(roof["bound_us"], mid * (1 - TOLERANCE)), predicted_us=mid,
+                high_us=mid * (1 + TOLERANCE), roofline_us=roof["bound_us"])
+
+
+def prediction_table(shapes=fp4.BENCHMARK_SHAPES, tile_ns=(64, 128)) -> list[dict]:
+    """:func:`predict_b200` for each shape and tile width, with GPU MODE's speed of light: PREDICTIONS."""
+    sol = dict(zip(fp4.BENCHMARK_SHAPES, fp4.SOL_US))
+    return [{**predict_b200(s, tile_n), "sol_us": sol.get(tuple(s))} for s in shapes for tile_n in tile_ns]

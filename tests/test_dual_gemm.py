@@ -1,0 +1,257 @@
+"""Chapter 11's public call, its baselines and bounds: CPU tests everywhere, the launches on sm90."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gemmlab import dual_gemm as dg  # noqa: E402
+from gemmlab import nvfp4 as fp4  # noqa: E402
+from gemmlab.hardware import B200, H100, H200  # noqa: E402
+from gemmlab.tiers import TierError, detect_tier  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def small():
+    return fp4.generate(200, 136, 768, seed=3)
+
+
+# ---------------------------------------------------------------- argument checks and dispatch (any machine)
+
+
+def test_bad_input_is_rejected_before_the_tier(small):
+    a, b1, b2, sfa, sfb1, sfb2 = small.inputs()
+    with pytest.raises(TypeError, match="sfa must have dtype float8_e4m3fn"):
+        dg.gated_dual_gemm(a, b1, b2, sfa.float(), sfb1, sfb2)
+    with pytest.raises(TypeError, match="a must hold packed FP4"):
+        dg.gated_dual_gemm(fp4.dequantize(a, sfa), b1, b2, sfa, sfb1, sfb2)
+    with pytest.raises(ValueError, match="K must be a multiple of 256"):
+        k = 384  # 192 packed bytes
+        dg.gated_dual_gemm(*(fp4.as_bytes(t)[:, :k // 2] for t in (a, b1, b2)),
+                           *(t[:, :k // 16] for t in (sfa, sfb1, sfb2)))
+    with pytest.raises(ValueError, match="sfb2 must have shape"):
+        dg.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2[:, :-1])
+    with pytest.raises(ValueError, match="out must have shape"):
+        dg.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=torch.empty(200, 128, 1, dtype=torch.float16))
+    with pytest.raises(TypeError, match="out must have dtype float16"):
+        dg.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=torch.empty(200, 136, 1))
+    with pytest.raises(ValueError, match="out must be N-major"):
+        dg.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2,
+                           out=torch.empty(1, 136, 200, dtype=torch.float16).permute(2, 1, 0))
+    with pytest.raises(ValueError, match="N must be a multiple of 8"):
+        ops = fp4.generate(128, 100, 256)
+        dg.gated_dual_gemm(*ops.inputs())
+    with pytest.raises(ValueError, match="L must be 1"):
+        ops = fp4.generate(128, 128, 256, l=2)
+        dg.gated_dual_gemm(*ops.inputs())
+
+
+@pytest.mark.skipif(detect_tier() != "cpu", reason="the cpu tier's refusal")
+def test_cpu_tier_raises_tier_error_after_the_checks(small):
+    with pytest.raises(TierError, match="gemmlab.gated_dual_gemm needs tier sm90 or sm100"):
+        dg.gated_dual_gemm(*small.inputs())
+    with pytest.raises(TierError):
+        dg.prepare(*small.inputs(), out=small.c)
+
+
+def test_dispatch_follows_the_tier(small, monkeypatch):
+    calls = []
+
+    class Fake:
+        @staticmethod
+        def gated_dual_gemm_sm90(*args, out=None):
+            calls.append("sm90")
+            return out
+
+        @staticmethod
+        def gated_dual_gemm_sm100(*args, out=None):
+            calls.append("sm100")
+            return out
+
+    monkeypatch.setattr(dg, "_twin", lambda: Fake)
+    monkeypatch.setattr(dg, "sm100_module", lambda: Fake)
+    for tier in ("sm90", "sm100"):
+        monkeypatch.setattr(dg, "_tier", lambda tier=tier: tier)
+        assert dg.gated_dual_gemm(*small.inputs(), out=small.c) is small.c
+    assert calls == ["sm90", "sm100"]
+    # bad input never reaches a kernel, whatever the tier
+    with pytest.raises(ValueError):
+        dg.gated_dual_gemm(*small.inputs(), out=torch.empty(1, 1, 1, dtype=torch.float16))
+    assert calls == ["sm90", "sm100"]
+
+
+def test_sm100_without_its_module_says_so(small, monkeypatch):
+    monkeypatch.setattr(dg, "_tier", lambda: "sm100")
+    monkeypatch.setattr(dg, "sm100_module", lambda: None)
+    with pytest.raises(RuntimeError, match="needs gemmlab.dual_gemm_sm100"):
+        dg.gated_dual_gemm(*small.inputs())
+
+
+def test_sm100_module_import_is_lazy_and_optional():
+    mod = dg.sm100_module()
+    assert mod is None or hasattr(mod, "gated_dual_gemm_sm100")
+
+
+# ---------------------------------------------------------------- the baselines agree with the reference (CPU)
+
+
+@pytest.mark.parametrize("shape", fp4.TEST_SHAPES)
+def test_baselines_match_the_reference(shape):
+    ops = fp4.generate(*shape, seed=sum(shape))
+    ref = fp4.reference(*ops.inputs())
+    out = torch.full_like(ref, float("nan"))
+    assert dg.reference_pipeline(*ops.inputs(), out=out) is out
+    assert fp4.check_close(out, ref).ok
+    w = dg.prepare_stock(ops.b1, ops.b2, ops.sfb1, ops.sfb2)
+    out_b = torch.full_like(ref, float("nan"))
+    assert dg.stock_path(ops.a, ops.sfa, w, out=out_b) is out_b
+    res = fp4.check_close(out_b, ref)
+    assert res.ok, res
+    assert not torch.isnan(out_b).any()
+
+
+def test_stock_weights_are_exact_bf16():
+    ops = fp4.generate(128, 256, 512, seed=1)
+    w = dg.prepare_stock(ops.b1, ops.b2, ops.sfb1, ops.sfb2)
+    assert w.w1.dtype == torch.bfloat16 and tuple(w.w1.shape) == (256, 512)
+    assert torch.equal(w.w1.float(), fp4.dequantize(ops.b1, ops.sfb1)[..., 0])
+    assert torch.equal(w.w2.float(), fp4.dequantize(ops.b2, ops.sfb2)[..., 0])
+    # BF16 weights take 2 bytes a value; NVFP4 half a byte plus a byte per 16
+    assert w.nbytes / (2 * (256 * 256 + 256 * 512 // 16)) == pytest.approx(2 / (0.5 + 1 / 16))
+
+
+def test_baselines_catch_a_wrong_answer():
+    # the checker the baselines are held to is not vacuous: one flipped scale is a mismatch
+    ops = fp4.generate(128, 128, 256, seed=2)
+    ref = fp4.reference(*ops.inputs())
+    sfb2 = ops.sfb2.clone()
+    sfb2[5, 3, 0] = torch.tensor(float(sfb2[5, 3, 0].float()) * 2).to(torch.float8_e4m3fn)
+    w = dg.prepare_stock(ops.b1, ops.b2, ops.sfb1, sfb2)
+    res = fp4.check_close(dg.stock_path(ops.a, ops.sfa, w), ref)
+    assert not res.ok and 0 < res.bad <= 128  # column 5 only
+
+
+def test_stock_path_rejects_bad_input():
+    ops = fp4.generate(128, 128, 512)
+    w = dg.prepare_stock(ops.b1, ops.b2, ops.sfb1, ops.sfb2)
+    with pytest.raises(TypeError, match="weights must be a StockWeights"):
+        dg.stock_path(ops.a, ops.sfa, (w.w1, w.w2))
+    other = fp4.generate(128, 128, 256)
+    with pytest.raises(ValueError, match="weights must be two"):
+        dg.stock_path(other.a, other.sfa, w)
+    with pytest.raises(ValueError, match="sfa must have shape"):
+        dg.stock_path(ops.a, other.sfa, w)
+    with pytest.raises(ValueError, match="b1 and b2 must have the same shape"):
+        dg.prepare_stock(ops.b1, other.b2, ops.sfb1, ops.sfb2)
+    with pytest.raises(TypeError, match="sfb1 must have dtype"):
+        dg.prepare_stock(ops.b1, ops.b2, ops.sfb1.float(), ops.sfb2)
+
+
+# ---------------------------------------------------------------- bounds
+
+
+def test_roofline_by_hand():
+    # 128 x 256 x 512: A 128*256 B, B1 and B2 256*256 B each, scales (128 + 512) * 32 B, C 2*128*256 B
+    b = dg.problem_bytes(128, 256, 512)
+    assert (b["a"], b["b1"], b["b2"], b["scales"], b["c"]) == (32768, 65536, 65536, 20480, 65536)
+    assert b["total"] == 249856
+    r = dg.roofline(128, 256, 512, H100)
+    assert r["flops"] == 4 * 128 * 256 * 512 == 67108864
+    assert r["peak"] == "bf16"  # Hopper: no FP4 tensor cores
+    assert r["memory_us"] == pytest.approx(249856 / 3.35e12 * 1e6)
+    assert r["compute_us"] == pytest.approx(67108864 / 989.4e12 * 1e6)
+    assert r["bound"] == "memory" and r["bound_us"] == r["memory_us"]
+    r = dg.roofline(512, 4096, 7168)  # B200 by default: FP4 peak
+    assert r["gpu"] == "B200" and r["peak"] == "fp4" and r["bound"] == "compute"
+    assert r["compute_us"] == pytest.approx(4 * 512 * 4096 * 7168 / 9000e12 * 1e6)
+
+
+def test_roofline_reproduces_the_memory_bound_speed_of_light():
+    rows = dg.roofline_table()
+    assert [r["sol_us"] for r in rows] == list(fp4.SOL_US)
+    assert math.exp(sum(math.log(s) for s in fp4.SOL_US) / 4) == pytest.approx(4.886, abs=5e-4)
+    for r in rows:
+        if r["bound"] == "memory":  # GPU MODE's figure is bytes at 7.68 TB/s: 0.3 % under our 7.7
+            assert r["sol_us"] == pytest.approx(r["memory_us"], rel=5e-3)
+            assert r["sol_tbps"] == pytest.approx(7.68, abs=0.01)
+        assert r["sol_us"] >= r["memory_us"]  # no bound beats the bytes
+    compute = [r for r in rows if r["bound"] == "compute"]
+    assert [(r["m"], r["n"]) for r in compute] == [(512, 4096), (512, 3072)]
+    for r in compute:  # their compute-bound figures imply the same 6.9 PFLOP/s
+        assert r["sol_pflops"] == pytest.approx(6.90, abs=0.01)
+
+
+def test_roofline_hopper_is_compute_bound_for_bf16():
+    for spec in (H100, H200):
+        for r in dg.roofline_table(spec):
+            assert r["peak"] == "bf16" and r["bound"] == "compute"
+    with pytest.raises(TypeError, match="spec must be"):
+        dg.roofline(128, 128, 256, "B200")
+    with pytest.raises(ValueError, match="K must be a multiple of 256"):
+        dg.roofline(128, 128, 320)
+
+
+def test_prediction_is_a_range_above_the_roofline():
+    rows = dg.prediction_table()
+    assert len(rows) == 2 * len(fp4.BENCHMARK_SHAPES)
+    for r in rows:
+        assert r["roofline_us"] <= r["low_us"] <= r["predicted_us"] <= r["high_us"]
+        assert r["smem_bytes"] <= B200.smem_per_block_kib * 1024
+        assert r["tiles"] == -(-r["m"] // 128) * -(-r["n"] // r["tile_n"])
+        assert r["ctas"] == min(148, r["tiles"])
+    # a CTA per tile: more, narrower tiles keep more SMs busy on the 256-row shapes
+    by = {(r["m"], r["n"], r["k"], r["tile_n"]): r for r in rows}
+    assert by[(256, 4096, 7168, 64)]["predicted_us"] < by[(256, 4096, 7168, 128)]["predicted_us"]
+    with pytest.raises(ValueError, match="tile_n must be one of"):
+        dg.predict_b200((256, 4096, 7168), tile_n=256)
+    with pytest.raises(ValueError, match="stages"):
+        dg.predict_b200((256, 4096, 7168), stages=99)
+    with pytest.raises(ValueError, match="shape must be"):
+        dg.predict_b200((256, 4096))
+
+
+# ---------------------------------------------------------------- on a Hopper GPU
+
+
+def _gpu_ops(shape, seed=0):
+    return fp4.generate(*shape, seed=seed, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+@pytest.mark.parametrize("shape", fp4.TEST_SHAPES + fp4.BENCHMARK_SHAPES[2:3])
+def test_public_call_matches_reference_with_poisoned_output(shape):
+    ops = _gpu_ops(shape, seed=7)
+    assert torch.isnan(ops.c.float()).all()
+    out = dg.gated_dual_gemm(*ops.inputs(), out=ops.c)
+    torch.cuda.synchronize()
+    assert out is ops.c
+    res = fp4.check_close(out, fp4.reference(*ops.inputs()))
+    assert res.ok, res
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_public_call_allocates_and_prepared_launch_matches():
+    ops = _gpu_ops((256, 256, 512), seed=8)
+    ref = fp4.reference(*ops.inputs())
+    out = dg.gated_dual_gemm(*ops.inputs())
+    assert out.dtype == torch.float16 and tuple(out.shape) == (256, 256, 1) and out.is_cuda
+    assert fp4.check_close(out, ref).ok
+    run = dg.prepare(*ops.inputs(), out=ops.c)
+    run()
+    torch.cuda.synchronize()
+    assert fp4.check_close(ops.c, ref).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+@pytest.mark.parametrize("shape", [(200, 136, 768), (256, 3072, 4096)])
+def test_baselines_on_the_gpu(shape):
+    ops = _gpu_ops(shape, seed=9)
+    ref = fp4.reference(*ops.inputs())  # FP32 on the GPU
+    a = dg.reference_pipeline(*ops.inputs())
+    w = dg.prepare_stock(ops.b1, ops.b2, ops.sfb1, ops.sfb2)
+    b = dg.stock_path(ops.a, ops.sfa, w)
+    assert fp4.check_close(a, ref).ok
+    assert fp4.check_close(b, ref).ok
