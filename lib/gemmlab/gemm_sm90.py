@@ -131,6 +131,81 @@ def unit_coords(linear: Int32, m_ctiles: Int32, n_ctiles: Int32, k_tiles: Int32,
     return mc, nc, k0, cutlass.min(per, k_tiles - k0)
 
 
+@cute.jit
+def mma_tile(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, full, empty,
+             read: DevicePipelineState, release: DevicePipelineState, kc: Int32, cluster_size: cutlass.Constexpr):
+    """One tile's main loop: ``kc`` k-blocks into ``acc``; returns the advanced ``(read, release)`` states.
+
+    The caller zeroes ``acc`` and sets ``ACCUMULATE`` first: a helper may not
+    change ``tiled_mma``'s fields (the DSL then builds invalid IR), and must
+    rebind, not mutate, the pipeline states its loop carries.
+
+    One wgmma batch stays in flight: after issuing k-block ``i`` the warpgroup
+    waits for batch ``i - 1`` only, then frees that k-block's stage (in every
+    CTA of the cluster). The first k-block is peeled so that the loop body
+    always has a previous batch to wait for.
+    """
+    k_blocks = cute.size(tCrA, mode=[2])
+    warpgroup.fence()
+    cute.arch.mbarrier_wait(full + read.index, read.phase)
+    for kb in cutlass.range_constexpr(k_blocks):
+        cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc)
+    warpgroup.commit_group()
+    read.advance()
+    for k in cutlass.range(1, kc, unroll=1):
+        cute.arch.mbarrier_wait(full + read.index, read.phase)
+        for kb in cutlass.range_constexpr(k_blocks):
+            cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc)
+        warpgroup.commit_group()
+        warpgroup.wait_group(1)  # the previous k-block's wgmmas are done...
+        release_stage(empty, release.index, cluster_size)  # ...so its stage may be refilled
+        release = release.next()
+        read = read.next()
+    warpgroup.wait_group(0)
+    release_stage(empty, release.index, cluster_size)
+    release.advance()
+    return read, release
+
+
+@cute.jit
+def store_tile(tma_c: cute.CopyAtom, sC: cute.Tensor, gC_tile: cute.Tensor, r2s: cute.TiledCopy, tRS_acc: cute.Tensor,
+               tRS_sC: cute.Tensor, sub_f32: cute.Tensor, sub_out: cute.Tensor, half, store_warp,
+               cfg: cutlass.Constexpr, c_type: cutlass.Constexpr, desc=None):
+    """The TMA-store epilogue of one warpgroup: its 64 rows of the tile, sub-tile by sub-tile through its ring.
+
+    ``desc``: a descriptor in global memory to store through (chapter 08's
+    rewritten descriptors) instead of the kernel parameter's.
+    """
+    sub_size = cute.size(sub_f32)
+    gC_epi = cute.zipped_divide(gC_tile, (WG_ROWS, cfg.epi_n))
+    bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_epi)
+    epi_count = cfg.tile_n // cfg.epi_n
+    for e in cutlass.range_constexpr(epi_count):
+        buf = half * cfg.epi_stages + e % cfg.epi_stages
+        for v in cutlass.range_constexpr(sub_size):
+            sub_f32[v] = tRS_acc[e * sub_size + v]
+        sub_out.store(sub_f32.load().to(c_type))
+        cute.copy(r2s, sub_out, tRS_sC[(None, None, None, buf)])
+        # Generic-proxy writes must be visible to the TMA (async proxy) read.
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+        if store_warp:
+            if cutlass.const_expr(desc is None):
+                cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))])
+            else:
+                cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))], tma_desc_ptr=desc)
+            cute.arch.cp_async_bulk_commit_group()
+            # Buffer reuse: the store issued epi_stages-1 ago must have *read*
+            # its buffer; the newer ones stay in flight (and drain during the
+            # next tile's main loop).
+            cute.arch.cp_async_bulk_wait_group(cfg.epi_stages - 1, read=True)
+            if cutlass.const_expr(e == epi_count - 1 and not cfg.epi_ring_aligned):
+                # The next tile restarts at buffer 0, which a store still in
+                # flight may be reading: drain (only for unaligned rings).
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+
+
 @cute.kernel
 def gemm_kernel(
     tma_a: cute.CopyAtom, mA: cute.Tensor,
@@ -252,8 +327,6 @@ def gemm_kernel(
         tCrA = tiled_mma.make_fragment_A(tCsA)
         tCrB = tiled_mma.make_fragment_B(tCsB)
         acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), Float32)
-        k_blocks = cute.size(tCrA, mode=[2])
-        epi_count = BN // cfg.epi_n
 
         if cutlass.const_expr(not cfg.split_k):
             # Epilogue copies: registers -> shared (stmatrix), shared -> global (TMA).
@@ -267,7 +340,6 @@ def gemm_kernel(
             sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
             sub_f32 = cute.make_rmem_tensor(sub_shape, Float32)
             sub_out = cute.make_rmem_tensor(sub_shape, c_type)
-            sub_size = cute.size(sub_f32)
             gC = cute.local_tile(mC, (BM, BN), (None, None))  # (BM, BN, m_tiles, n_tiles)
         else:
             # Split-K: partial sums go from registers straight to the FP32 workspace,
@@ -286,53 +358,12 @@ def gemm_kernel(
             # ---- main loop: keep one wgmma batch in flight, free the stage before it
             acc.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-            warpgroup.fence()
-            cute.arch.mbarrier_wait(full + read.index, read.phase)
-            for kb in cutlass.range_constexpr(k_blocks):
-                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)],
-                          tCrB[(None, None, kb, read.index)], acc)
-            warpgroup.commit_group()
-            read.advance()
-            for k in cutlass.range(1, kc, unroll=1):
-                cute.arch.mbarrier_wait(full + read.index, read.phase)
-                for kb in cutlass.range_constexpr(k_blocks):
-                    cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)],
-                              tCrB[(None, None, kb, read.index)], acc)
-                warpgroup.commit_group()
-                warpgroup.wait_group(1)  # the previous k-block's wgmmas are done...
-                release_stage(empty, release.index, CS)  # ...so its stage may be refilled
-                release.advance()
-                read.advance()
-            warpgroup.wait_group(0)
-            release_stage(empty, release.index, CS)
-            release.advance()
+            read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CS)
 
             if cutlass.const_expr(not cfg.split_k):
                 # ---- epilogue: this warpgroup's 64 rows, sub-tiles of 64 x epi_n through its ring
-                gC_epi = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], (WG_ROWS, cfg.epi_n))
-                bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
-                                                       cute.group_modes(sC, 0, 2), gC_epi)
-                for e in cutlass.range_constexpr(epi_count):
-                    buf = half * cfg.epi_stages + e % cfg.epi_stages
-                    for v in cutlass.range_constexpr(sub_size):
-                        sub_f32[v] = tRS_acc[e * sub_size + v]
-                    sub_out.store(sub_f32.load().to(c_type))
-                    cute.copy(r2s, sub_out, tRS_sC[(None, None, None, buf)])
-                    # Generic-proxy writes must be visible to the TMA (async proxy) read.
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
-                    if warp % 4 == 0:
-                        cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))])
-                        cute.arch.cp_async_bulk_commit_group()
-                        # Buffer reuse: the store issued epi_stages-1 ago must have *read*
-                        # its buffer; the newer ones stay in flight (and drain during the
-                        # next tile's main loop).
-                        cute.arch.cp_async_bulk_wait_group(cfg.epi_stages - 1, read=True)
-                        if cutlass.const_expr(e == epi_count - 1 and not cfg.epi_ring_aligned):
-                            # The next tile restarts at buffer 0, which a store still in
-                            # flight may be reading: drain (only for unaligned rings).
-                            cute.arch.cp_async_bulk_wait_group(0, read=True)
-                    cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+                store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
+                           half, warp % 4 == 0, cfg, c_type)
             else:
                 # ---- split-K epilogue: FP32 partial sums of this K slice to workspace slice k0 / per
                 split = linear // (m_ctiles * n_ctiles)

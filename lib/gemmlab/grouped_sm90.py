@@ -50,7 +50,7 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .family.configs import Sm90Config
-from .gemm_sm90 import CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, release_stage
+from .gemm_sm90 import CONSUMER_REGS, PRODUCER_REGS, WG_ROWS, mma_tile, store_tile
 from .pipeline import DevicePipelineState
 
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
@@ -367,8 +367,6 @@ def grouped_kernel(
         tCrA = tiled_mma.make_fragment_A(tCsA)
         tCrB = tiled_mma.make_fragment_B(tCsB)
         acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), Float32)
-        k_blocks = cute.size(tCrA, mode=[2])
-        epi_count = BN // cfg.epi_n
 
         st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), c_type)
         r2s = cute.make_tiled_copy_S(st_atom, cute.make_tiled_copy_C_atom(st_atom, epi_mma))
@@ -378,7 +376,6 @@ def grouped_kernel(
         sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
         sub_f32 = cute.make_rmem_tensor(sub_shape, Float32)
         sub_out = cute.make_rmem_tensor(sub_shape, c_type)
-        sub_size = cute.size(sub_f32)
         gC = cute.local_tile(mC, (BM, BN), (None, None))
         smem_c = smem_slot(sDesc, 2) if cutlass.const_expr(consumers == 1) else \
             cute.make_ptr(Int64, cute.arch.make_warp_uniform((sDesc + DESC_WORDS * (2 + half)).toint()),
@@ -403,26 +400,7 @@ def grouped_kernel(
             # ---- main loop (chapter 07's): one wgmma batch in flight, free the stage before it
             acc.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-            warpgroup.fence()
-            cute.arch.mbarrier_wait(full + read.index, read.phase)
-            for kb in cutlass.range_constexpr(k_blocks):
-                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)],
-                          tCrB[(None, None, kb, read.index)], acc)
-            warpgroup.commit_group()
-            read.advance()
-            for kt in cutlass.range(1, kc, unroll=1):
-                cute.arch.mbarrier_wait(full + read.index, read.phase)
-                for kb in cutlass.range_constexpr(k_blocks):
-                    cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)],
-                              tCrB[(None, None, kb, read.index)], acc)
-                warpgroup.commit_group()
-                warpgroup.wait_group(1)
-                release_stage(empty, release.index, 1)
-                release.advance()
-                read.advance()
-            warpgroup.wait_group(0)
-            release_stage(empty, release.index, 1)
-            release.advance()
+            read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, 1)
 
             # ---- a new group: this warpgroup's C descriptor describes the group's C
             if cur.g != last:
@@ -440,24 +418,8 @@ def grouped_kernel(
             desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
 
             # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
-            gC_epi = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], (WG_ROWS, cfg.epi_n))
-            bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
-                                                   cute.group_modes(sC, 0, 2), gC_epi)
-            for e in cutlass.range_constexpr(epi_count):
-                buf = half * cfg.epi_stages + e % cfg.epi_stages
-                for v in cutlass.range_constexpr(sub_size):
-                    sub_f32[v] = tRS_acc[e * sub_size + v]
-                sub_out.store(sub_f32.load().to(c_type))
-                cute.copy(r2s, sub_out, tRS_sC[(None, None, None, buf)])
-                cute.arch.fence_proxy("async.shared", space="cta")
-                cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
-                if store_warp:
-                    cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))], tma_desc_ptr=desc_c)
-                    cute.arch.cp_async_bulk_commit_group()
-                    cute.arch.cp_async_bulk_wait_group(cfg.epi_stages - 1, read=True)
-                    if cutlass.const_expr(e == epi_count - 1 and not cfg.epi_ring_aligned):
-                        cute.arch.cp_async_bulk_wait_group(0, read=True)
-                cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+            store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
+                       half, store_warp, cfg, c_type, desc_c)
             linear = linear + grid
             cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
         if store_warp:

@@ -123,6 +123,12 @@ class DevicePipelineState:
         self.index = nxt % self.stages
         self.count = self.count + 1
 
+    def next(self) -> "DevicePipelineState":
+        """A new state one step ahead (for loops in helper functions, which must rebind what they carry)."""
+        nxt = DevicePipelineState(self.stages, self.index, self.phase, self.count)
+        nxt.advance()
+        return nxt
+
     # The loop-carry protocol: which values follow run-time control flow.
     def __extract_mlir_values__(self):
         return [self.index.ir_value(), self.phase.ir_value(), self.count.ir_value()]
