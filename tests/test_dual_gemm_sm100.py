@@ -1,0 +1,247 @@
+"""Chapter 11's SM100 kernel: compile-verified for sm_100a here (PTX read back); correctness on a B200 only.
+
+What these tests prove without a B200: the kernel compiles for sm_100a at every shape used
+(the test shapes and the four benchmark shapes), and its PTX holds the block-scaled MMA
+with the instruction descriptor we expect field by field, the scale copies to TMEM at the
+columns of :func:`gemmlab.dual_gemm_model.tmem_columns`, two accumulators at distinct
+columns, ACCUMULATE off at a tile's first MMAs, the barrier counts and the set-up order.
+What they cannot prove: that the numbers are right. ``test_matches_reference_with_poisoned_output``
+(marked ``sm100``) checks that on a B200; it has not run yet.
+"""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gemmlab import dual_gemm_model as model  # noqa: E402
+from gemmlab import dual_gemm_sm100 as d  # noqa: E402
+from gemmlab import nvfp4 as fp4  # noqa: E402
+from gemmlab.compile import ptx_lines  # noqa: E402
+from gemmlab.tiers import TierError, detect_tier  # noqa: E402
+
+SHAPES = list(fp4.TEST_SHAPES) + list(fp4.BENCHMARK_SHAPES)
+IDS = [f"{m}x{n}x{k}" for m, n, k in SHAPES]
+CFG = d.DualSm100Config()
+
+# NVIDIA's CuTe DSL example examples/python/CuTeDSL/cute/blackwell/kernel/blockscaled_gemm/
+# dense_blockscaled_gemm_persistent.py (NVIDIA/cutlass, commit 7107b0553), compiled here for sm_100a with
+# the same configuration (NVF4: Float4E2M1FN, Float8E4M3FN scales, sf_vec_size 16, mma_tiler 128 x 128,
+# cluster 1 x 1, FP16 C) and read with static_evidence, gives:
+#   opcode   tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block16.collector::a::discard
+#   idesc    0x08200480 (constant part; a_sf_id / b_sf_id ORed in at run time as (sfa >> 1) & 0x60000000
+#            and (sfb >> 26) & 0x30, i.e. bits 31:30 of the scale TMEM addresses)
+#   SFA at TMEM column 256 + 4 * step, SFB at 272 + 4 * step (after 256 accumulator columns),
+#   tcgen05.cp.cta_group::1.32x128b.warpx4 to columns 256, 260, 264, 268 (SFA) and 272 .. 284 (SFB),
+#   tcgen05.alloc of 512 columns.
+# Our kernel at tile_n = 128 has the same opcode, descriptor, run-time SF-ID fields and the same SFA and
+# SFB1 columns (its 256 accumulator columns are acc1 and acc2); SFB2 follows at 288.
+NVIDIA_EXAMPLE_IDESC_128x128 = 0x08200480
+NVIDIA_EXAMPLE_SFA_COLS = (256, 260, 264, 268)
+NVIDIA_EXAMPLE_SFB_COLS = (272, 276, 280, 284)
+
+
+@pytest.fixture(scope="module")
+def evidence():
+    cache = {}
+
+    def get(shape):
+        if shape not in cache:
+            cache[shape] = d.static_evidence(d.compile_dual_sm100(*shape))
+        return cache[shape]
+
+    return get
+
+
+# ---------------------------------------------------------------- the descriptor encoder
+
+
+def test_idesc_encoder_field_by_field():
+    v = d.encode_block_scaled_idesc(128, 128)
+    assert v == NVIDIA_EXAMPLE_IDESC_128x128
+    f = d.decode_block_scaled_idesc(v)
+    assert (f["a_format"], f["b_format"]) == (d.E2M1_FORMAT, d.E2M1_FORMAT) == (1, 1)
+    assert f["scale_format"] == d.SCALE_UE4M3 == 0  # e4m3 scales (NVFP4), not e8m0
+    assert (f["M"], f["N"], f["m_dim"], f["n_dim"]) == (128, 128, 8, 16)
+    assert f["a_major"] == f["b_major"] == 0  # both K-major
+    assert f["negate_a"] == f["negate_b"] == f["sparse"] == f["k_size"] == 0  # dense, K = 64
+    assert f["a_sf_id"] == f["b_sf_id"] == f["reserved"] == 0
+    assert d.decode_block_scaled_idesc(d.encode_block_scaled_idesc(128, 64))["N"] == 64
+    assert d.decode_block_scaled_idesc(d.encode_block_scaled_idesc(128, 128, a_sf_id=2, b_sf_id=1)) \
+        | {} == d.decode_block_scaled_idesc(v) | {"a_sf_id": 2, "b_sf_id": 1}
+    assert d.decode_block_scaled_idesc(v | (1 << 6))["reserved"] == 1 << 6
+
+
+def test_idesc_encoder_rejects_bad_fields():
+    with pytest.raises(ValueError, match="n must be a multiple of 8"):
+        d.encode_block_scaled_idesc(128, 100)
+    with pytest.raises(ValueError, match="m must be"):
+        d.encode_block_scaled_idesc(32, 128)
+    with pytest.raises(ValueError, match="a_sf_id must fit in 2 bits"):
+        d.encode_block_scaled_idesc(128, 128, a_sf_id=4)
+    with pytest.raises(ValueError, match="value must be"):
+        d.decode_block_scaled_idesc(1 << 32)
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def test_config_is_validated_against_the_model_budget():
+    assert CFG.tile_n == 128 and CFG.stages <= model.max_stages(128)
+    assert CFG.tmem == model.tmem_columns(128)
+    assert CFG.tx_bytes == 128 * 128 + 2 * 128 * 128 + 3 * 4 * fp4.ATOM_BYTES  # A, B1, B2 + 12 scale atoms
+    d.DualSm100Config(stages=model.max_stages(128))
+    with pytest.raises(ValueError, match="stages must be at most"):
+        d.DualSm100Config(stages=model.max_stages(128) + 1)
+    with pytest.raises(ValueError, match="stages must be >= 1"):
+        d.DualSm100Config(stages=0)
+    for tile_n in (64, 192, 256):
+        with pytest.raises(ValueError, match=r"tile_n must be one of \(128,\)"):
+            d.DualSm100Config(tile_n=tile_n)
+    with pytest.raises(ValueError, match="tile_n must be a multiple of 16"):
+        d.DualSm100Config(tile_n=100)
+    with pytest.raises(ValueError, match="num_ctas must be >= 1"):
+        d.DualSm100Config(num_ctas=0)
+
+
+def test_compile_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="needs target sm_100a"):
+        d.compile_dual_sm100(256, 256, 512, target="sm_90a")
+    with pytest.raises(ValueError, match="target must be one of"):
+        d.compile_dual_sm100(256, 256, 512, target="sm_120a")
+    with pytest.raises(ValueError, match="K must be a multiple of 256"):
+        d.compile_dual_sm100(256, 256, 320)
+    with pytest.raises(ValueError, match="N must be a multiple of 8"):
+        d.compile_dual_sm100(256, 100, 512)
+    with pytest.raises(ValueError, match="M must be >= 1"):
+        d.compile_dual_sm100(0, 256, 512)
+    with pytest.raises(TypeError, match="cfg must be a DualSm100Config"):
+        d.compile_dual_sm100(256, 256, 512, cfg=(128, 3))
+
+
+# ---------------------------------------------------------------- the PTX, at every shape used
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_block_scaled_mmas_descriptor_and_tmem_columns(evidence, shape):
+    ev = evidence(shape)
+    cols = model.tmem_columns(CFG.tile_n)
+    mmas = ev["mma"]
+    # per k-block: 4 MMA steps (K = 64 each) x 2 GEMMs, A shared, SFB switched
+    assert ev["mma_per_k_block"] == len(mmas) == 2 * model.STEPS
+    for m in mmas:
+        # .block16 is the PTX ISA 8.8 spelling of scale_vec::4X for mxf4nvf4: one e4m3 scale per 16 values,
+        # four per row of a K = 64 MMA (accepted: either spelling)
+        assert m["opcode"].startswith("tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.")
+        assert m["opcode"].split(".")[5] in ("block16", "scale_vec::4X"), m["opcode"]
+        assert m["idesc"] == d.encode_block_scaled_idesc(model.TILE_M, CFG.tile_n) == NVIDIA_EXAMPLE_IDESC_128x128
+        # the SF-ID fields come from bits 31:30 of the scale addresses (0 for our lane-0 addresses)
+        assert m["sf_id_from"] == {"sfa": (1, 0x60000000), "sfb": (26, 0x30)}
+    for step in range(model.STEPS):
+        g1, g2 = mmas[2 * step], mmas[2 * step + 1]
+        assert (g1["d_col"], g2["d_col"]) == (cols["acc1"], cols["acc2"]) == (0, CFG.tile_n)  # two accumulators
+        assert g1["sfa_col"] == g2["sfa_col"] == cols["sfa"] + 4 * step  # the same A scales for both GEMMs
+        assert g1["sfb_col"] == cols["sfb1"] + 4 * step
+        assert g2["sfb_col"] == cols["sfb2"] + 4 * step  # SFB switched for GEMM 2
+    assert [m["sfa_col"] for m in mmas[::2]] == list(NVIDIA_EXAMPLE_SFA_COLS)
+    assert [m["sfb_col"] for m in mmas[::2]] == list(NVIDIA_EXAMPLE_SFB_COLS)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_accumulate_off_only_at_the_tiles_first_mmas(evidence, shape):
+    mmas = evidence(shape)["mma"]
+    k_blocks = shape[2] // model.K_BLOCK
+    first = [0] if k_blocks == 1 else [-1, 0]  # a loop-carried predicate: 0 at the tile's start, then true
+    assert mmas[0]["accumulate"] == mmas[1]["accumulate"] == first
+    assert all(m["accumulate"] == [-1] for m in mmas[2:])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_scales_copied_to_tmem_with_tcgen05_cp(evidence, shape):
+    ev = evidence(shape)
+    cols = model.tmem_columns(CFG.tile_n)
+    cps = ev["tcgen05_cp"]
+    assert {c["opcode"] for c in cps} == {"tcgen05.cp.cta_group::1.32x128b.warpx4"}
+    # one 512-byte atom (32 lanes x 4 columns, replicated to the 4 sub-partitions) per MMA step and scale tensor
+    want = [base + 4 * s for base in (cols["sfa"], cols["sfb1"], cols["sfb2"]) for s in range(model.STEPS)]
+    assert [c["col"] for c in cps] == want
+    assert max(want) + 4 == cols["used"] <= cols["alloc"] == ev["tmem_alloc"][0] == 512
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_barriers_loads_and_stores(evidence, shape):
+    ev = evidence(shape)
+    s = CFG.stages
+    # ab_full[s], ab_empty[s]: 1 each (expect_tx; one tcgen05.commit); tmem_full: 1; tmem_empty: 4 epilogue warps
+    assert ev["barrier_counts"] == {**{8 * i: 1 for i in range(2 * s + 1)}, 8 * (2 * s + 1): d.EPILOGUE_WARPS}
+    assert ev["expect_tx"] == [CFG.tx_bytes] == [model.budget(CFG.tile_n, s).smem_stage_bytes]
+    assert ev["tma_loads"] == 6  # A, B1, B2, SFA, SFB1, SFB2
+    assert ev["tma_stores"] == CFG.tile_n // model.EPI_N  # one 32 x 32 box per warp per slice
+    assert len(ev["order"]["tcgen05.ld"]) == 2 * (CFG.tile_n // model.EPI_N)  # both accumulators per slice
+
+
+def test_set_up_and_teardown_order(evidence):
+    o = evidence(SHAPES[1])["order"]
+    assert len(o["tcgen05.alloc"]) == len(o["tcgen05.relinquish_alloc_permit"]) == len(o["tcgen05.dealloc"]) == 1
+    assert len(o["bar.sync 0"]) == 2  # publish the TMEM address; the final barrier. None per sub-tile.
+    assert max(o["mbarrier.init"]) < o["barrier.cluster.wait"][0] < o["tcgen05.alloc"][0] < o["bar.sync 0"][0]
+    assert o["bar.sync 0"][0] < min(o["tcgen05.cp"]) < min(o["tcgen05.mma"]) < min(o["tcgen05.ld"])
+    assert max(o["tcgen05.ld"]) < o["bar.sync 0"][1] < o["tcgen05.relinquish_alloc_permit"][0] \
+        < o["tcgen05.dealloc"][0]
+
+
+def test_epilogue_has_no_cta_wide_barrier_per_subtile():
+    c = d.compile_dual_sm100(256, 256, 512)
+    assert all(x.split()[1].rstrip(";,") == "0" for x in ptx_lines(c, r"^bar(rier)?\.sync"))  # no named barriers
+    assert ptx_lines(c, r"^bar\.warp\.sync")  # each epilogue warp syncs only itself before its TMA store
+    assert ptx_lines(c, r"^fence\.proxy\.async\.shared::cta")
+    assert ptx_lines(c, r"^cp\.async\.bulk\.wait_group\.read\s+1;")  # C_STAGES - 1 stores in flight per warp
+    assert ptx_lines(c, r"^cp\.async\.bulk\.wait_group\s+0;")  # every store has landed before the CTA exits
+
+
+# ---------------------------------------------------------------- the public function: checks first
+
+
+def test_bad_input_is_rejected_before_the_tier_check():
+    ops = fp4.generate(128, 128, 512)
+    a, b1, b2, sfa, sfb1, sfb2 = ops.inputs()
+    with pytest.raises(TypeError, match="sfa must have dtype float8_e4m3fn"):
+        d.gated_dual_gemm_sm100(a, b1, b2, sfa.float(), sfb1, sfb2)
+    with pytest.raises(TypeError, match="a must hold packed FP4"):
+        d.gated_dual_gemm_sm100(fp4.as_bytes(a).float(), b1, b2, sfa, sfb1, sfb2)
+    with pytest.raises(ValueError, match="K must be a multiple of 256"):
+        d.gated_dual_gemm_sm100(*(fp4.as_bytes(t)[:, :192] for t in (a, b1, b2)),  # K = 384
+                                *(s[:, :24] for s in (sfa, sfb1, sfb2)))
+    with pytest.raises(ValueError, match="N must be a multiple of 8"):
+        d.gated_dual_gemm_sm100(a, *(fp4.as_bytes(t)[:100] for t in (b1, b2)), sfa, sfb1[:100], sfb2[:100])
+    with pytest.raises(ValueError, match="out must have shape"):
+        d.gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=torch.empty(128, 64, 1, dtype=torch.float16))
+    with pytest.raises(TypeError, match="out must have dtype float16"):
+        d.gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=torch.empty(128, 128, 1))
+    with pytest.raises(ValueError, match="out must be row-major"):
+        d.gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2,
+                                out=torch.empty(128, 128, 1, dtype=torch.float16).transpose(0, 1))
+    with pytest.raises(TypeError, match="cfg must be a DualSm100Config"):
+        d.gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, cfg="fast")
+
+
+@pytest.mark.skipif(detect_tier() == "sm100", reason="checks the refusal on a machine without a B200")
+def test_other_tiers_refuse_to_launch():
+    ops = fp4.generate(128, 128, 256)
+    with pytest.raises(TierError, match="tier sm100"):
+        d.gated_dual_gemm_sm100(*ops.inputs())
+
+
+# ---------------------------------------------------------------- on a B200 (not run yet)
+
+
+@pytest.mark.gpu
+@pytest.mark.sm100
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_matches_reference_with_poisoned_output(shape):
+    ops = fp4.generate(*shape, seed=11, device="cuda")
+    out = ops.c  # NaN everywhere: an element the kernel does not write fails the check
+    assert torch.isnan(out.float()).all()
+    d.gated_dual_gemm_sm100(*ops.inputs(), out=out)
+    torch.cuda.synchronize()
+    ref = fp4.reference(*ops.inputs())
+    res = fp4.check_close(out, ref)
+    assert res.ok, f"{shape}: {res}"
