@@ -210,6 +210,47 @@ def test_prediction_is_a_range_above_the_roofline():
         dg.predict_b200((256, 4096))
 
 
+def test_time_case_checks_before_the_tier():
+    with pytest.raises(ValueError, match="K must be a multiple of 256"):
+        dg.time_case(128, 128, 384)
+    with pytest.raises(ValueError, match="rounds"):
+        dg.time_case(128, 128, 256, rounds=0)
+    if detect_tier() == "cpu":
+        with pytest.raises(TierError, match="time_case"):
+            dg.time_case(128, 128, 256)
+
+
+def test_tables_summarize_and_format():
+    from gemmlab import dual_gemm_tables as t
+
+    rows = [dict(m=256, n=4096, k=7168, ok=True, gemmlab_us=40.0, prepared_us=36.0, stock_b_us=48.0,
+                 reference_a_us=400.0, prepared_kernel_us=35.0, stock_b_kernels_us=42.0, roofline_us=30.4,
+                 vs_a=10.0, vs_b=1.2, vs_b_prepared=48 / 36, vs_b_kernel=1.2, of_roofline=30.4 / 35),
+            dict(m=512, n=4096, k=7168, ok=True, gemmlab_us=80.0, prepared_us=70.0, stock_b_us=80.0,
+                 reference_a_us=800.0, prepared_kernel_us=70.0, stock_b_kernels_us=77.0, roofline_us=60.8,
+                 vs_a=10.0, vs_b=1.0, vs_b_prepared=80 / 70, vs_b_kernel=1.1, of_roofline=60.8 / 70),
+            dict(m=256, n=3072, k=4096, ok=False, error="Traceback ...\nRuntimeError: launch failed\n")]
+    s = t.summarize(rows)
+    assert s["ran"] == 2 and s["shapes"] == 3 and s["all_correct"] is False
+    assert s["geomean_vs_b"] == pytest.approx(math.sqrt(1.2 * 1.0))
+    assert s["goal_vs_b"] is False  # 1.095 < 1.10
+    assert s["goal_vs_a"] is True
+    text = t.format_bench({"device": "TEST GPU", "rows": rows, "summary": s})
+    assert "256x3072x4096: FAILED: RuntimeError: launch failed" in text
+    assert "x1.10 over (b) (goal 1.1: NOT met)" in text
+    assert t.summarize([])["geomean_vs_b"] is None
+
+
+def test_chapter11_exercise_solutions_by_hand():
+    from gemmlab.exercises import ch11
+
+    assert ch11.solution_sol_megabytes() == round((256 * 7168 / 2 + 2 * 4096 * 7168 / 2 + (256 + 2 * 4096) * 448
+                                                    + 2 * 256 * 4096) / 1e6, 2) == 36.16
+    assert ch11.solution_permuted_offset() == (1 * 112 + 1) * 512 + (200 % 32) * 16 + 2 * 4 + 1 == 57993
+    assert ch11.solution_stock_weight_ratio() == round(2 / (0.5 + 1 / 16), 2) == 3.56
+    assert ch11.solution_unshifted_tiles() == (1, 3)  # the tiles that start at row 64 of a 128-row atom
+
+
 # ---------------------------------------------------------------- on a Hopper GPU
 
 
@@ -242,6 +283,16 @@ def test_public_call_allocates_and_prepared_launch_matches():
     run()
     torch.cuda.synchronize()
     assert fp4.check_close(ops.c, ref).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_time_case_runs_and_reports():
+    row = dg.time_case(256, 256, 512, rounds=2, per_round=2)
+    assert row["ok"] and row["stock_ok"]
+    for name in ("gemmlab", "prepared", "reference_a", "stock_b", "prepared_kernel", "stock_b_kernels"):
+        assert row[f"{name}_us"] > 0 and len(row[f"{name}_round_us"]) == 2
+    assert row["vs_b"] == pytest.approx(row["stock_b_us"] / row["gemmlab_us"])
 
 
 @pytest.mark.gpu

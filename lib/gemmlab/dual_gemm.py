@@ -324,8 +324,9 @@ def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) 
     of K) the tensor pipe does both GEMMs' ``2 x 2 x 128 x tile_n x 256`` FLOPs at the SM's share of the
     dense FP4 peak, scaled by the clock fraction the calibration found on Hopper
     (:func:`gemmlab.calibration.b200_clock_fraction`); the loads share 85 % of HBM among the CTAs; one
-    accumulator stage (both FP32 accumulators and the scales fill TMEM), so the epilogue (the
-    calibration's cycles per tile) runs between tiles. ``stages`` defaults to as many as shared memory
+    accumulator stage (at ``tile_n`` = 128 a second stage of both FP32 accumulators would take all 512
+    TMEM columns and leave none for the scales), so the epilogue (the calibration's cycles per tile) runs
+    between tiles: it costs once per tile, which matters only where a CTA has more than one tile. ``stages`` defaults to as many as shared memory
     holds (:func:`gemmlab.dual_gemm_model.max_stages`). Returns ``low_us`` / ``predicted_us`` / ``high_us``
     (the calibration's +-10 %, never below the roofline) and the numbers behind them.
     """
@@ -367,3 +368,74 @@ def prediction_table(shapes=fp4.BENCHMARK_SHAPES, tile_ns=(64, 128)) -> list[dic
     """:func:`predict_b200` for each shape and tile width, with GPU MODE's speed of light: PREDICTIONS."""
     sol = dict(zip(fp4.BENCHMARK_SHAPES, fp4.SOL_US))
     return [{**predict_b200(s, tile_n), "sol_us": sol.get(tuple(s))} for s in shapes for tile_n in tile_ns]
+
+
+# --------------------------------------------------------------------------------------
+# Timing one shape (the benchmark script and the notebook use the same function)
+# --------------------------------------------------------------------------------------
+
+
+def _copy_operands(ops):
+    """Another copy of the same problem in other memory (FP4 copied as bytes)."""
+    def cp(t):
+        return fp4.as_fp4x2(fp4.as_bytes(t).clone()) if t.dtype in fp4.fp4_packed_dtypes() else t.clone()
+
+    return fp4.DualGemmOperands(*(cp(t) for t in (ops.a, ops.b1, ops.b2, ops.sfa, ops.sfb1, ops.sfb2)),
+                                None, None, None, cp(ops.c))
+
+
+def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, seed: int = 0) -> dict:
+    """Time M x N x K on this GPU: the public call, its prepared launch, baselines (a) and (b), side by side.
+
+    Inputs are rotated over enough copies to span 4x the L2 (:func:`gemmlab.bench.input_sets`), the same
+    copies for every competitor; :func:`gemmlab.bench.time_interleaved` times the four in rotating rounds
+    (what a caller waits for, Python included), then the prepared launch and (b) again with the queue
+    primed (``*_kernel*``: the kernels alone). (b)'s BF16 weights are made before timing, once per copy.
+    Both outputs are checked against the FP32 reference first. Returns one row (microseconds, speed-ups).
+    """
+    import torch
+
+    from . import bench, hardware
+
+    fp4.check_problem(m, n, k)
+    check_int("rounds", rounds, lo=1)
+    check_int("per_round", per_round, lo=1)
+    tiers.require_tier("gpu", "gemmlab.dual_gemm.time_case")
+    spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
+    base = fp4.generate(m, n, k, seed=seed, device="cuda")
+    nsets = bench.input_sets(problem_bytes(m, n, k)["total"], spec.l2_mib * 2 ** 20)
+    sets = [base] + [_copy_operands(base) for _ in range(nsets - 1)]
+    weights = [prepare_stock(s.b1, s.b2, s.sfb1, s.sfb2) for s in sets]  # ahead of time: not timed
+    out_a = [torch.empty_like(s.c) for s in sets]
+    out_b = [torch.empty_like(s.c) for s in sets]
+    ref = fp4.reference(*base.inputs())
+    gated_dual_gemm(*base.inputs(), out=base.c)  # compiles
+    torch.cuda.synchronize()
+    res = fp4.check_close(base.c, ref)
+    res_b = fp4.check_close(stock_path(base.a, base.sfa, weights[0], out=out_b[0]), ref)
+    del ref
+    launches = {
+        "gemmlab": [lambda s=s: gated_dual_gemm(*s.inputs(), out=s.c) for s in sets],
+        "prepared": [prepare(*s.inputs(), out=s.c) for s in sets],
+        "reference_a": [lambda s=s, o=o: reference_pipeline(*s.inputs(), out=o) for s, o in zip(sets, out_a)],
+        "stock_b": [lambda s=s, w=w, o=o: stock_path(s.a, s.sfa, w, out=o) for s, w, o in zip(sets, weights, out_b)],
+    }
+    t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=3)
+    tk = bench.time_interleaved({"prepared_kernel": launches["prepared"], "stock_b_kernels": launches["stock_b"]},
+                                rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
+    roof = roofline(m, n, k, spec)
+    row = dict(m=m, n=n, k=k, sets=nsets, ok=res.ok, max_abs_err=res.max_abs_err, stock_ok=res_b.ok,
+               stock_max_abs_err=res_b.max_abs_err, roofline_us=roof["bound_us"], roofline_bound=roof["bound"],
+               b200_sol_us=dict(zip(fp4.BENCHMARK_SHAPES, fp4.SOL_US)).get((m, n, k)),
+               stock_weight_bytes=weights[0].nbytes, nvfp4_bytes=roof["bytes"])
+    flops = problem_flops(m, n, k)
+    for name, v in list(t.items()) + list(tk.items()):
+        row[f"{name}_us"] = v["median_ms"] * 1e3
+        row[f"{name}_round_us"] = [x * 1e3 for x in v["round_ms"]]
+        row[f"{name}_tflops"] = flops / (v["median_ms"] * 1e-3) / 1e12
+    row["vs_a"] = row["reference_a_us"] / row["gemmlab_us"]
+    row["vs_b"] = row["stock_b_us"] / row["gemmlab_us"]
+    row["vs_b_prepared"] = row["stock_b_us"] / row["prepared_us"]
+    row["vs_b_kernel"] = row["stock_b_kernels_us"] / row["prepared_kernel_us"]
+    row["of_roofline"] = row["roofline_us"] / row["prepared_kernel_us"]
+    return row

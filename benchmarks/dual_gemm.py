@@ -1,0 +1,135 @@
+"""The NVFP4 gated dual GEMM (chapter 11) on this GPU: correctness, and the benchmark against both baselines.
+
+    python benchmarks/dual_gemm.py check    # public call vs the FP32 reference on the test and benchmark shapes
+    python benchmarks/dual_gemm.py bench    # the four GPU MODE shapes: gemmlab vs baselines (a) and (b)
+    python benchmarks/dual_gemm.py all
+
+``check``: every output poisoned with NaN first, rtol = atol = 1e-3 (``gemmlab.nvfp4.check_close``); baseline
+(b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
+reference pipeline (dequantize everything on every call, FP32 matmuls) and (b) the stock path (BF16 weights
+made once, then per call A to BF16, two cuBLAS BF16 GEMMs, silu and mul), timed side by side with
+``gemmlab.bench.time_interleaved`` on input sets rotated over 4x the L2; then the prepared launch and (b)
+again with the queue primed (kernels alone). Each shape is tried alone: a failure becomes a row with its
+error and the run goes on.
+
+Results go to ``results/<device>/dual_gemm*.json`` (``--out DIR`` writes there instead); the table comes last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+import torch  # noqa: E402
+
+from gemmlab import bench, hardware  # noqa: E402
+from gemmlab import dual_gemm as dg  # noqa: E402
+from gemmlab import dual_gemm_tables as tables  # noqa: E402
+from gemmlab import nvfp4 as fp4  # noqa: E402
+
+
+# --------------------------------------------------------------------------------------
+# check
+# --------------------------------------------------------------------------------------
+
+
+def check(out_dir=None, shapes=None):
+    shapes = list(shapes or (list(fp4.TEST_SHAPES) + list(fp4.BENCHMARK_SHAPES)))
+    rows = []
+    for i, (m, n, k) in enumerate(shapes):
+        row = {"m": m, "n": n, "k": k}
+        try:
+            ops = fp4.generate(m, n, k, seed=100 + i, device="cuda")
+            ref = fp4.reference(*ops.inputs())
+            assert torch.isnan(ops.c.float()).all()  # poisoned: an element never written fails the check
+            dg.gated_dual_gemm(*ops.inputs(), out=ops.c)
+            torch.cuda.synchronize()
+            res = fp4.check_close(ops.c, ref)
+            row.update(ok=res.ok, max_abs_err=res.max_abs_err, bad=res.bad, total=res.total)
+            out_b = torch.full_like(ops.c, float("nan"))
+            dg.stock_path(ops.a, ops.sfa, dg.prepare_stock(ops.b1, ops.b2, ops.sfb1, ops.sfb2), out=out_b)
+            res_b = fp4.check_close(out_b, ref)
+            row.update(stock_ok=res_b.ok, stock_max_abs_err=res_b.max_abs_err)
+        except Exception:  # noqa: BLE001 - one failed shape is one failed row
+            row["error"] = traceback.format_exc()[-1500:]
+            row["ok"] = False
+        rows.append(row)
+        print(f"{m:>5} x {n:>5} x {k:>5}: ok={row['ok']} max|err|={row.get('max_abs_err')} bad={row.get('bad')} "
+              f"stock ok={row.get('stock_ok')}" + ("" if "error" not in row else "\n" + row["error"]), flush=True)
+        torch.cuda.empty_cache()
+    passed = sum(bool(r["ok"]) for r in rows)
+    _write("dual_gemm_check", {"rows": rows, "passed": passed, "total": len(rows), "rtol": fp4.RTOL,
+                               "atol": fp4.ATOL}, out_dir)
+    print(f"check: {passed} / {len(rows)} passed")
+    return passed == len(rows)
+
+
+# --------------------------------------------------------------------------------------
+# bench
+# --------------------------------------------------------------------------------------
+
+
+def bench_shapes(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, rounds=10, per_round=5):
+    spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
+    rows = []
+    for i, (m, n, k) in enumerate(shapes):
+        try:
+            row = dg.time_case(m, n, k, rounds=rounds, per_round=per_round, seed=200 + i)
+            print(f"{m} x {n} x {k}: ok={row['ok']} gemmlab {row['gemmlab_us']:.1f} us, prepared "
+                  f"{row['prepared_us']:.1f}, (a) {row['reference_a_us']:.1f}, (b) {row['stock_b_us']:.1f}; "
+                  f"kernels: ours {row['prepared_kernel_us']:.1f}, (b) {row['stock_b_kernels_us']:.1f}; "
+                  f"x{row['vs_b']:.2f} vs (b), x{row['vs_a']:.1f} vs (a)", flush=True)
+        except Exception:  # noqa: BLE001 - one failed shape is one failed row
+            row = {"m": m, "n": n, "k": k, "ok": False, "error": traceback.format_exc()[-1500:]}
+            print(f"{m} x {n} x {k}: FAILED\n{row['error']}", flush=True)
+        rows.append(row)
+        torch.cuda.empty_cache()
+    summary = tables.summarize(rows)
+    doc = {"rows": rows, "summary": summary, "clocks": bench.gpu_clocks(), "gpu": spec.short,
+           "hbm_tbps": spec.hbm_tbps, "bf16_tflops": spec.bf16_tflops, "rounds": rounds, "per_round": per_round,
+           "stock_path": "A to BF16 per call; two torch.mm(bf16, bf16, out_dtype=float32) (cuBLAS); "
+                         "silu in place; torch.mul writing FP16",
+           "reference_path": "dequantize A, B1, B2 to FP32 per call; two FP32 torch.matmul; silu * mul; FP16"}
+    path = _write("dual_gemm", doc, out_dir)
+    print(json.dumps(summary, indent=1))
+    print(tables.format_bench({**doc, "device": bench.device_name()}))
+    return path
+
+
+def _write(name, doc, out_dir):
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, f"{name}.json")
+        with open(path, "w") as f:
+            json.dump({"benchmark": name, "device": bench.device_name(), "torch": torch.__version__,
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **doc}, f, indent=1)
+        return path
+    doc = dict(doc)
+    rows = doc.pop("rows", [])
+    return bench.write_results(name, rows, **doc)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=("check", "bench", "all"))
+    p.add_argument("--out", default=None, help="write the JSON here instead of results/<device>/")
+    p.add_argument("--rounds", type=int, default=10)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU (an H100/H200 runs the Hopper twin, a B200 the tcgen05 kernel)")
+        return 2
+    ok = True
+    if args.what in ("check", "all"):
+        ok = check(args.out)
+    if args.what in ("bench", "all"):
+        bench_shapes(args.out, rounds=args.rounds)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
