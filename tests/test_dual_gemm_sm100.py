@@ -245,3 +245,36 @@ def test_matches_reference_with_poisoned_output(shape):
     ref = fp4.reference(*ops.inputs())
     res = fp4.check_close(out, ref)
     assert res.ok, f"{shape}: {res}"
+
+
+# ---------------------------------------------------------------- agreement with the CPU model
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_shared_memory_requested_fits_the_models_budget(stages):
+    from gemmlab.gemm_sm100 import launch_smem_bytes
+
+    cfg = d.DualSm100Config(stages=stages)
+    b = model.budget(cfg.tile_n, stages)
+    got = launch_smem_bytes(d.compile_dual_sm100(256, 256, 512, cfg))
+    assert stages * b.smem_stage_bytes + b.smem_c_bytes <= got <= b.smem_total  # ring + C staging + barriers
+    assert d.EPILOGUE_WARPS * model.C_STAGES * d.WARP_ROWS * model.EPI_N * 2 == b.smem_c_bytes  # per-warp staging
+
+
+def test_tile_order_and_sizes_are_the_models():
+    import inspect
+
+    defaults = inspect.signature(model.run_model).parameters
+    assert (d.RASTER, d.GROUP_M) == (defaults["raster"].default, defaults["group"].default)
+    assert (d.TILE_M, d.K_BLOCK, d.MMA_K, d.STEPS) == (model.TILE_M, model.K_BLOCK, model.MMA_K, model.STEPS)
+    assert (d.EPI_N, d.C_STAGES) == (model.EPI_N, model.C_STAGES)
+
+
+def test_gate_uses_fast_exp_and_reciprocal_then_fp16():
+    c = d.compile_dual_sm100(256, 256, 512)
+    slices = CFG.tile_n // model.EPI_N
+    per_thread = slices * model.EPI_N  # one row of the tile per thread
+    assert len(ptx_lines(c, r"^ex2\.approx\.ftz\.f32")) == per_thread
+    assert len(ptx_lines(c, r"^rcp\.approx\.ftz\.f32")) == per_thread
+    assert not ptx_lines(c, r"^div\.rn\.f32")  # no IEEE division in the epilogue
+    assert ptx_lines(c, r"^cvt\.rn\.f16x2\.f32|^cvt\.rn\.f16\.f32")

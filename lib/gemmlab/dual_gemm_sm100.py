@@ -260,7 +260,9 @@ def epilogue_worker(warp, tiled_t2r: cute.TiledCopy, t2r_acc1: cute.Tensor, t2r_
             cute.copy(tiled_t2r, t2r_acc2[(None, None, None, 0, sl)], r_acc2)
             for j in cutlass.range_constexpr(cute.size(r_acc1)):
                 x = r_acc1[j]
-                r_out[j] = (x / (Float32(1.0) + cute.math.exp(-x, fastmath=True)) * r_acc2[j]).to(Float16)
+                # silu(x) = x * sigmoid(x); exp and the reciprocal are the fast approximations (ex2, rcp)
+                sig = cute.arch.rcp_approx(Float32(1.0) + cute.math.exp(-x, fastmath=True))
+                r_out[j] = (x * sig * r_acc2[j]).to(Float16)
             # this warp's staging buffer is free once the store issued C_STAGES slices ago has read it
             if lane == 0:
                 cute.arch.cp_async_bulk_wait_group(C_STAGES - 1, read=True)
