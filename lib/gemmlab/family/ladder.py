@@ -118,12 +118,13 @@ def changed_fields(a: Sm90Config, b: Sm90Config) -> list[str]:
     return [f.name for f in fields(Sm90Config) if getattr(a, f.name) != getattr(b, f.name)]
 
 
-def rung_table(rungs=RUNGS) -> str:
-    """The rungs as text: key, kernel and configuration, and what each adds (for the notebook)."""
-    rows = [{"key": r.key, "kind": "ladder" if r.step else "variation", "config": r.config_name, "adds": r.adds}
+def rung_table(rungs=RUNGS, *, adds: bool = True) -> str:
+    """The rungs as text: name, kind and kernel configuration; then what each adds (unless ``adds=False``)."""
+    rows = [{"key": r.key, "label": r.label, "kind": "ladder" if r.step else "variation", "config": r.config_name}
             for r in rungs]
-    return format_table(rows, [("key", "rung", ""), ("kind", "kind", ""), ("config", "kernel configuration", "")]) + \
-        "\n\n" + "\n".join(f"{r.key}: {r.adds}" for r in rungs)
+    table = format_table(rows, [("key", "rung", ""), ("kind", "kind", ""), ("label", "label in the figure", ""),
+                                ("config", "kernel configuration", "")])
+    return table + ("\n\n" + "\n".join(f"{r.key}: {r.adds}" for r in rungs) if adds else "")
 
 
 # --------------------------------------------------------------------------------------
