@@ -19,8 +19,10 @@ from gemmlab.compile import ptx_lines  # noqa: E402
 from gemmlab.tiers import TierError, detect_tier  # noqa: E402
 
 SHAPES = list(fp4.TEST_SHAPES) + list(fp4.BENCHMARK_SHAPES)
-IDS = [f"{m}x{n}x{k}" for m, n, k in SHAPES]
 CFG = d.DualSm100Config()
+CONFIGS = [CFG, d.DualSm100Config(tile_n=64, stages=model.max_stages(64))]
+CASES = [(cfg, shape) for cfg in CONFIGS for shape in SHAPES]
+CASE_IDS = [f"n{cfg.tile_n}s{cfg.stages}-{m}x{n}x{k}" for cfg, (m, n, k) in CASES]
 
 # NVIDIA's CuTe DSL example examples/python/CuTeDSL/cute/blackwell/kernel/blockscaled_gemm/
 # dense_blockscaled_gemm_persistent.py (NVIDIA/cutlass, commit 7107b0553), compiled here for sm_100a with
@@ -43,10 +45,10 @@ NVIDIA_EXAMPLE_SFB_COLS = (272, 276, 280, 284)
 def evidence():
     cache = {}
 
-    def get(shape):
-        if shape not in cache:
-            cache[shape] = d.static_evidence(d.compile_dual_sm100(*shape))
-        return cache[shape]
+    def get(shape, cfg=CFG):
+        if (cfg, shape) not in cache:
+            cache[cfg, shape] = d.static_evidence(d.compile_dual_sm100(*shape, cfg))
+        return cache[cfg, shape]
 
     return get
 
@@ -93,8 +95,9 @@ def test_config_is_validated_against_the_model_budget():
         d.DualSm100Config(stages=model.max_stages(128) + 1)
     with pytest.raises(ValueError, match="stages must be >= 1"):
         d.DualSm100Config(stages=0)
-    for tile_n in (64, 192, 256):
-        with pytest.raises(ValueError, match=r"tile_n must be one of \(128,\)"):
+    assert d.DualSm100Config(tile_n=64).tmem == model.tmem_columns(64)
+    for tile_n in (192, 256, 96):
+        with pytest.raises(ValueError, match=r"tile_n must be one of \(64, 128\)"):
             d.DualSm100Config(tile_n=tile_n)
     with pytest.raises(ValueError, match="tile_n must be a multiple of 16"):
         d.DualSm100Config(tile_n=100)
@@ -120,10 +123,10 @@ def test_compile_rejects_bad_arguments():
 # ---------------------------------------------------------------- the PTX, at every shape used
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-def test_block_scaled_mmas_descriptor_and_tmem_columns(evidence, shape):
-    ev = evidence(shape)
-    cols = model.tmem_columns(CFG.tile_n)
+@pytest.mark.parametrize("cfg,shape", CASES, ids=CASE_IDS)
+def test_block_scaled_mmas_descriptor_and_tmem_columns(evidence, cfg, shape):
+    ev = evidence(shape, cfg)
+    cols = model.tmem_columns(cfg.tile_n)
     mmas = ev["mma"]
     # per k-block: 4 MMA steps (K = 64 each) x 2 GEMMs, A shared, SFB switched
     assert ev["mma_per_k_block"] == len(mmas) == 2 * model.STEPS
@@ -132,50 +135,56 @@ def test_block_scaled_mmas_descriptor_and_tmem_columns(evidence, shape):
         # four per row of a K = 64 MMA (accepted: either spelling)
         assert m["opcode"].startswith("tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.")
         assert m["opcode"].split(".")[5] in ("block16", "scale_vec::4X"), m["opcode"]
-        assert m["idesc"] == d.encode_block_scaled_idesc(model.TILE_M, CFG.tile_n) == NVIDIA_EXAMPLE_IDESC_128x128
+        assert m["idesc"] == d.encode_block_scaled_idesc(model.TILE_M, cfg.tile_n)
+        assert d.decode_block_scaled_idesc(m["idesc"])["N"] == cfg.tile_n
         # the SF-ID fields come from bits 31:30 of the scale addresses (0 for our lane-0 addresses)
         assert m["sf_id_from"] == {"sfa": (1, 0x60000000), "sfb": (26, 0x30)}
+        assert not m["runtime_terms"]  # D and SFA at fixed columns
+        # tile_n 64: an odd tile's B rows are rows 64..127 of the loaded scale atom -> SFB moved at run time
+        assert m["sfb_runtime_shift"] == (cfg.tile_n == 64)
     for step in range(model.STEPS):
         g1, g2 = mmas[2 * step], mmas[2 * step + 1]
-        assert (g1["d_col"], g2["d_col"]) == (cols["acc1"], cols["acc2"]) == (0, CFG.tile_n)  # two accumulators
+        assert (g1["d_col"], g2["d_col"]) == (cols["acc1"], cols["acc2"]) == (0, cfg.tile_n)  # two accumulators
         assert g1["sfa_col"] == g2["sfa_col"] == cols["sfa"] + 4 * step  # the same A scales for both GEMMs
         assert g1["sfb_col"] == cols["sfb1"] + 4 * step
         assert g2["sfb_col"] == cols["sfb2"] + 4 * step  # SFB switched for GEMM 2
-    assert [m["sfa_col"] for m in mmas[::2]] == list(NVIDIA_EXAMPLE_SFA_COLS)
-    assert [m["sfb_col"] for m in mmas[::2]] == list(NVIDIA_EXAMPLE_SFB_COLS)
+    if cfg.tile_n == 128:  # the configuration compiled from NVIDIA's example (see the top of this file)
+        assert all(m["idesc"] == NVIDIA_EXAMPLE_IDESC_128x128 for m in mmas)
+        assert [m["sfa_col"] for m in mmas[::2]] == list(NVIDIA_EXAMPLE_SFA_COLS)
+        assert [m["sfb_col"] for m in mmas[::2]] == list(NVIDIA_EXAMPLE_SFB_COLS)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-def test_accumulate_off_only_at_the_tiles_first_mmas(evidence, shape):
-    mmas = evidence(shape)["mma"]
+@pytest.mark.parametrize("cfg,shape", CASES, ids=CASE_IDS)
+def test_accumulate_off_only_at_the_tiles_first_mmas(evidence, cfg, shape):
+    mmas = evidence(shape, cfg)["mma"]
     k_blocks = shape[2] // model.K_BLOCK
     first = [0] if k_blocks == 1 else [-1, 0]  # a loop-carried predicate: 0 at the tile's start, then true
     assert mmas[0]["accumulate"] == mmas[1]["accumulate"] == first
     assert all(m["accumulate"] == [-1] for m in mmas[2:])
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-def test_scales_copied_to_tmem_with_tcgen05_cp(evidence, shape):
-    ev = evidence(shape)
-    cols = model.tmem_columns(CFG.tile_n)
+@pytest.mark.parametrize("cfg,shape", CASES, ids=CASE_IDS)
+def test_scales_copied_to_tmem_with_tcgen05_cp(evidence, cfg, shape):
+    ev = evidence(shape, cfg)
+    cols = model.tmem_columns(cfg.tile_n)
     cps = ev["tcgen05_cp"]
     assert {c["opcode"] for c in cps} == {"tcgen05.cp.cta_group::1.32x128b.warpx4"}
     # one 512-byte atom (32 lanes x 4 columns, replicated to the 4 sub-partitions) per MMA step and scale tensor
     want = [base + 4 * s for base in (cols["sfa"], cols["sfb1"], cols["sfb2"]) for s in range(model.STEPS)]
-    assert [c["col"] for c in cps] == want
-    assert max(want) + 4 == cols["used"] <= cols["alloc"] == ev["tmem_alloc"][0] == 512
+    assert [c["col"] for c in cps] == want and not any(c["runtime"] for c in cps)
+    assert max(want) + 4 == cols["used"] <= cols["alloc"] == ev["tmem_alloc"][0]
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-def test_barriers_loads_and_stores(evidence, shape):
-    ev = evidence(shape)
-    s = CFG.stages
+@pytest.mark.parametrize("cfg,shape", CASES, ids=CASE_IDS)
+def test_barriers_loads_and_stores(evidence, cfg, shape):
+    ev = evidence(shape, cfg)
+    s = cfg.stages
     # ab_full[s], ab_empty[s]: 1 each (expect_tx; one tcgen05.commit); tmem_full: 1; tmem_empty: 4 epilogue warps
     assert ev["barrier_counts"] == {**{8 * i: 1 for i in range(2 * s + 1)}, 8 * (2 * s + 1): d.EPILOGUE_WARPS}
-    assert ev["expect_tx"] == [CFG.tx_bytes] == [model.budget(CFG.tile_n, s).smem_stage_bytes]
+    assert ev["expect_tx"] == [cfg.tx_bytes] == [model.budget(cfg.tile_n, s).smem_stage_bytes]
     assert ev["tma_loads"] == 6  # A, B1, B2, SFA, SFB1, SFB2
-    assert ev["tma_stores"] == CFG.tile_n // model.EPI_N  # one 32 x 32 box per warp per slice
-    assert len(ev["order"]["tcgen05.ld"]) == 2 * (CFG.tile_n // model.EPI_N)  # both accumulators per slice
+    assert ev["tma_stores"] == cfg.tile_n // model.EPI_N  # one 32 x 32 box per warp per slice
+    assert len(ev["order"]["tcgen05.ld"]) == 2 * (cfg.tile_n // model.EPI_N)  # both accumulators per slice
 
 
 def test_set_up_and_teardown_order(evidence):
@@ -235,12 +244,12 @@ def test_other_tiers_refuse_to_launch():
 
 @pytest.mark.gpu
 @pytest.mark.sm100
-@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-def test_matches_reference_with_poisoned_output(shape):
+@pytest.mark.parametrize("cfg,shape", CASES, ids=CASE_IDS)
+def test_matches_reference_with_poisoned_output(cfg, shape):
     ops = fp4.generate(*shape, seed=11, device="cuda")
     out = ops.c  # NaN everywhere: an element the kernel does not write fails the check
     assert torch.isnan(out.float()).all()
-    d.gated_dual_gemm_sm100(*ops.inputs(), out=out)
+    d.gated_dual_gemm_sm100(*ops.inputs(), out=out, cfg=cfg)
     torch.cuda.synchronize()
     ref = fp4.reference(*ops.inputs())
     res = fp4.check_close(out, ref)
@@ -250,11 +259,11 @@ def test_matches_reference_with_poisoned_output(shape):
 # ---------------------------------------------------------------- agreement with the CPU model
 
 
-@pytest.mark.parametrize("stages", [1, 2, 3])
-def test_shared_memory_requested_fits_the_models_budget(stages):
+@pytest.mark.parametrize("tile_n,stages", [(128, 1), (128, 2), (128, 3), (64, 5)])
+def test_shared_memory_requested_fits_the_models_budget(tile_n, stages):
     from gemmlab.gemm_sm100 import launch_smem_bytes
 
-    cfg = d.DualSm100Config(stages=stages)
+    cfg = d.DualSm100Config(tile_n=tile_n, stages=stages)
     b = model.budget(cfg.tile_n, stages)
     got = launch_smem_bytes(d.compile_dual_sm100(256, 256, 512, cfg))
     assert stages * b.smem_stage_bytes + b.smem_c_bytes <= got <= b.smem_total  # ring + C staging + barriers

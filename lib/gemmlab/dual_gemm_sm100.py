@@ -48,8 +48,8 @@ What it teaches
       ``tmem_empty``), the final barrier, relinquish and dealloc.
 
 What it does not do (yet)
-    ``tile_n`` is 128 only (64 and 192 would need the SFB shift of
-    ``dual_gemm_model``'s ``sfb_not_shifted`` case); no 2-CTA MMA, no multicast, no
+    ``tile_n`` is 128 or 64 (192 would load SFB atoms split over two tiles; 256 leaves no
+    TMEM for the scales); no 2-CTA MMA, no multicast, no
     overlap of one tile's epilogue with the next tile's main loop (one accumulator
     stage); the staging buffer is not swizzled (bank conflicts on the FP16 writes).
 """
@@ -90,7 +90,8 @@ TMA_WARP = 5
 THREADS = 32 * 6
 WARP_ROWS = 32  #: rows of C each epilogue warp owns (its TMEM lanes)
 SMEM_ALIGN = 1024
-TILE_N_SUPPORTED = (128,)
+TILE_N_SUPPORTED = (64, 128)
+SF_ATOM_ROWS = fp4.ATOM_MN  #: rows of one scale atom (128): the TMA loads SFB in whole atoms
 NUM_CTAS_B200 = 148  #: SMs of a B200 (gemmlab.hardware.B200): one persistent CTA each
 RASTER = "m"
 GROUP_M = 8
@@ -98,7 +99,7 @@ GROUP_M = 8
 
 @dataclass(frozen=True)
 class DualSm100Config:
-    """``tile_n``: N of the CTA tile (128); ``stages``: depth of the TMA ring (1 ..
+    """``tile_n``: N of the CTA tile (128 or 64); ``stages``: depth of the TMA ring (1 ..
     :func:`gemmlab.dual_gemm_model.max_stages`); ``num_ctas``: persistent CTAs (at most
     the number of tiles are launched)."""
 
@@ -109,8 +110,8 @@ class DualSm100Config:
     def __post_init__(self):
         check_int("tile_n", self.tile_n, lo=16, hi=256, multiple_of=16)
         if self.tile_n not in TILE_N_SUPPORTED:
-            raise ValueError(f"tile_n must be one of {TILE_N_SUPPORTED} (64 and 192 need the SFB shift by half an "
-                             f"atom, not implemented; 256 leaves no TMEM for the scales); got {self.tile_n}")
+            raise ValueError(f"tile_n must be one of {TILE_N_SUPPORTED} (192 needs SFB atoms split over two tiles, "
+                             f"not implemented; 256 leaves no TMEM for the scales); got {self.tile_n}")
         check_int("stages", self.stages, lo=1)
         most = model.max_stages(self.tile_n)
         if self.stages > most:
@@ -181,8 +182,12 @@ def tma_worker(tma_a, tAg, tAs, tma_b1, tB1g, tB1s, tma_b2, tB2g, tB2s,
                tma_sfa, tSAg, tSAs, tma_sfb1, tSB1g, tSB1s, tma_sfb2, tSB2g, tSB2s,
                ab_full, ab_empty, cta, my_tiles, m_tiles: cutlass.Constexpr, n_tiles: cutlass.Constexpr,
                k_blocks: cutlass.Constexpr, stages: cutlass.Constexpr, num_ctas: cutlass.Constexpr,
-               tx_bytes: cutlass.Constexpr):
-    """TMA warp: the tile scheduler and the six loads of every k-block into the ring."""
+               tx_bytes: cutlass.Constexpr, sfb_tiles_per_atom: cutlass.Constexpr):
+    """TMA warp: the tile scheduler and the six loads of every k-block into the ring.
+
+    The scales of B come in whole 128-row atoms: with ``tile_n`` = 64 an atom holds the
+    scales of two neighbouring tiles, and both load it (the MMA picks its half).
+    """
     ring = DevicePipelineState.producer(stages)  # phase 1: a fresh ab_empty reads as "empty"
     for i in cutlass.range(my_tiles, unroll=1):
         m_tile, n_tile = device_tile(cta + i * num_ctas, m_tiles, n_tiles, RASTER, GROUP_M)
@@ -195,8 +200,9 @@ def tma_worker(tma_a, tAg, tAs, tma_b1, tB1g, tB1s, tma_b2, tB2g, tB2s,
             cute.copy(tma_b1, tB1g[(None, n_tile, kb)], tB1s[(None, ring.index)], tma_bar_ptr=bar)
             cute.copy(tma_b2, tB2g[(None, n_tile, kb)], tB2s[(None, ring.index)], tma_bar_ptr=bar)
             cute.copy(tma_sfa, tSAg[(None, m_tile, kb)], tSAs[(None, ring.index)], tma_bar_ptr=bar)
-            cute.copy(tma_sfb1, tSB1g[(None, n_tile, kb)], tSB1s[(None, ring.index)], tma_bar_ptr=bar)
-            cute.copy(tma_sfb2, tSB2g[(None, n_tile, kb)], tSB2s[(None, ring.index)], tma_bar_ptr=bar)
+            sf_tile = n_tile // sfb_tiles_per_atom  # tile_n 64: two tiles share one 128-row scale atom
+            cute.copy(tma_sfb1, tSB1g[(None, sf_tile, kb)], tSB1s[(None, ring.index)], tma_bar_ptr=bar)
+            cute.copy(tma_sfb2, tSB2g[(None, sf_tile, kb)], tSB2s[(None, ring.index)], tma_bar_ptr=bar)
             ring.advance()
     # Producer tail: every stage filled has been released by the MMAs' commits before teardown.
     for _ in cutlass.range(stages, unroll=1):
@@ -208,12 +214,29 @@ def tma_worker(tma_a, tAg, tAs, tma_b1, tB1g, tB1s, tma_b2, tB2g, tB2s,
 def mma_worker(tiled_mma: cute.TiledMma, acc1: cute.Tensor, acc2: cute.Tensor, tCrA: cute.Tensor,
                tCrB1: cute.Tensor, tCrB2: cute.Tensor, tCtSFA: cute.Tensor, tCtSFB1: cute.Tensor,
                tCtSFB2: cute.Tensor, s2t_sfa, s2t_sfa_src, s2t_sfa_dst, s2t_sfb, s2t_sfb1_src, s2t_sfb1_dst,
-               s2t_sfb2_src, s2t_sfb2_dst, ab_full, ab_empty, tmem_full, tmem_empty, my_tiles,
-               k_blocks: cutlass.Constexpr, stages: cutlass.Constexpr):
-    """MMA warp: scales to TMEM with tcgen05.cp, then four block-scaled MMAs per k-block and GEMM."""
+               s2t_sfb2_src, s2t_sfb2_dst, ab_full, ab_empty, tmem_full, tmem_empty, cta, my_tiles,
+               m_tiles: cutlass.Constexpr, n_tiles: cutlass.Constexpr, num_ctas: cutlass.Constexpr,
+               k_blocks: cutlass.Constexpr, stages: cutlass.Constexpr, sfb_tiles_per_atom: cutlass.Constexpr):
+    """MMA warp: scales to TMEM with tcgen05.cp, then four block-scaled MMAs per k-block and GEMM.
+
+    With ``tile_n`` = 64 the copied SFB atom holds 128 rows of B, two tiles' worth; an odd
+    tile's rows start at row 64 of the atom, i.e. 2 columns further in TMEM (rows
+    ``32 c .. 32 c + 31`` sit in column ``c`` of each MMA step's 4), so the MMA's SFB
+    address moves by 2 columns (:data:`gemmlab.dual_gemm_model.BUGS`' ``sfb_not_shifted``).
+    """
     ring = DevicePipelineState.consumer(stages)
     acc = DevicePipelineState.producer(1)  # one accumulator pair; phase 1: free at the start
     for i in cutlass.range(my_tiles, unroll=1):
+        sfb1_mma, sfb2_mma = tCtSFB1, tCtSFB2
+        if cutlass.const_expr(sfb_tiles_per_atom > 1):
+            _, n_tile = device_tile(cta + i * num_ctas, m_tiles, n_tiles, RASTER, GROUP_M)
+            shift = (n_tile % sfb_tiles_per_atom) * (4 // sfb_tiles_per_atom)  # TMEM columns (32-bit words)
+            # move in columns (a 32-bit pointer): on an 8-bit TMEM pointer + 2 would mean byte 2 of the word
+            sf_t = tCtSFB1.element_type
+            sfb1_mma = cute.make_tensor(cute.recast_ptr(cute.recast_ptr(tCtSFB1.iterator, dtype=Float32) + shift,
+                                                        dtype=sf_t), tCtSFB1.layout)
+            sfb2_mma = cute.make_tensor(cute.recast_ptr(cute.recast_ptr(tCtSFB2.iterator, dtype=Float32) + shift,
+                                                        dtype=sf_t), tCtSFB2.layout)
         cute.arch.mbarrier_wait(tmem_empty + acc.index, acc.phase)
         tcgen05_fence_after_thread_sync()
         tiled_mma.set(tcgen05.Field.ACCUMULATE, False)  # the tile's first MMA overwrites (TMEM holds garbage)
@@ -226,9 +249,9 @@ def mma_worker(tiled_mma: cute.TiledMma, acc1: cute.Tensor, acc2: cute.Tensor, t
             cute.copy(s2t_sfb, s2t_sfb2_src[(None, None, None, None, s)], s2t_sfb2_dst)
             for step in cutlass.range_constexpr(STEPS):
                 tiled_mma.set(tcgen05.Field.SFA, tCtSFA[(None, None, step)].iterator)
-                tiled_mma.set(tcgen05.Field.SFB, tCtSFB1[(None, None, step)].iterator)
+                tiled_mma.set(tcgen05.Field.SFB, sfb1_mma[(None, None, step)].iterator)
                 cute.gemm(tiled_mma, acc1, tCrA[(None, None, step, s)], tCrB1[(None, None, step, s)], acc1)
-                tiled_mma.set(tcgen05.Field.SFB, tCtSFB2[(None, None, step)].iterator)  # GEMM 2: switch SFB
+                tiled_mma.set(tcgen05.Field.SFB, sfb2_mma[(None, None, step)].iterator)  # GEMM 2: switch SFB
                 cute.gemm(tiled_mma, acc2, tCrA[(None, None, step, s)], tCrB2[(None, None, step, s)], acc2)
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
             with cute.arch.elect_one():  # stage s is free once these MMAs (and copies) have read it
@@ -290,14 +313,15 @@ def epilogue_worker(warp, tiled_t2r: cute.TiledCopy, t2r_acc1: cute.Tensor, t2r_
 
 
 @cute.kernel
-def dual_kernel(tiled_mma: cute.TiledMma,
+def dual_kernel(tiled_mma: cute.TiledMma, tiled_mma_sfb: cute.TiledMma,
                 tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b1: cute.CopyAtom, mB1: cute.Tensor,
                 tma_b2: cute.CopyAtom, mB2: cute.Tensor, tma_sfa: cute.CopyAtom, mSFA: cute.Tensor,
                 tma_sfb1: cute.CopyAtom, mSFB1: cute.Tensor, tma_sfb2: cute.CopyAtom, mSFB2: cute.Tensor,
                 tma_c: cute.CopyAtom, mC: cute.Tensor,
                 a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
                 sfa_layout: cute.Layout, sfb_layout: cute.Layout, c_layout: cute.Layout,
-                mma_tiler: cutlass.Constexpr, tile_n: cutlass.Constexpr, stages: cutlass.Constexpr,
+                mma_tiler: cutlass.Constexpr, mma_tiler_sfb: cutlass.Constexpr, tile_n: cutlass.Constexpr,
+                stages: cutlass.Constexpr,
                 m_tiles: cutlass.Constexpr, n_tiles: cutlass.Constexpr, k_blocks: cutlass.Constexpr,
                 num_ctas: cutlass.Constexpr, tx_bytes: cutlass.Constexpr, cols: cutlass.Constexpr):
     warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -356,8 +380,11 @@ def dual_kernel(tiled_mma: cute.TiledMma,
     gB1 = cute.local_tile(mB1, tile_b, (None, None, 0))
     gB2 = cute.local_tile(mB2, tile_b, (None, None, 0))
     gSFA = cute.local_tile(mSFA, tile_a, (None, None, 0))
-    gSFB1 = cute.local_tile(mSFB1, tile_b, (None, None, 0))
-    gSFB2 = cute.local_tile(mSFB2, tile_b, (None, None, 0))
+    tile_sfb = cute.slice_(mma_tiler_sfb, (0, None, None))  # whole 128-row atoms of B's scales
+    gSFB1 = cute.local_tile(mSFB1, tile_sfb, (None, None, 0))
+    gSFB2 = cute.local_tile(mSFB2, tile_sfb, (None, None, 0))
+    thr_mma_sfb = tiled_mma_sfb.get_slice(0)
+    sfb_tiles_per_atom = SF_ATOM_ROWS // tile_n
     one = cute.make_layout(1)
 
     def part(atom, s_tensor, g_tensor, scales):
@@ -371,8 +398,8 @@ def dual_kernel(tiled_mma: cute.TiledMma,
     tB1g, tB1s = part(tma_b1, sB1, thr_mma.partition_B(gB1), False)
     tB2g, tB2s = part(tma_b2, sB2, thr_mma.partition_B(gB2), False)
     tSAg, tSAs = part(tma_sfa, sSFA, thr_mma.partition_A(gSFA), True)
-    tSB1g, tSB1s = part(tma_sfb1, sSFB1, thr_mma.partition_B(gSFB1), True)
-    tSB2g, tSB2s = part(tma_sfb2, sSFB2, thr_mma.partition_B(gSFB2), True)
+    tSB1g, tSB1s = part(tma_sfb1, sSFB1, thr_mma_sfb.partition_B(gSFB1), True)
+    tSB2g, tSB2s = part(tma_sfb2, sSFB2, thr_mma_sfb.partition_B(gSFB2), True)
     tCrA = tiled_mma.make_fragment_A(sA)  # shared-memory descriptors (MMA, MMA_M, MMA_K, STAGE)
     tCrB1 = tiled_mma.make_fragment_B(sB1)
     tCrB2 = tiled_mma.make_fragment_B(sB2)
@@ -393,7 +420,8 @@ def dual_kernel(tiled_mma: cute.TiledMma,
     if warp == TMA_WARP:
         tma_worker(tma_a, tAg, tAs, tma_b1, tB1g, tB1s, tma_b2, tB2g, tB2s,
                    tma_sfa, tSAg, tSAs, tma_sfb1, tSB1g, tSB1s, tma_sfb2, tSB2g, tSB2s,
-                   ab_full, ab_empty, cta, my_tiles, m_tiles, n_tiles, k_blocks, stages, num_ctas, tx_bytes)
+                   ab_full, ab_empty, cta, my_tiles, m_tiles, n_tiles, k_blocks, stages, num_ctas, tx_bytes,
+                   sfb_tiles_per_atom)
     if warp == MMA_WARP:
         # tcgen05.cp 32x128b.warpx4: each 512-byte atom of scales -> 4 columns of all 4 sub-partitions
         s2t_atom = cute.make_copy_atom(tcgen05.Cp4x32x128bOp(tcgen05.CtaGroup.ONE), cutlass.Float8E4M3FN)
@@ -409,7 +437,7 @@ def dual_kernel(tiled_mma: cute.TiledMma,
         sfb2_dst = thr_sfb.partition_D(cute.filter_zeros(tCtSFB2))
         mma_worker(tiled_mma, acc1, acc2, tCrA, tCrB1, tCrB2, tCtSFA, tCtSFB1, tCtSFB2, s2t_sfa, sfa_src, sfa_dst,
                    s2t_sfb, sfb1_src, sfb1_dst, sfb2_src, sfb2_dst, ab_full, ab_empty, tmem_full, tmem_empty,
-                   my_tiles, k_blocks, stages)
+                   cta, my_tiles, m_tiles, n_tiles, num_ctas, k_blocks, stages, sfb_tiles_per_atom)
     if warp < EPILOGUE_WARPS:
         # TMEM -> registers: tcgen05.ld 32x32b, thread t of the 128 reads lane t (row t of the tile)
         epi = (TILE_M, EPI_N)
@@ -481,6 +509,11 @@ def dual_host(cfg: DualSm100Config, m: int, n: int, k: int):
                                        tcgen05.OperandSource.SMEM)
         tiled_mma = cute.make_tiled_mma(mma_op)
         mma_tiler = (TILE_M, tile_n, K_BLOCK)
+        # B's scales are loaded in whole 128-row atoms: a second MMA shape of N = 128 describes that load
+        tile_n_sfb = fp4.ceil_div(tile_n, SF_ATOM_ROWS) * SF_ATOM_ROWS
+        tiled_mma_sfb = cute.make_tiled_mma(tcgen05.MmaMXF4NVF4Op(sf_t, (TILE_M, tile_n_sfb, MMA_K),
+                                                                  tcgen05.CtaGroup.ONE, tcgen05.OperandSource.SMEM))
+        mma_tiler_sfb = (TILE_M, tile_n_sfb, K_BLOCK)
         a_layout = utils.sm100.make_smem_layout_a(tiled_mma, mma_tiler, fp4_t, stages)
         b_layout = utils.sm100.make_smem_layout_b(tiled_mma, mma_tiler, fp4_t, stages)
         sfa_layout = blockscaled.make_smem_layout_sfa(tiled_mma, mma_tiler, fp4.SF_VEC, stages)
@@ -497,15 +530,15 @@ def dual_host(cfg: DualSm100Config, m: int, n: int, k: int):
         tma_b2, tB2 = cute.nvgpu.make_tiled_tma_atom_B(g2s, mB2, stage0(b_layout), mma_tiler, tiled_mma, vmnk)
         tma_sfa, tSFA = cute.nvgpu.make_tiled_tma_atom_A(g2s, mSFA, stage0(sfa_layout), mma_tiler, tiled_mma, vmnk,
                                                          internal_type=cutlass.Int16)
-        tma_sfb1, tSFB1 = cute.nvgpu.make_tiled_tma_atom_B(g2s, mSFB1, stage0(sfb_layout), mma_tiler, tiled_mma,
-                                                           vmnk, internal_type=cutlass.Int16)
-        tma_sfb2, tSFB2 = cute.nvgpu.make_tiled_tma_atom_B(g2s, mSFB2, stage0(sfb_layout), mma_tiler, tiled_mma,
-                                                           vmnk, internal_type=cutlass.Int16)
+        tma_sfb1, tSFB1 = cute.nvgpu.make_tiled_tma_atom_B(g2s, mSFB1, stage0(sfb_layout), mma_tiler_sfb,
+                                                           tiled_mma_sfb, vmnk, internal_type=cutlass.Int16)
+        tma_sfb2, tSFB2 = cute.nvgpu.make_tiled_tma_atom_B(g2s, mSFB2, stage0(sfb_layout), mma_tiler_sfb,
+                                                           tiled_mma_sfb, vmnk, internal_type=cutlass.Int16)
         box = cute.make_layout((WARP_ROWS, EPI_N), stride=(EPI_N, 1))
         tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), c, box, (WARP_ROWS, EPI_N))
-        dual_kernel(tiled_mma, tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sfa, tSFA, tma_sfb1, tSFB1,
+        dual_kernel(tiled_mma, tiled_mma_sfb, tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sfa, tSFA, tma_sfb1, tSFB1,
                     tma_sfb2, tSFB2, tma_c, tC, a_layout, b_layout, sfa_layout, sfb_layout, c_layout,
-                    mma_tiler, tile_n, stages, m_tiles, n_tiles, k_blocks, num_ctas, tx_bytes, cols).launch(
+                    mma_tiler, mma_tiler_sfb, tile_n, stages, m_tiles, n_tiles, k_blocks, num_ctas, tx_bytes, cols).launch(
             grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), cluster=(1, 1, 1), stream=stream)
 
     return dual_gemm_sm100_host
@@ -593,49 +626,49 @@ def gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: DualSm100Co
 # Reading the compiled kernel back
 # --------------------------------------------------------------------------------------
 
-_DEF = re.compile(r"^(mov\.b32|mov\.u32|or\.b32|add\.s32|selp\.b32|and\.b32)\s+(%\w+),\s*(.+?);")
-
-
 def _code_lines(ptx: str) -> list[str]:
     return [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith("//")]
 
 
-def _trace(lines: list[str], upto: int, operand: str, base: str | None = None):
-    """Value of ``operand`` at line ``upto`` as ``(base register or None, constant)``.
+def _trace(lines: list[str], upto: int, operand: str):
+    """Value of ``operand`` at line ``upto`` as ``(leaves, constant)``: the sum of a constant and of
+    registers it cannot resolve further (``leaves``: the TMEM base address loaded from shared memory,
+    a run-time offset).
 
-    Follows ``mov``, ``add`` / ``or`` with an immediate, ``and`` of two constants and
-    ``selp`` (its false arm); stops at a register it cannot resolve (the TMEM base
-    address loaded from shared memory), which becomes the base.
+    Follows ``mov``, ``add``, ``or`` (constants only), ``and`` of constants, ``selp`` (its
+    false arm: the DSL's run-time MMA fields are off unless a kernel turns them on) and
+    ``[reg+imm]`` operands.
     """
-    operand = operand.strip()
+    operand = operand.strip().strip("[]")
     if re.fullmatch(r"-?\d+", operand):
-        return None, int(operand)
+        return frozenset(), int(operand)
     if re.fullmatch(r"0[xX][0-9a-fA-F]+", operand):
-        return None, int(operand, 16)
-    for i in range(upto - 1, -1, -1):
-        mt = _DEF.match(lines[i])
-        if not mt or mt.group(2) != operand:
-            continue
-        op, args = mt.group(1), [x.strip() for x in mt.group(3).split(",")]
-        if op.startswith("mov"):
-            return _trace(lines, i, args[0])
-        if op == "selp.b32":
-            return _trace(lines, i, args[1])
-        (b0, v0), (b1, v1) = _trace(lines, i, args[0]), _trace(lines, i, args[1])
-        if op == "and.b32":
-            return (None, v0 & v1) if b0 is None and b1 is None else (operand, 0)
-        if b0 is not None and b1 is not None:
-            return operand, 0
-        if op == "or.b32" and b0 is None and b1 is None:
-            return None, v0 | v1
-        return (b0 or b1), v0 + v1
-    return operand, 0
+        return frozenset(), int(operand, 16)
+    mt = re.fullmatch(r"(%\w+)\+(\d+)", operand)
+    if mt:
+        leaves, val = _trace(lines, upto, mt.group(1))
+        return leaves, val + int(mt.group(2))
+    d = _def_of(lines, upto, operand)
+    if d is None:
+        return frozenset({operand}), 0
+    i, op, args = d
+    if op.startswith("mov.") and len(args) == 1:
+        return _trace(lines, i, args[0])
+    if op == "selp.b32":
+        return _trace(lines, i, args[1])
+    if op in ("add.s32", "add.u32", "or.b32", "and.b32"):
+        (l0, v0), (l1, v1) = _trace(lines, i, args[0]), _trace(lines, i, args[1])
+        if not l0 and not l1:
+            return frozenset(), (v0 + v1 if op.startswith("add") else v0 | v1 if op == "or.b32" else v0 & v1)
+        if op.startswith("add"):
+            return l0 | l1, v0 + v1
+    return frozenset({operand}), 0
 
 
 def _def_of(lines: list[str], upto: int, reg: str):
     """The instruction (index, opcode, operands) that last defined ``reg`` before line ``upto``."""
     for i in range(upto - 1, -1, -1):
-        mt = re.match(r"^(\S+)\s+" + re.escape(reg) + r",\s*(.+?);", lines[i])
+        mt = re.match(r"^(\S+)\s+" + re.escape(reg) + r",\s*(.+?);\s*$", lines[i])
         if mt:
             return i, mt.group(1), [x.strip() for x in mt.group(2).split(",")]
     return None
@@ -652,8 +685,8 @@ def _idesc_parts(lines: list[str], upto: int, operand: str):
 
     def walk(reg, at):
         nonlocal const
-        base, val = _trace(lines, at, reg)
-        if base is None:
+        leaves, val = _trace(lines, at, reg)
+        if not leaves:
             const |= val
             return
         d = _def_of(lines, at, reg)
@@ -697,9 +730,12 @@ def static_evidence(compiled) -> dict:
     def where(pattern):
         return [i for i, ln in enumerate(lines) if re.search(pattern, ln)]
 
-    def col(i, operand):
-        base, off = _trace(lines, i, operand)
-        return off if base is not None else None
+    def col(i, operand):  # TMEM column offset from the base address (the constant part)
+        leaves, off = _trace(lines, i, operand)
+        return off if leaves else None
+
+    def has_runtime(i, operand):  # a run-time term besides the base address (the SFB shift of tile_n 64)
+        return len(_trace(lines, i, operand)[0]) > 1
 
     ev = {"mma": [], "tcgen05_cp": [], "barrier_counts": {}, "expect_tx": []}
     for i in where(r"^tcgen05\.mma"):
@@ -714,11 +750,13 @@ def static_evidence(compiled) -> dict:
                           "sf_id_from": sf_id_from, "accumulate": sorted(set(
                               int(v) for v in re.findall(r"^mov\.pred\s+" + re.escape(ops[6]) + r",\s*(-?\d+);",
                                                          "\n".join(lines), re.M))),
-                          "d_col": col(i, ops[0]), "sfa_col": col(i, ops[4]), "sfb_col": col(i, ops[5])})
+                          "d_col": col(i, ops[0]), "sfa_col": col(i, ops[4]), "sfb_col": col(i, ops[5]),
+                          "sfb_runtime_shift": has_runtime(i, ops[5]),
+                          "runtime_terms": any(has_runtime(i, ops[j]) for j in (0, 4))})
     for i in where(r"^tcgen05\.cp"):
         opcode, rest = lines[i].split(None, 1)
-        dst = re.sub(r"[\[\];]", "", rest).split(",")[0].strip()
-        ev["tcgen05_cp"].append({"opcode": opcode, "col": col(i, dst)})
+        dst = rest.split(",")[0].strip()
+        ev["tcgen05_cp"].append({"opcode": opcode, "col": col(i, dst), "runtime": has_runtime(i, dst)})
     for i in where(r"^mbarrier\.init"):
         mt = re.match(r"^mbarrier\.init\.shared(?:::cta)?\.b64\s+\[(%r\d+)(?:\+(\d+))?\],\s*(\S+);", lines[i])
         _, reg_off = _trace(lines, i, mt.group(1))  # the register may be the base plus an offset
