@@ -90,12 +90,16 @@ def test_chapter07_sections_of_the_kernel():
     # Everything is shown but the branch keywords between sections and the step to the next work unit.
     assert hidden == ["else:", "else:", "linear = linear + num_clusters",
                       "if cutlass.const_expr(not cfg.split_k):"], hidden
+    # One epilogue variant per section: the TMA-store one (its body is gemm_sm90.store_tile) ...
     tma = show.source_region(g7.gemm_kernel, "---- epilogue:")
-    assert "cp_async_bulk_commit_group" in tma and "tCgW" not in tma
+    assert "store_tile(" in tma and "tCgW" not in tma
+    assert "cp_async_bulk_commit_group" in show.source_of(g7.store_tile)
+    # ... and the split-K one.
     splitk = show.source_region(g7.gemm_kernel, "---- split-K epilogue")
-    assert "tCgW[i] = acc[i]" in splitk and "tma_c" not in splitk
+    assert "tCgW[i] = acc[i]" in splitk and "tma_c" not in splitk and "store_tile" not in splitk
     loop = show.source_region(g7.gemm_kernel, "---- main loop", "---- epilogue:")
-    assert "warpgroup.wait_group(1)" in loop and "tma_b" not in loop
+    assert "mma_tile(" in loop and "tma_b" not in loop and "store_tile" not in loop
+    assert "warpgroup.wait_group(1)" in show.source_of(g7.mma_tile)
     producer = show.source_region(g7.gemm_kernel, "producer warpgroup")
     assert "mcast_mask=mcast_mask" in producer and "cute.gemm" not in producer
     # "epilogue" alone names three comments: refused rather than guessed.
