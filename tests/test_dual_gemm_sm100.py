@@ -197,6 +197,17 @@ def test_set_up_and_teardown_order(evidence):
         < o["tcgen05.dealloc"][0]
 
 
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[f"n{c.tile_n}" for c in CONFIGS])
+def test_tmem_loads_are_waited_for_before_use_and_release(evidence, cfg):
+    o = evidence(SHAPES[1], cfg)["order"]
+    lds, waits, arrive = o["tcgen05.ld"], o["tcgen05.wait::ld"], o["tmem_empty arrive"]
+    assert len(waits) == len(lds) // 2 == cfg.tile_n // model.EPI_N  # one wait per slice (acc1 and acc2 loads)
+    for j, w in enumerate(waits):
+        assert lds[2 * j] < lds[2 * j + 1] < w  # both loads of the slice, then the wait
+        assert j + 1 == len(waits) or w < lds[2 * j + 2]
+    assert len(arrive) == 1 and waits[-1] < arrive[0]  # accumulators read completely before tmem_empty
+
+
 def test_epilogue_has_no_cta_wide_barrier_per_subtile():
     c = d.compile_dual_sm100(256, 256, 512)
     assert all(x.split()[1].rstrip(";,") == "0" for x in ptx_lines(c, r"^bar(rier)?\.sync"))  # no named barriers
@@ -287,3 +298,14 @@ def test_gate_uses_fast_exp_and_reciprocal_then_fp16():
     assert len(ptx_lines(c, r"^rcp\.approx\.ftz\.f32")) == per_thread
     assert not ptx_lines(c, r"^div\.rn\.f32")  # no IEEE division in the epilogue
     assert ptx_lines(c, r"^cvt\.rn\.f16x2\.f32|^cvt\.rn\.f16\.f32")
+
+
+def test_compile_refuses_when_expect_tx_differs_from_the_tma_boxes(monkeypatch):
+    # the host compares the model's bytes per stage with the DSL's TMA boxes; a mismatch would hang ab_full
+    monkeypatch.setattr(d.DualSm100Config, "tx_bytes", property(lambda self: 55296 + 16))
+    d.dual_host.cache_clear()
+    try:
+        with pytest.raises(Exception, match="the TMA boxes of a stage hold 55296 bytes"):
+            d.compile_dual_sm100(128, 64, 256)
+    finally:
+        d.dual_host.cache_clear()

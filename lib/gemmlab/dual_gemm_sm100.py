@@ -281,6 +281,9 @@ def epilogue_worker(warp, tiled_t2r: cute.TiledCopy, t2r_acc1: cute.Tensor, t2r_
         for sl in cutlass.range_constexpr(slices):
             cute.copy(tiled_t2r, t2r_acc1[(None, None, None, 0, sl)], r_acc1)  # tcgen05.ld 32x32b
             cute.copy(tiled_t2r, t2r_acc2[(None, None, None, 0, sl)], r_acc2)
+            # tcgen05.ld is asynchronous: tcgen05.wait::ld before the registers are read, and so before this
+            # warp tells the MMA warp (tmem_empty) that it has finished reading the accumulators
+            cute.arch.fence_view_async_tmem_load()
             for j in cutlass.range_constexpr(cute.size(r_acc1)):
                 x = r_acc1[j]
                 # silu(x) = x * sigmoid(x); exp and the reciprocal are the fast approximations (ex2, rcp)
@@ -534,6 +537,11 @@ def dual_host(cfg: DualSm100Config, m: int, n: int, k: int):
                                                            tiled_mma_sfb, vmnk, internal_type=cutlass.Int16)
         tma_sfb2, tSFB2 = cute.nvgpu.make_tiled_tma_atom_B(g2s, mSFB2, stage0(sfb_layout), mma_tiler_sfb,
                                                            tiled_mma_sfb, vmnk, internal_type=cutlass.Int16)
+        # what ab_full[s] expects must be what the six TMA boxes bring (else the barrier never completes)
+        dsl_bytes = (cute.size_in_bytes(fp4_t, stage0(a_layout)) + 2 * cute.size_in_bytes(fp4_t, stage0(b_layout))
+                     + cute.size_in_bytes(sf_t, stage0(sfa_layout)) + 2 * cute.size_in_bytes(sf_t, stage0(sfb_layout)))
+        if cutlass.const_expr(dsl_bytes != tx_bytes):
+            raise RuntimeError(f"the TMA boxes of a stage hold {dsl_bytes} bytes; the model's budget says {tx_bytes}")
         box = cute.make_layout((WARP_ROWS, EPI_N), stride=(EPI_N, 1))
         tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), c, box, (WARP_ROWS, EPI_N))
         dual_kernel(tiled_mma, tiled_mma_sfb, tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sfa, tSFA, tma_sfb1, tSFB1,
@@ -772,5 +780,6 @@ def static_evidence(compiled) -> dict:
         ("mbarrier.init", r"^mbarrier\.init"), ("barrier.cluster.wait", r"^barrier\.cluster\.wait"),
         ("tcgen05.alloc", r"^tcgen05\.alloc"), ("bar.sync 0", r"^bar(rier)?\.sync\s+0;"),
         ("tcgen05.cp", r"^tcgen05\.cp"), ("tcgen05.mma", r"^tcgen05\.mma"), ("tcgen05.ld", r"^tcgen05\.ld"),
+        ("tcgen05.wait::ld", r"^tcgen05\.wait::ld"), ("tmem_empty arrive", r"^mbarrier\.arrive\.shared"),
         ("tcgen05.relinquish_alloc_permit", r"^tcgen05\.relinquish"), ("tcgen05.dealloc", r"^tcgen05\.dealloc"))}
     return ev
