@@ -119,3 +119,16 @@ def test_show_region_displays_file_lines(monkeypatch):
     first = inspect.getsourcelines(sample)[1]
     assert md.data.startswith(f"`{__name__}.sample` (test_show.py, lines {first + 4}–{first + 7})")
     assert "```python\n# ---- inner: inside the branch\n" in md.data
+
+
+def test_chapter07_barrier_exercise_matches_the_kernel():
+    """The exercise asks for the counts the kernel's shared-memory piece initialises and the producer arms."""
+    from gemmlab import gemm_sm90 as g7
+    from gemmlab.exercises import ch07
+
+    prologue = show.source_region(g7.gemm_kernel, "---- shared memory", "---- global tiles")
+    assert "cute.arch.mbarrier_init(empty + s, 4 * consumers * CS)" in prologue
+    assert "cute.arch.mbarrier_init(full + s, 1)" in prologue
+    assert "mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)" in show.source_region(
+        g7.gemm_kernel, "producer warpgroup")
+    assert ch07.solution_barrier_counts() == (4 * 2 * 2, (128 + 256) * 64 * 2)

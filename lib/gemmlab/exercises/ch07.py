@@ -42,3 +42,20 @@ def check_l2_megabytes(answer) -> bool:
 def solution_l2_megabytes():
     # 32 x 4 tiles, 112 k-blocks, (128 + 144 / 2) rows x 128 bytes per k-block per CTA.
     return round(32 * 4 * 112 * (128 + 72) * 128 / 1e6)  # 367
+
+
+def check_barrier_counts(answer) -> bool:
+    """Read the kernel: ``(arrivals, bytes)`` one phase of ``empty[s]`` and of ``full[s]`` waits for, in ``Sm90Config()``."""
+    return verdict("barrier counts", answer, solution_barrier_counts(),
+                   "empty[s] is initialised with one arrival per consumer warp of every CTA of the cluster; "
+                   "full[s] is armed with the bytes of a whole stage (an A' block and a B' block of one "
+                   "k-block), including the half its peer multicasts.")
+
+
+def solution_barrier_counts():
+    # 128 x 256 tile: 2 consumer warpgroups = 8 warps, in each of the cluster's 2 CTAs: 16 arrivals.
+    # A stage: (128 + 256) rows x 64 BF16 = 49152 bytes, whoever loaded which half.
+    from ..family.configs import Sm90Config
+
+    cfg = Sm90Config()
+    return (4 * cfg.consumers * cfg.cluster_size, cfg.stage_bytes())  # (16, 49152)
