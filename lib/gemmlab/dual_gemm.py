@@ -317,22 +317,34 @@ def roofline_table(spec=None, shapes=fp4.BENCHMARK_SHAPES) -> list[dict]:
     return rows
 
 
+def _subtile_cycles(cal) -> float:
+    """The calibration's epilogue cost per 32-column sub-tile (older calibrations hold it per 8 sub-tiles)."""
+    if hasattr(cal, "subtile_cycles"):
+        return cal.subtile_cycles
+    return cal.epilogue_cycles / 8
+
+
 def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) -> dict:
     """A PREDICTION (not a measurement) of the SM100 dual GEMM on a B200 for ``shape = (m, n, k)``, microseconds.
 
-    Chapter 10's recipe: the busiest CTA's tiles through chapter 05's simulator; per k-block (256 values
-    of K) the tensor pipe does both GEMMs' ``2 x 2 x 128 x tile_n x 256`` FLOPs at the SM's share of the
+    Chapter 10's recipe, through chapter 05's simulator: the busiest CTA's tiles, one CTA per 128 x
+    ``tile_n`` tile (``ctas`` of them, at most one per SM), each k-block (256 values of K) holding a stage
+    while the tensor pipe does both GEMMs' ``2 x 2 x 128 x tile_n x 256`` FLOPs at the SM's share of the
     dense FP4 peak, scaled by the clock fraction the calibration found on Hopper
-    (:func:`gemmlab.calibration.b200_clock_fraction`); the loads share 85 % of HBM among the CTAs; one
-    accumulator stage (at ``tile_n`` = 128 a second stage of both FP32 accumulators would take all 512
-    TMEM columns and leave none for the scales), so the epilogue (the calibration's cycles per tile) runs
-    between tiles: it costs once per tile, which matters only where a CTA has more than one tile. ``stages`` defaults to as many as shared memory
-    holds (:func:`gemmlab.dual_gemm_model.max_stages`). Returns ``low_us`` / ``predicted_us`` / ``high_us``
-    (the calibration's +-10 %, never below the roofline) and the numbers behind them.
+    (:func:`gemmlab.calibration.b200_clock_fraction`); loads in flight for the calibration's latency, all
+    CTAs together at 85 % of HBM; ``stages`` as many as shared memory holds
+    (:func:`gemmlab.dual_gemm_model.max_stages`); the calibration's launch time. One accumulator stage (at
+    ``tile_n`` = 128 a second stage of both FP32 accumulators would take all 512 TMEM columns and leave none
+    for the scales), so the epilogue (the calibration's cycles per 32-column sub-tile) runs after each tile.
+    Returns ``low_us`` / ``predicted_us`` / ``high_us`` (the calibration's +-10 %, never below the roofline)
+    and the numbers behind them: ``kblock_us`` (tensor work per k-block), ``ring_kblock_us`` (what a ring of
+    ``stages`` can sustain per k-block when every load waits ``latency_us``), ``transfer_us`` (a k-block's
+    share of the bandwidth).
     """
-    from .calibration import CALIBRATION, SM90_SPEC_GHZ, TOLERANCE, Calibration, _simulate, b200_clock_fraction
-    from .dual_gemm_model import TILE_N_CHOICES, budget, max_stages
+    from .calibration import CALIBRATION, SM90_SPEC_GHZ, TOLERANCE, Calibration, b200_clock_fraction
+    from .dual_gemm_model import EPI_N, TILE_N_CHOICES, budget, max_stages
     from .hardware import B200
+    from .simulator import simulate
 
     if not isinstance(shape, (tuple, list)) or len(shape) != 3:
         raise ValueError(f"shape must be (m, n, k); got {shape!r}")
@@ -347,19 +359,23 @@ def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) 
     stages = most if stages is None else stages
     check_int("stages", stages, lo=1, hi=most)
     tiles = fp4.ceil_div(m, TILE_M) * fp4.ceil_div(n, tile_n)
-    workers = min(B200.sms, tiles)
-    waves = fp4.ceil_div(tiles, workers)
+    ctas = min(B200.sms, tiles)
+    waves = fp4.ceil_div(tiles, ctas)
     k_blocks = k // fp4.K_MULTIPLE
     frac = b200_clock_fraction(cal)
     sm_flops = B200.fp4_tflops * 1e12 * frac / B200.sms
-    epi_s = cal.epilogue_cycles / (SM90_SPEC_GHZ * frac * 1e9)
+    kblock_s = 2 * 2 * TILE_M * tile_n * fp4.K_MULTIPLE / sm_flops
     roof = roofline(m, n, k, B200)
-    seconds = _simulate(problem_flops(m, n, k), stages, waves, k_blocks, tiles * k_blocks, workers,
-                        2 * 2 * TILE_M * tile_n * fp4.K_MULTIPLE, sm_flops, roof["bytes"], B200.hbm_tbps * 1e12,
-                        epi_s, "inline", cal)
-    mid = seconds * 1e6
-    return dict(m=m, n=n, k=k, tile_n=tile_n, stages=stages, tiles=tiles, ctas=workers, waves=waves,
+    transfer_s = roof["bytes"] / (tiles * k_blocks) / (B200.hbm_tbps * 1e12 * cal.hbm_efficiency / ctas)
+    epi_s = _subtile_cycles(cal) * (tile_n // EPI_N) / (SM90_SPEC_GHZ * frac * 1e9)
+    tl = simulate(stages, [k_blocks] * waves, cal.load_latency_s, kblock_s, transfer_time=transfer_s,
+                  epilogue_time=epi_s, epilogue="inline")
+    mid = (tl.total + cal.launch_s) * 1e6
+    return dict(m=m, n=n, k=k, tile_n=tile_n, stages=stages, tiles=tiles, ctas=ctas, waves=waves,
                 k_blocks=k_blocks, clock_fraction=frac, smem_bytes=budget(tile_n, stages).smem_total,
+                kblock_us=kblock_s * 1e6, transfer_us=transfer_s * 1e6, latency_us=cal.load_latency_s * 1e6,
+                ring_kblock_us=(cal.load_latency_s + kblock_s) / stages * 1e6, epilogue_us=epi_s * 1e6,
+                launch_us=cal.launch_s * 1e6,
                 low_us=max(roof["bound_us"], mid * (1 - TOLERANCE)), predicted_us=mid,
                 high_us=mid * (1 + TOLERANCE), roofline_us=roof["bound_us"])
 
