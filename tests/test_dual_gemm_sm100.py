@@ -309,3 +309,17 @@ def test_compile_refuses_when_expect_tx_differs_from_the_tma_boxes(monkeypatch):
             d.compile_dual_sm100(128, 64, 256)
     finally:
         d.dual_host.cache_clear()
+
+
+def test_notebook_helpers():
+    c = d.compile_dual_sm100(256, 256, 512)
+    assert d.setup_order(c) == ["mbarrier.init (last)", "barrier.cluster.wait", "tcgen05.alloc", "bar.sync 0",
+                                "bar.sync 0", "tcgen05.relinquish_alloc_permit", "tcgen05.dealloc"]
+    text = "\n".join(d.evidence_summary(c))
+    assert "0x08200480: M 128, N 128, A E2M1 K-major, B E2M1 K-major, scales UE4M3, dense" in text
+    assert "SFB columns (GEMM 2) 288, 292, 296, 300" in text and "run-time shift" not in text
+    secs = d.kernel_sections()
+    assert [t.split(".")[0] for t in secs] == [str(i) for i in range(8)]
+    assert "alloc_tmem" in secs["4. TMEM allocation"] and "tma_worker" in secs["6. The roles"]
+    with pytest.raises(ValueError, match="no section 9"):
+        d.show_kernel_section(9)

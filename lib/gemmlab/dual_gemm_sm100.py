@@ -368,7 +368,7 @@ def dual_kernel(tiled_mma: cute.TiledMma, tiled_mma_sfb: cute.TiledMma,
     cute.arch.cluster_arrive()
     cute.arch.cluster_wait()
 
-    # 4. TMEM allocation by epilogue warp 0; the address is published with a fenced CTA barrier.
+    # 4. TMEM allocation: epilogue warp 0 allocates; the address is published with a fenced CTA barrier.
     if warp == 0:
         cute.arch.alloc_tmem(cols["alloc"], tmem_addr)
     tcgen05_fence_before_thread_sync()
@@ -544,10 +544,11 @@ def dual_host(cfg: DualSm100Config, m: int, n: int, k: int):
             raise RuntimeError(f"the TMA boxes of a stage hold {dsl_bytes} bytes; the model's budget says {tx_bytes}")
         box = cute.make_layout((WARP_ROWS, EPI_N), stride=(EPI_N, 1))
         tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), c, box, (WARP_ROWS, EPI_N))
-        dual_kernel(tiled_mma, tiled_mma_sfb, tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sfa, tSFA, tma_sfb1, tSFB1,
-                    tma_sfb2, tSFB2, tma_c, tC, a_layout, b_layout, sfa_layout, sfb_layout, c_layout,
-                    mma_tiler, mma_tiler_sfb, tile_n, stages, m_tiles, n_tiles, k_blocks, num_ctas, tx_bytes, cols).launch(
-            grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), cluster=(1, 1, 1), stream=stream)
+        kernel = dual_kernel(tiled_mma, tiled_mma_sfb, tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sfa, tSFA,
+                             tma_sfb1, tSFB1, tma_sfb2, tSFB2, tma_c, tC, a_layout, b_layout, sfa_layout, sfb_layout,
+                             c_layout, mma_tiler, mma_tiler_sfb, tile_n, stages, m_tiles, n_tiles, k_blocks, num_ctas,
+                             tx_bytes, cols)
+        kernel.launch(grid=(num_ctas, 1, 1), block=(THREADS, 1, 1), cluster=(1, 1, 1), stream=stream)
 
     return dual_gemm_sm100_host
 
@@ -783,3 +784,78 @@ def static_evidence(compiled) -> dict:
         ("tcgen05.wait::ld", r"^tcgen05\.wait::ld"), ("tmem_empty arrive", r"^mbarrier\.arrive\.shared"),
         ("tcgen05.relinquish_alloc_permit", r"^tcgen05\.relinquish"), ("tcgen05.dealloc", r"^tcgen05\.dealloc"))}
     return ev
+
+
+def setup_order(compiled) -> list[str]:
+    """The set-up and teardown steps in PTX program order (names only, for the notebook)."""
+    order = static_evidence(compiled)["order"]
+    steps = []
+    for name in ("mbarrier.init", "barrier.cluster.wait", "tcgen05.alloc", "bar.sync 0",
+                 "tcgen05.relinquish_alloc_permit", "tcgen05.dealloc"):
+        idx = order[name]
+        for i in ((idx[-1],) if name == "mbarrier.init" else idx):
+            steps.append((i, name + (" (last)" if name == "mbarrier.init" else "")))
+    return [name for _, name in sorted(steps)]
+
+
+def evidence_summary(compiled) -> list[str]:
+    """:func:`static_evidence` as short lines for a reader (what the notebook prints)."""
+    ev = static_evidence(compiled)
+    first = ev["mma"][0]
+    f = first["fields"]
+    fmt = {E2M1_FORMAT: "E2M1"}
+    major = {0: "K-major", 1: "MN-major"}
+
+    def sfb(mmas):
+        return (", ".join(str(m["sfb_col"]) for m in mmas)
+                + (" + a run-time shift" if any(m["sfb_runtime_shift"] for m in mmas) else ""))
+
+    lines = [f"{first['opcode']}: {ev['mma_per_k_block']} per k-block (4 steps x 2 GEMMs)",
+             f"instruction descriptor 0x{first['idesc']:08x}: M {f['M']}, N {f['N']}, "
+             f"A {fmt.get(f['a_format'], f['a_format'])} {major[f['a_major']]}, "
+             f"B {fmt.get(f['b_format'], f['b_format'])} {major[f['b_major']]}, "
+             f"scales {'UE4M3' if f['scale_format'] == SCALE_UE4M3 else 'UE8M0'}, "
+             f"{'sparse' if f['sparse'] else 'dense'}, negate A/B {f['negate_a']}/{f['negate_b']}, "
+             f"SF IDs ORed in at run time from the scale addresses' bits 31:30",
+             "accumulators at TMEM columns " + ", ".join(str(m["d_col"]) for m in ev["mma"][:2]),
+             "SFA columns " + ", ".join(str(m["sfa_col"]) for m in ev["mma"][::2]),
+             "SFB columns (GEMM 1) " + sfb(ev["mma"][::2]),
+             "SFB columns (GEMM 2) " + sfb(ev["mma"][1::2]),
+             f"{len(ev['tcgen05_cp'])} x {ev['tcgen05_cp'][0]['opcode']} per k-block, to columns "
+             + ", ".join(str(c["col"]) for c in ev["tcgen05_cp"]),
+             f"tcgen05.alloc {ev['tmem_alloc'][0]} columns; expect_tx {ev['expect_tx'][0]} bytes per stage; "
+             f"{ev['tma_loads']} TMA loads per k-block, {ev['tma_stores']} TMA stores per tile and warp",
+             "mbarrier arrival counts (by byte offset): "
+             + ", ".join(f"{k}: {v}" for k, v in sorted(ev["barrier_counts"].items()))]
+    return lines
+
+
+def kernel_sections() -> dict[str, str]:
+    """The source of :func:`dual_kernel` cut at its numbered comments (``# 1. ...``), for the notebook."""
+    import textwrap
+
+    from .show import source_of
+
+    body = source_of(dual_kernel).splitlines()
+    start = next(i for i, line in enumerate(body) if line.lstrip().startswith("warp = "))
+    sections, title, chunk = {}, "0. Coordinates", []
+    for line in body[start:]:
+        mt = re.match(r"\s*# (\d+\. [^:(]+?)[:(.]", line)
+        if mt:
+            sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
+            title, chunk = mt.group(1).strip(), []
+        chunk.append(line)
+    sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
+    return sections
+
+
+def show_kernel_section(number: int) -> None:
+    """Display section ``number`` of :func:`dual_kernel` (rendered from the library source)."""
+    from IPython.display import Markdown, display
+
+    check_int("number", number, lo=0)
+    for title, text in kernel_sections().items():
+        if title.startswith(f"{number}."):
+            display(Markdown(f"`gemmlab.dual_gemm_sm100.dual_kernel`, section {title}\n\n```python\n{text}\n```"))
+            return
+    raise ValueError(f"dual_kernel has no section {number}")
