@@ -12,8 +12,10 @@ Status: compile-verified only
 
 What it teaches
     Blackwell's tensor cores multiply FP4 directly and apply the block scales
-    themselves (``tcgen05.mma.kind::mxf4nvf4.block_scale.scale_vec::4X``): the scales
-    are a fourth and fifth MMA operand, read from tensor memory (TMEM). The kernel is
+    themselves (``tcgen05.mma.kind::mxf4nvf4.block_scale.scale_vec::4X``; the DSL's PTX
+    spells the qualifier ``.block16``, the PTX ISA 8.8 name for the same thing: one e4m3
+    scale per 16 values, four per row of a K = 64 MMA): the scales are a fourth and fifth
+    MMA operand, read from tensor memory (TMEM). The kernel is
     chapter 10's structure with one CTA per tile (``cta_group::1``) and two GEMMs sharing
     the A tile:
 
@@ -21,9 +23,9 @@ What it teaches
     warp    role                       per tile
     ======  =========================  ========================================================
     0-3     epilogue (warp 0 also      wait ``tmem_full``; for each 32-column slice: tcgen05.ld
-            allocates TMEM)            of both accumulators, silu(acc1) * acc2, FP16 -> this
-                                       warp's own staging buffer -> its own TMA store; then
-                                       arrive on ``tmem_empty``
+            allocates TMEM)            of both accumulators, tcgen05.wait::ld, silu(acc1) * acc2,
+                                       FP16 -> this warp's own staging buffer -> its own TMA
+                                       store; then arrive on ``tmem_empty``
     4       MMA warp                   wait ``tmem_empty``; per k-block: wait ``ab_full[s]``,
                                        ``tcgen05.cp`` SFA, SFB1, SFB2 to TMEM, four MMAs per
                                        GEMM (SFB switched between them; ACCUMULATE off for the
@@ -38,6 +40,10 @@ What it teaches
     * **TMEM plan** (:func:`gemmlab.dual_gemm_model.tmem_columns`): acc1 at column 0,
       acc2 at ``tile_n``, then SFA, SFB1, SFB2. One accumulator stage (two stages of two
       accumulators plus the scales do not fit in 512 columns at ``tile_n`` = 128).
+    * **Scales of B at ``tile_n`` = 64**: the TMA loads scales in whole 128-row atoms, so
+      two neighbouring tiles load the same atom and an odd tile points its MMAs' SFB
+      operand 2 TMEM columns further (rows 64..127 of the atom), as NVIDIA's block-scaled
+      example does and as the CPU model's ``sfb_not_shifted`` case shows is needed.
     * **Epilogue without a CTA-wide barrier**: warp ``w`` owns rows ``32 w .. 32 w + 31``
       (the TMEM lanes it may read) and a staging buffer of its own, so it stores its
       32 x 32 FP16 boxes with its own TMA stores and bulk groups; the only
@@ -51,7 +57,9 @@ What it does not do (yet)
     ``tile_n`` is 128 or 64 (192 would load SFB atoms split over two tiles; 256 leaves no
     TMEM for the scales); no 2-CTA MMA, no multicast, no
     overlap of one tile's epilogue with the next tile's main loop (one accumulator
-    stage); the staging buffer is not swizzled (bank conflicts on the FP16 writes).
+    stage); the staging buffer is not swizzled (bank conflicts on the FP16 writes);
+    :func:`gated_dual_gemm_sm100` permutes the three scale tensors on every call (a
+    caller holding pre-permuted scales would skip that work; not offered yet).
 """
 from __future__ import annotations
 
