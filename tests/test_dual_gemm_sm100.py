@@ -323,3 +323,14 @@ def test_notebook_helpers():
     assert "alloc_tmem" in secs["4. TMEM allocation"] and "tma_worker" in secs["6. The roles"]
     with pytest.raises(ValueError, match="no section 9"):
         d.show_kernel_section(9)
+
+
+@pytest.mark.parametrize("tile_n", d.TILE_N_SUPPORTED)
+def test_sfb_atom_and_shift_is_the_models_row_arithmetic(tile_n):
+    # dual_gemm_model.run_model: row_block_b = nt * tile_n // 128, shift = (nt * tile_n) % 128 rows, and the
+    # MMA reads row n of the tile from column (shift + n) % 128 // 32 of the step's 4
+    for nt in range(12):
+        atom, cols = d.sfb_atom_and_shift(nt, tile_n)
+        assert atom == nt * tile_n // fp4.ATOM_MN
+        assert cols == (nt * tile_n) % fp4.ATOM_MN // 32
+    assert [d.sfb_atom_and_shift(nt, 64)[1] for nt in range(4)] == [0, 2, 0, 2]

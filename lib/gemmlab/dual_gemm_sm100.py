@@ -180,6 +180,19 @@ def decode_block_scaled_idesc(value: int) -> dict:
     return out
 
 
+def sfb_atom_and_shift(n_tile, tile_n: int):
+    """Which 128-row scale atom of B tile ``n_tile`` loads, and how many TMEM columns its MMAs' SFB
+    address moves past the copied atom's first column.
+
+    Rows ``32 c .. 32 c + 31`` of an atom sit in column ``c`` of each MMA step's 4 columns, so a
+    tile whose first row is row ``r`` of its atom starts at column ``r // 32``. Plain integer
+    arithmetic: the kernel calls it with a device ``Int32`` tile index, the tests with Python ints
+    (and compare it with :mod:`gemmlab.dual_gemm_model`'s row arithmetic).
+    """
+    per_atom = SF_ATOM_ROWS // tile_n  # tiles per atom: 1 at tile_n 128, 2 at 64
+    return n_tile // per_atom, (n_tile % per_atom) * ((tile_n // 32) % 4)
+
+
 # --------------------------------------------------------------------------------------
 # The three roles
 # --------------------------------------------------------------------------------------
@@ -190,7 +203,7 @@ def tma_worker(tma_a, tAg, tAs, tma_b1, tB1g, tB1s, tma_b2, tB2g, tB2s,
                tma_sfa, tSAg, tSAs, tma_sfb1, tSB1g, tSB1s, tma_sfb2, tSB2g, tSB2s,
                ab_full, ab_empty, cta, my_tiles, m_tiles: cutlass.Constexpr, n_tiles: cutlass.Constexpr,
                k_blocks: cutlass.Constexpr, stages: cutlass.Constexpr, num_ctas: cutlass.Constexpr,
-               tx_bytes: cutlass.Constexpr, sfb_tiles_per_atom: cutlass.Constexpr):
+               tx_bytes: cutlass.Constexpr, tile_n: cutlass.Constexpr):
     """TMA warp: the tile scheduler and the six loads of every k-block into the ring.
 
     The scales of B come in whole 128-row atoms: with ``tile_n`` = 64 an atom holds the
@@ -208,7 +221,7 @@ def tma_worker(tma_a, tAg, tAs, tma_b1, tB1g, tB1s, tma_b2, tB2g, tB2s,
             cute.copy(tma_b1, tB1g[(None, n_tile, kb)], tB1s[(None, ring.index)], tma_bar_ptr=bar)
             cute.copy(tma_b2, tB2g[(None, n_tile, kb)], tB2s[(None, ring.index)], tma_bar_ptr=bar)
             cute.copy(tma_sfa, tSAg[(None, m_tile, kb)], tSAs[(None, ring.index)], tma_bar_ptr=bar)
-            sf_tile = n_tile // sfb_tiles_per_atom  # tile_n 64: two tiles share one 128-row scale atom
+            sf_tile, _ = sfb_atom_and_shift(n_tile, tile_n)  # tile_n 64: two tiles share one 128-row atom
             cute.copy(tma_sfb1, tSB1g[(None, sf_tile, kb)], tSB1s[(None, ring.index)], tma_bar_ptr=bar)
             cute.copy(tma_sfb2, tSB2g[(None, sf_tile, kb)], tSB2s[(None, ring.index)], tma_bar_ptr=bar)
             ring.advance()
@@ -224,7 +237,7 @@ def mma_worker(tiled_mma: cute.TiledMma, acc1: cute.Tensor, acc2: cute.Tensor, t
                tCtSFB2: cute.Tensor, s2t_sfa, s2t_sfa_src, s2t_sfa_dst, s2t_sfb, s2t_sfb1_src, s2t_sfb1_dst,
                s2t_sfb2_src, s2t_sfb2_dst, ab_full, ab_empty, tmem_full, tmem_empty, cta, my_tiles,
                m_tiles: cutlass.Constexpr, n_tiles: cutlass.Constexpr, num_ctas: cutlass.Constexpr,
-               k_blocks: cutlass.Constexpr, stages: cutlass.Constexpr, sfb_tiles_per_atom: cutlass.Constexpr):
+               k_blocks: cutlass.Constexpr, stages: cutlass.Constexpr, tile_n: cutlass.Constexpr):
     """MMA warp: scales to TMEM with tcgen05.cp, then four block-scaled MMAs per k-block and GEMM.
 
     With ``tile_n`` = 64 the copied SFB atom holds 128 rows of B, two tiles' worth; an odd
@@ -236,9 +249,9 @@ def mma_worker(tiled_mma: cute.TiledMma, acc1: cute.Tensor, acc2: cute.Tensor, t
     acc = DevicePipelineState.producer(1)  # one accumulator pair; phase 1: free at the start
     for i in cutlass.range(my_tiles, unroll=1):
         sfb1_mma, sfb2_mma = tCtSFB1, tCtSFB2
-        if cutlass.const_expr(sfb_tiles_per_atom > 1):
+        if cutlass.const_expr(tile_n < SF_ATOM_ROWS):
             _, n_tile = device_tile(cta + i * num_ctas, m_tiles, n_tiles, RASTER, GROUP_M)
-            shift = (n_tile % sfb_tiles_per_atom) * (4 // sfb_tiles_per_atom)  # TMEM columns (32-bit words)
+            _, shift = sfb_atom_and_shift(n_tile, tile_n)  # TMEM columns (32-bit words)
             # move in columns (a 32-bit pointer): on an 8-bit TMEM pointer + 2 would mean byte 2 of the word
             sf_t = tCtSFB1.element_type
             sfb1_mma = cute.make_tensor(cute.recast_ptr(cute.recast_ptr(tCtSFB1.iterator, dtype=Float32) + shift,
@@ -395,7 +408,6 @@ def dual_kernel(tiled_mma: cute.TiledMma, tiled_mma_sfb: cute.TiledMma,
     gSFB1 = cute.local_tile(mSFB1, tile_sfb, (None, None, 0))
     gSFB2 = cute.local_tile(mSFB2, tile_sfb, (None, None, 0))
     thr_mma_sfb = tiled_mma_sfb.get_slice(0)
-    sfb_tiles_per_atom = SF_ATOM_ROWS // tile_n
     one = cute.make_layout(1)
 
     def part(atom, s_tensor, g_tensor, scales):
@@ -432,7 +444,7 @@ def dual_kernel(tiled_mma: cute.TiledMma, tiled_mma_sfb: cute.TiledMma,
         tma_worker(tma_a, tAg, tAs, tma_b1, tB1g, tB1s, tma_b2, tB2g, tB2s,
                    tma_sfa, tSAg, tSAs, tma_sfb1, tSB1g, tSB1s, tma_sfb2, tSB2g, tSB2s,
                    ab_full, ab_empty, cta, my_tiles, m_tiles, n_tiles, k_blocks, stages, num_ctas, tx_bytes,
-                   sfb_tiles_per_atom)
+                   tile_n)
     if warp == MMA_WARP:
         # tcgen05.cp 32x128b.warpx4: each 512-byte atom of scales -> 4 columns of all 4 sub-partitions
         s2t_atom = cute.make_copy_atom(tcgen05.Cp4x32x128bOp(tcgen05.CtaGroup.ONE), cutlass.Float8E4M3FN)
@@ -448,7 +460,7 @@ def dual_kernel(tiled_mma: cute.TiledMma, tiled_mma_sfb: cute.TiledMma,
         sfb2_dst = thr_sfb.partition_D(cute.filter_zeros(tCtSFB2))
         mma_worker(tiled_mma, acc1, acc2, tCrA, tCrB1, tCrB2, tCtSFA, tCtSFB1, tCtSFB2, s2t_sfa, sfa_src, sfa_dst,
                    s2t_sfb, sfb1_src, sfb1_dst, sfb2_src, sfb2_dst, ab_full, ab_empty, tmem_full, tmem_empty,
-                   cta, my_tiles, m_tiles, n_tiles, num_ctas, k_blocks, stages, sfb_tiles_per_atom)
+                   cta, my_tiles, m_tiles, n_tiles, num_ctas, k_blocks, stages, tile_n)
     if warp < EPILOGUE_WARPS:
         # TMEM -> registers: tcgen05.ld 32x32b, thread t of the 128 reads lane t (row t of the tile)
         epi = (TILE_M, EPI_N)
