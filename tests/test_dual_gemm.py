@@ -241,6 +241,28 @@ def test_tables_summarize_and_format():
     assert t.summarize([])["geomean_vs_b"] is None
 
 
+def test_figures_draw_from_rows(tmp_path, monkeypatch):
+    from gemmlab import dual_gemm_tables as t
+    from gemmlab import figures
+
+    monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
+    path, data = t.draw_prediction(dg.prediction_table(), name="pred")
+    assert path.exists() and path.parent == tmp_path
+    assert [d[:3] for d in data] == list(fp4.BENCHMARK_SHAPES)  # the best tile of each shape, in order
+    row = dict(m=256, n=4096, k=7168, ok=True, gemmlab_us=40.0, prepared_kernel_us=35.0, stock_b_us=48.0,
+               reference_a_us=400.0, roofline_us=30.4)
+    path, data = t.draw_benchmark([{"device": "TEST GPU", "rows": [row, {"m": 1, "n": 8, "k": 256, "error": "x"}]}],
+                                  name="bench")
+    assert path.exists() and list(data) == ["TEST GPU"] and len(data["TEST GPU"]) == 1
+    with pytest.raises(ValueError, match="docs must hold"):
+        t.draw_benchmark([None, {"rows": [{"error": "x"}]}])
+
+
+def test_prepare_needs_an_output(small):
+    with pytest.raises(ValueError, match="out must be a tensor"):
+        dg.prepare(*small.inputs(), out=None)
+
+
 def test_chapter11_exercise_solutions_by_hand():
     from gemmlab.exercises import ch11
 
