@@ -36,9 +36,16 @@ CASE_IDS = [f"n{cfg.tile_n}s{cfg.stages}-{m}x{n}x{k}" for cfg, (m, n, k) in CASE
 #   tcgen05.alloc of 512 columns.
 # Our kernel at tile_n = 128 has the same opcode, descriptor, run-time SF-ID fields and the same SFA and
 # SFB1 columns (its 256 accumulator columns are acc1 and acc2); SFB2 follows at 288.
+# The same example at mma_tiler 128 x 64 gives idesc 0x08100480, SFA at 128 + 4 * step, SFB at 144 + 4 * step
+# plus a run-time term (n_tile % 2) * 2 (PTX: rem of the tile index, shl 1, added to the SFB address), loads
+# 128-row SFB atoms (its second MMA shape of N 128); ours at tile_n = 64 has the same descriptor, columns and
+# shift (sfb_atom_and_shift), with SFB2 at 160.
 NVIDIA_EXAMPLE_IDESC_128x128 = 0x08200480
 NVIDIA_EXAMPLE_SFA_COLS = (256, 260, 264, 268)
 NVIDIA_EXAMPLE_SFB_COLS = (272, 276, 280, 284)
+NVIDIA_EXAMPLE_IDESC_128x64 = 0x08100480
+NVIDIA_EXAMPLE_SFA_COLS_N64 = (128, 132, 136, 140)
+NVIDIA_EXAMPLE_SFB_COLS_N64 = (144, 148, 152, 156)
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +155,13 @@ def test_block_scaled_mmas_descriptor_and_tmem_columns(evidence, cfg, shape):
         assert g1["sfa_col"] == g2["sfa_col"] == cols["sfa"] + 4 * step  # the same A scales for both GEMMs
         assert g1["sfb_col"] == cols["sfb1"] + 4 * step
         assert g2["sfb_col"] == cols["sfb2"] + 4 * step  # SFB switched for GEMM 2
-    if cfg.tile_n == 128:  # the configuration compiled from NVIDIA's example (see the top of this file)
-        assert all(m["idesc"] == NVIDIA_EXAMPLE_IDESC_128x128 for m in mmas)
-        assert [m["sfa_col"] for m in mmas[::2]] == list(NVIDIA_EXAMPLE_SFA_COLS)
-        assert [m["sfb_col"] for m in mmas[::2]] == list(NVIDIA_EXAMPLE_SFB_COLS)
+    # the configurations compiled from NVIDIA's example (see the top of this file)
+    idesc, sfa_cols, sfb_cols = {128: (NVIDIA_EXAMPLE_IDESC_128x128, NVIDIA_EXAMPLE_SFA_COLS, NVIDIA_EXAMPLE_SFB_COLS),
+                                 64: (NVIDIA_EXAMPLE_IDESC_128x64, NVIDIA_EXAMPLE_SFA_COLS_N64,
+                                      NVIDIA_EXAMPLE_SFB_COLS_N64)}[cfg.tile_n]
+    assert all(m["idesc"] == idesc for m in mmas)
+    assert [m["sfa_col"] for m in mmas[::2]] == list(sfa_cols)
+    assert [m["sfb_col"] for m in mmas[::2]] == list(sfb_cols)
 
 
 @pytest.mark.parametrize("cfg,shape", CASES, ids=CASE_IDS)
