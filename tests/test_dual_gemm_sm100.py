@@ -74,8 +74,9 @@ def test_idesc_encoder_field_by_field():
     assert f["negate_a"] == f["negate_b"] == f["sparse"] == f["k_size"] == 0  # dense, K = 64
     assert f["a_sf_id"] == f["b_sf_id"] == f["reserved"] == 0
     assert d.decode_block_scaled_idesc(d.encode_block_scaled_idesc(128, 64))["N"] == 64
-    assert d.decode_block_scaled_idesc(d.encode_block_scaled_idesc(128, 128, a_sf_id=2, b_sf_id=1)) \
-        | {} == d.decode_block_scaled_idesc(v) | {"a_sf_id": 2, "b_sf_id": 1}
+    assert d.encode_block_scaled_idesc(128, 128, a_sf_id=2, b_sf_id=1) == v | (2 << 29) | (1 << 4)
+    assert d.decode_block_scaled_idesc(v | (2 << 29) | (1 << 4)) == {**f, "a_sf_id": 2, "b_sf_id": 1}
+    assert d.decode_block_scaled_idesc(v | (1 << 23))["scale_format"] == 1  # UE8M0 (MXFP4) would set bit 23
     assert d.decode_block_scaled_idesc(v | (1 << 6))["reserved"] == 1 << 6
 
 
