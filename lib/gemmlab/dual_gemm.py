@@ -24,8 +24,10 @@ What it holds
     * :func:`roofline`: the least time any kernel can take on a GPU: the packed FP4 bytes of A, B1, B2, their
       e4m3 scales and the FP16 C over the HBM bandwidth, or the FLOPs over the dense tensor-core peak,
       whichever is larger. The peak is FP4's on a B200 (what the SM100 kernel uses) and BF16's on Hopper
-      (no FP4 tensor cores: the twin multiplies BF16). On a B200 the bytes decide, and they reproduce GPU
-      MODE's speed-of-light figures (:data:`gemmlab.nvfp4.SOL_US`) to 0.3 %.
+      (no FP4 tensor cores: the twin multiplies BF16). On a B200 the bytes decide the two 256-row shapes, and
+      there they reproduce GPU MODE's speed-of-light figures (:data:`gemmlab.nvfp4.SOL_US`) to 0.3 %; the
+      FLOPs decide the two 512-row shapes, where GPU MODE's figures imply 6.9 PFLOP/s
+      (:func:`roofline_table` shows both).
     * :func:`predict_b200`: a PREDICTION of the SM100 kernel's time from chapter 05's pipeline simulator
       with chapter 10's calibration (never a measurement: no Blackwell GPU was used).
 """
