@@ -124,3 +124,20 @@ def test_producer_tails(case):
 def test_evidence_reader_rejects_what_it_cannot_read():
     with pytest.raises(RuntimeError, match="PTX"):
         g.static_evidence(type("Compiled", (), {"__ptx__": ""})())
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=IDS[:2])
+def test_epilogue_waits_for_its_tmem_loads(cfg):
+    # tcgen05.ld is asynchronous (PTX ISA, "tcgen05.wait"): tcgen05.wait::ld must follow the loads before
+    # their registers are read and before tmem_empty tells the MMA warp it may overwrite the accumulator.
+    # NVIDIA's dense_gemm_persistent example does the same (fence_view_async_tmem_load after the copy).
+    from gemmlab.compile import ptx_of
+
+    lines = [ln.strip() for ln in ptx_of(g.compile_gemm_sm100(cfg, 4096, 4096, 4096)).splitlines()]
+    loads = [i for i, ln in enumerate(lines) if ln.startswith("tcgen05.ld")]
+    waits = [i for i, ln in enumerate(lines) if ln.startswith("tcgen05.wait::ld")]
+    assert loads and len(waits) >= 1
+    for i in loads:  # every load has a wait after it, before the next load's registers are converted
+        assert any(w > i for w in waits), f"no tcgen05.wait::ld after the load at PTX line {i}"
+    arrive = max(i for i, ln in enumerate(lines) if ln.startswith("mbarrier.arrive") and i > loads[-1])
+    assert any(loads[-1] < w < arrive for w in waits)
