@@ -29,7 +29,9 @@ What the datasheet model misses, and what replaces it
       ``epi_n`` columns (32, or 16 where 32 does not divide the tile) a conversion, ``stmatrix``, a proxy
       fence and two named barriers (``subtile_cycles`` each, fitted); the TMA stores then drain while the
       next tile's k-loop runs and the producer keeps filling the ring, so only the sub-tile steps are
-      serial. On Blackwell the epilogue warps work from the other TMEM accumulator stage, so it overlaps
+      serial. (Where the sub-tiles do not fill the 4-deep store ring a whole number of times, as with 144-,
+      176- and 240-column tiles, the kernel waits for its last stores before the next tile; the model does
+      not price that wait separately.) On Blackwell the epilogue warps work from the other TMEM accumulator stage, so it overlaps
       the main loop (``epilogue="overlapped"``).
     * **Launch, prologue and teardown**: a fixed ``launch_s`` per launch, fitted (the back-to-back runs
       include the gap between two launches).
@@ -234,8 +236,9 @@ def predict_sm90(shape, config: str, device: str, cal: Calibration = CALIBRATION
     round trip (narrow tiles: 576 cycles at N = 144, 1024 at N = 256), the tensor pipe idles.
     The epilogue is inline: the consumers convert, ``stmatrix`` and pass two named barriers per sub-tile
     before their next tile's first wgmma (``cal.subtile_cycles`` each); the TMA stores themselves drain
-    while the next tile runs, and the producer keeps filling the ring meanwhile (the simulator's producer
-    is never held up by an epilogue), so neither is counted.
+    while the next tile runs (except the last ones of a tile whose sub-tiles do not fill the store ring a
+    whole number of times: not priced separately), and the producer keeps filling the ring meanwhile (the
+    simulator's producer is never held up by an epilogue), so neither is counted.
     """
     m, n, k = _check_shape(shape)
     if device not in DEVICES:
