@@ -282,4 +282,4 @@ def test_chapter10_exercise_solutions_by_hand():
 
     assert ch10.solution_tx_bytes() == 2 * (128 + 64) * 64 * 2 == 49152
     assert ch10.solution_late_arrival_barrier() == "tmem_empty"
-    assert ch10.solution_held_clock_effect() == pytest.approx(1.83 / 1.46, abs=0.02)
+    assert ch10.solution_held_clock_effect() == pytest.approx(1.83 / 1.51, abs=0.02)

@@ -36,7 +36,7 @@ def solution_late_arrival_barrier():
 
 def check_held_clock_effect(answer) -> bool:
     """Predict, then run: by what factor (two decimals) does the calibrated 8192^3 prediction on the H200
-    change if the GPU held its datasheet clock (1.83 GHz) instead of the fitted 1.46 GHz?"""
+    change if the GPU held its datasheet clock (1.83 GHz) instead of the fitted 1.51 GHz?"""
     return verdict("held clock", answer, solution_held_clock_effect(),
                    "8192^3 is compute bound: time scales with 1 / clock, except for the fixed costs. Use "
                    "calibration.predict_sm90 with calibration.with_clock(CALIBRATION, 'nvidia-h200', 1.83).")
