@@ -29,7 +29,7 @@ def test_family_imports_flow_one_way():
     import ast
     from pathlib import Path
 
-    order = ["problem", "configs", "heuristic_sm90", "heuristic_sm100", "plan", "api", "benchmark", "tables"]
+    order = ["problem", "configs", "heuristic_sm90", "heuristic_sm100", "plan", "api", "benchmark", "tables", "ladder"]
     kernels = {"gemm_sm90", "gemm_sm100"}  # imported by plan (below configs and the heuristics)
     root = Path(gemmlab.__file__).parent
     for i, name in enumerate(order):
@@ -45,3 +45,20 @@ def test_family_imports_flow_one_way():
         tree = ast.parse((root / f"{kernel}.py").read_text())
         mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert not mods & {"family.plan", "family.api", "family.benchmark", "family.tables"}, kernel
+
+
+def test_grouped_layers_flow_one_way():
+    """Chapter 08: the kernel module never imports the call layer; the call layer loads the kernel lazily."""
+    import ast
+    from pathlib import Path
+
+    root = Path(gemmlab.__file__).parent
+
+    def imports(name, top_level_only=False):
+        tree = ast.parse((root / f"{name}.py").read_text())
+        nodes = tree.body if top_level_only else list(ast.walk(tree))
+        return {n.module for n in nodes if isinstance(n, ast.ImportFrom) and n.module}
+
+    assert not imports("grouped_sm90") & {"grouped", "grouped_tables"}
+    assert "grouped_sm90" not in imports("grouped", top_level_only=True)  # import gemmlab stays light
+    assert gemmlab.grouped_gemm is gemmlab.grouped.grouped_gemm
