@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -102,16 +101,7 @@ def bench_shapes(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, rounds=10, per_round
 
 
 def _write(name, doc, out_dir):
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        path = os.path.join(out_dir, f"{name}.json")
-        with open(path, "w") as f:
-            json.dump({"benchmark": name, "device": bench.device_name(), "torch": torch.__version__,
-                       "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **doc}, f, indent=1)
-        return path
-    doc = dict(doc)
-    rows = doc.pop("rows", [])
-    return bench.write_results(name, rows, **doc)
+    return bench.write_doc(name, doc, out_dir)
 
 
 def main(argv=None):

@@ -30,15 +30,7 @@ from gemmlab.family.problem import GemmProblem  # noqa: E402
 
 
 def _write(name, doc, out_dir):
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        path = os.path.join(out_dir, f"{name}.json")
-        with open(path, "w") as f:
-            json.dump({"benchmark": name, "device": bench.device_name(), "torch": torch.__version__,
-                       "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **doc}, f, indent=1)
-        return path
-    rows = doc.pop("rows", [])
-    return bench.write_results(name, rows, **doc)
+    return bench.write_doc(name, doc, out_dir)
 
 
 def _cuda(m, n, k, dtype=torch.bfloat16, b_major="k", seed=0):

@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -261,15 +260,7 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
 
 
 def _write(name, doc, out_dir):
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        path = os.path.join(out_dir, f"{name}.json")
-        with open(path, "w") as f:
-            json.dump({"benchmark": name, "device": bench.device_name(), "torch": torch.__version__,
-                       "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **doc}, f, indent=1)
-        return path
-    rows = doc.pop("rows", [])
-    return bench.write_results(name, rows, **doc)
+    return bench.write_doc(name, doc, out_dir)
 
 
 def main(argv=None):

@@ -176,12 +176,16 @@ def copy_bandwidth_gbs(nbytes_moved: int, ms: float) -> float:
     return nbytes_moved / (ms * 1e-3) / 1e9
 
 
-def write_results(name: str, rows: list[dict], **meta) -> Path:
-    """Write ``rows`` as ``results/<device-slug>/<name>.json``; return the path."""
+def write_results(name: str, rows: list[dict], *, out_dir=None, **meta) -> Path:
+    """Write ``rows`` as ``results/<device-slug>/<name>.json`` (or into ``out_dir``); return the path.
+
+    ``out_dir``: a folder to write to instead, e.g. a lent GPU machine's ``$OUT``
+    (the benchmarks' ``--out``); the file is the same.
+    """
     import torch
 
     dev = device_name()
-    out_dir = RESULTS_DIR / device_slug(dev)
+    out_dir = Path(out_dir) if out_dir else RESULTS_DIR / device_slug(dev)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
     doc = {
@@ -196,6 +200,13 @@ def write_results(name: str, rows: list[dict], **meta) -> Path:
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
+
+
+def write_doc(name: str, doc: dict, out_dir=None) -> Path:
+    """:func:`write_results` for a whole document: its ``rows`` and the rest as metadata."""
+    doc = dict(doc)
+    rows = doc.pop("rows", [])
+    return write_results(name, rows, out_dir=out_dir, **doc)
 
 
 def load_results(name: str, device: str | None = None) -> dict | None:

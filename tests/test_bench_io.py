@@ -1,0 +1,18 @@
+"""Benchmark results files: one writer for every benchmark, into results/<device>/ or a run's --out folder."""
+import json
+
+from gemmlab import bench
+
+
+def test_write_doc_into_out_dir_keeps_rows_and_metadata(tmp_path):
+    path = bench.write_doc("probe", {"rows": [{"x": 1}, {"x": 2}], "summary": {"geomean": 1.5}}, tmp_path / "out")
+    assert path == tmp_path / "out" / "probe.json"
+    doc = json.loads(path.read_text())
+    assert doc["rows"] == [{"x": 1}, {"x": 2}] and doc["summary"] == {"geomean": 1.5}
+    assert doc["benchmark"] == "probe" and doc["device"] == bench.device_name() and "date" in doc
+
+
+def test_write_doc_does_not_consume_the_callers_dict(tmp_path):
+    doc = {"rows": [{"x": 1}], "note": "n"}
+    bench.write_doc("probe", doc, tmp_path)
+    assert doc == {"rows": [{"x": 1}], "note": "n"}
