@@ -385,6 +385,31 @@ def gemm_kernel(
 # --------------------------------------------------------------------------------------
 
 
+def mma_and_smem_layouts(kA: cute.Tensor, kB: cute.Tensor, kC: cute.Tensor, cfg: Sm90Config):
+    """The WGMMA tilings and the shared-memory layouts for A' (M' x K), B' (N' x K) and C' (M' x N').
+
+    ``tiled_mma``: one 64-row WGMMA atom per consumer warpgroup, stacked along M;
+    ``epi_mma``: one atom, to partition a warpgroup's own 64-row slab in the
+    epilogue. Also returns C's layout enum (the epilogue's stmatrix needs it).
+    """
+    ab_type = kA.element_type
+    a_layout = utils.LayoutEnum.from_tensor(kA)
+    b_layout = utils.LayoutEnum.from_tensor(kB)
+    c_layout = utils.LayoutEnum.from_tensor(kC)
+    tile = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+    tiled_mma = sm90_utils.make_trivial_tiled_mma(
+        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
+        Float32, (cfg.consumers, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
+    epi_mma = sm90_utils.make_trivial_tiled_mma(
+        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
+        Float32, (1, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
+    a_smem = sm90_utils.make_smem_layout_a(a_layout, tile, ab_type, cfg.stages)
+    b_smem = sm90_utils.make_smem_layout_b(b_layout, tile, ab_type, cfg.stages)
+    c_smem = sm90_utils.make_smem_layout_epi(kC.element_type, c_layout, (WG_ROWS, cfg.epi_n),
+                                             cfg.consumers * cfg.epi_stages)
+    return tiled_mma, epi_mma, a_smem, b_smem, c_smem, c_layout
+
+
 @cute.jit
 def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, splits: Int32, max_clusters: Int32,
                 stream: cuda.CUstream, cfg: cutlass.Constexpr):
@@ -402,21 +427,8 @@ def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, splits: Int3
         kC = cute.make_tensor(c.iterator, cute.select(c.layout, mode=[1, 0]))  # N x M, M-major
     else:
         kA, kB, kC = a, b_nk, c
-    a_layout = utils.LayoutEnum.from_tensor(kA)
-    b_layout = utils.LayoutEnum.from_tensor(kB)
-    c_layout = utils.LayoutEnum.from_tensor(kC)
-    tile = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
-    # One 64-row WGMMA atom per consumer warpgroup, stacked along M.
-    tiled_mma = sm90_utils.make_trivial_tiled_mma(
-        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-        Float32, (cfg.consumers, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
-    epi_mma = sm90_utils.make_trivial_tiled_mma(
-        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-        Float32, (1, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
-    a_smem = sm90_utils.make_smem_layout_a(a_layout, tile, ab_type, cfg.stages)
-    b_smem = sm90_utils.make_smem_layout_b(b_layout, tile, ab_type, cfg.stages)
+    tiled_mma, epi_mma, a_smem, b_smem, c_smem, c_layout = mma_and_smem_layouts(kA, kB, kC, cfg)
     epi_tile = (WG_ROWS, cfg.epi_n)
-    c_smem = sm90_utils.make_smem_layout_epi(c.element_type, c_layout, epi_tile, cfg.consumers * cfg.epi_stages)
 
     cm, cn = cfg.cluster
     a_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1 else cpasync.CopyBulkTensorTileG2SOp()

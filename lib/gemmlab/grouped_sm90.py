@@ -42,7 +42,6 @@ import functools
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils as utils
-import cutlass.utils.hopper_helpers as sm90_utils
 import cuda.bindings.driver as cuda
 from cutlass import Float32, Int32, Int64
 from cutlass.cute.nvgpu import cpasync, warpgroup
@@ -50,7 +49,7 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .family.configs import Sm90Config
-from .gemm_sm90 import CONSUMER_REGS, PRODUCER_REGS, WG_ROWS, mma_tile, store_tile
+from .gemm_sm90 import CONSUMER_REGS, PRODUCER_REGS, WG_ROWS, mma_and_smem_layouts, mma_tile, store_tile
 from .pipeline import DevicePipelineState
 
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
@@ -449,20 +448,9 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
         b0 = b
         b_group_stride = Int64(0)
     b_nk = cute.make_tensor(b0.iterator, cute.select(b0.layout, mode=[1, 0]))  # (N, K) view
-    a_layout = utils.LayoutEnum.from_tensor(a)
     b_layout = utils.LayoutEnum.from_tensor(b_nk)
-    c_layout = utils.LayoutEnum.from_tensor(c)
-    tile = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
-    tiled_mma = sm90_utils.make_trivial_tiled_mma(
-        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-        Float32, (cfg.consumers, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
-    epi_mma = sm90_utils.make_trivial_tiled_mma(
-        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-        Float32, (1, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
-    a_smem = sm90_utils.make_smem_layout_a(a_layout, tile, ab_type, cfg.stages)
-    b_smem = sm90_utils.make_smem_layout_b(b_layout, tile, ab_type, cfg.stages)
+    tiled_mma, epi_mma, a_smem, b_smem, c_smem, _ = mma_and_smem_layouts(a, b_nk, c, cfg)
     epi_tile = (WG_ROWS, cfg.epi_n)
-    c_smem = sm90_utils.make_smem_layout_epi(c.element_type, c_layout, epi_tile, cfg.consumers * cfg.epi_stages)
     g2s = cpasync.CopyBulkTensorTileG2SOp()
     tma_a, tA = cpasync.make_tiled_tma_atom(g2s, a, cute.slice_(a_smem, (None, None, 0)), (cfg.tile_m, cfg.tile_k))
     tma_b, tB = cpasync.make_tiled_tma_atom(g2s, b_nk, cute.slice_(b_smem, (None, None, 0)),
