@@ -24,9 +24,10 @@ Descriptor slots (128 bytes each, in a global workspace, one set per CTA):
     A: 2 slots, B: 2 slots (the producer alternates between them at each group
        change, so a load still queued for the previous group never sees its
        descriptor rewritten);
-    C: 1 slot per consumer warpgroup (its store warp waits until its earlier
-       stores have read shared memory, which means the TMA unit is done with
-       them, before it rewrites the slot).
+    C: 1 slot per consumer warpgroup (before it rewrites the slot, its store
+       warp waits until its earlier stores have read shared memory: the TMA
+       unit has taken them up; CUTLASS's and the CuTe DSL's grouped GEMMs wait
+       the same way before rewriting a store descriptor).
 
 Two ways to describe the groups (``mode``, a compile-time choice):
     ``"ragged"``: torch's MoE convention, ``a`` (T x K) holding every group's rows
