@@ -852,30 +852,13 @@ def evidence_summary(compiled) -> list[str]:
 
 def kernel_sections() -> dict[str, str]:
     """The source of :func:`dual_kernel` cut at its numbered comments (``# 1. ...``), for the notebook."""
-    import textwrap
+    from .show import numbered_sections
 
-    from .show import source_of
-
-    body = source_of(dual_kernel).splitlines()
-    start = next(i for i, line in enumerate(body) if line.lstrip().startswith("warp = "))
-    sections, title, chunk = {}, "0. Coordinates", []
-    for line in body[start:]:
-        mt = re.match(r"\s*# (\d+\. [^:(]+?)[:(.]", line)
-        if mt:
-            sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
-            title, chunk = mt.group(1).strip(), []
-        chunk.append(line)
-    sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
-    return sections
+    return numbered_sections(dual_kernel)
 
 
 def show_kernel_section(number: int) -> None:
     """Display section ``number`` of :func:`dual_kernel` (rendered from the library source)."""
-    from IPython.display import Markdown, display
+    from .show import show_numbered_section
 
-    check_int("number", number, lo=0)
-    for title, text in kernel_sections().items():
-        if title.startswith(f"{number}."):
-            display(Markdown(f"`gemmlab.dual_gemm_sm100.dual_kernel`, section {title}\n\n```python\n{text}\n```"))
-            return
-    raise ValueError(f"dual_kernel has no section {number}")
+    show_numbered_section(dual_kernel, number)

@@ -618,34 +618,14 @@ def setup_order(compiled) -> list[str]:
 
 
 def kernel_sections() -> dict[str, str]:
-    """The source of :func:`gemm_kernel` cut at its numbered comments (``# 1. ...``), for the notebook.
+    """The source of :func:`gemm_kernel` cut at its numbered comments (``# 1. ...``), for the notebook."""
+    from .show import numbered_sections
 
-    Key ``"0. Coordinates"`` is what precedes section 1; the text is the code that compiles.
-    """
-    import re
-    import textwrap
-
-    from .show import source_of
-
-    body = source_of(gemm_kernel).splitlines()
-    start = next(i for i, line in enumerate(body) if line.lstrip().startswith("warp = "))
-    sections, title, chunk = {}, "0. Coordinates", []
-    for line in body[start:]:
-        mt = re.match(r"\s*# (\d+\. [^:(]+?)[:(.]", line)
-        if mt:
-            sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
-            title, chunk = mt.group(1).strip(), []
-        chunk.append(line)
-    sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
-    return sections
+    return numbered_sections(gemm_kernel)
 
 
 def show_kernel_section(number: int) -> None:
     """Display section ``number`` of :func:`gemm_kernel` (rendered from the library source)."""
-    from IPython.display import Markdown, display
+    from .show import show_numbered_section
 
-    for title, text in kernel_sections().items():
-        if title.startswith(f"{number}."):
-            display(Markdown(f"`gemmlab.gemm_sm100.gemm_kernel`, section {title}\n\n```python\n{text}\n```"))
-            return
-    raise ValueError(f"gemm_kernel has no section {number}")
+    show_numbered_section(gemm_kernel, number)

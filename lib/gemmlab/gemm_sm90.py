@@ -167,6 +167,33 @@ def mma_tile(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB
     return read, release
 
 
+def mma_operands(tiled_mma: cute.TiledMma, sA: cute.Tensor, sB: cute.Tensor, ctid, bm: int, bn: int):
+    """A consumer thread's view of the MMA: its slice, its A/B fragments of every stage, its accumulator."""
+    thr_mma = tiled_mma.get_slice(ctid)
+    tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+    tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+    acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn)), Float32)
+    return thr_mma, tCrA, tCrB, acc
+
+
+def epilogue_operands(epi_mma: cute.TiledMma, acc: cute.Tensor, sC: cute.Tensor, ctid, c_type, c_major_m: bool):
+    """What :func:`store_tile` moves: registers -> shared (stmatrix) copies of a warpgroup's slab.
+
+    A warpgroup's accumulator fragment is laid out as in a single 64-row MMA,
+    so the 64-row ``epi_mma`` partitions its own slab of the output. Returns
+    ``(r2s, tRS_acc, tRS_sC, sub_f32, sub_out)``: the copy, the accumulator and
+    the ring buffers as it sees them (``tRS_sC``: (R2S, R2S_M, R2S_N, consumers *
+    epi_stages)), and the registers of one sub-tile in FP32 and in ``c_type``.
+    """
+    st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(c_major_m, 4), c_type)
+    r2s = cute.make_tiled_copy_S(st_atom, cute.make_tiled_copy_C_atom(st_atom, epi_mma))
+    thr_r2s = r2s.get_slice(ctid % 128)
+    tRS_sC = thr_r2s.partition_D(sC)
+    tRS_acc = r2s.retile(acc)
+    sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+    return r2s, tRS_acc, tRS_sC, cute.make_rmem_tensor(sub_shape, Float32), cute.make_rmem_tensor(sub_shape, c_type)
+
+
 @cute.jit
 def store_tile(tma_c: cute.CopyAtom, sC: cute.Tensor, gC_tile: cute.Tensor, r2s: cute.TiledCopy, tRS_acc: cute.Tensor,
                tRS_sC: cute.Tensor, sub_f32: cute.Tensor, sub_out: cute.Tensor, half, store_warp,
@@ -321,25 +348,13 @@ def gemm_kernel(
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
         ctid = tidx - 128  # 0 .. 128 * consumers - 1
         half = wg - 1  # which 64-row slab of the tile this warpgroup owns
-        thr_mma = tiled_mma.get_slice(ctid)
-        tCsA = thr_mma.partition_A(sA)
-        tCsB = thr_mma.partition_B(sB)
-        tCrA = tiled_mma.make_fragment_A(tCsA)
-        tCrB = tiled_mma.make_fragment_B(tCsB)
-        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), Float32)
+        thr_mma, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
 
         if cutlass.const_expr(not cfg.split_k):
             # Epilogue copies: registers -> shared (stmatrix), shared -> global (TMA).
             # A warpgroup's accumulator fragment is laid out as in a single 64-row
             # MMA, so the 64-row epi_mma partitions its own slab of the output.
-            st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(c_major_m, 4), c_type)
-            r2s = cute.make_tiled_copy_S(st_atom, cute.make_tiled_copy_C_atom(st_atom, epi_mma))
-            thr_r2s = r2s.get_slice(ctid % 128)
-            tRS_sC = thr_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, consumers * epi_stages)
-            tRS_acc = r2s.retile(acc)
-            sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
-            sub_f32 = cute.make_rmem_tensor(sub_shape, Float32)
-            sub_out = cute.make_rmem_tensor(sub_shape, c_type)
+            r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, c_major_m)
             gC = cute.local_tile(mC, (BM, BN), (None, None))  # (BM, BN, m_tiles, n_tiles)
         else:
             # Split-K: partial sums go from registers straight to the FP32 workspace,

@@ -50,7 +50,8 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .family.configs import Sm90Config
-from .gemm_sm90 import CONSUMER_REGS, PRODUCER_REGS, WG_ROWS, mma_and_smem_layouts, mma_tile, store_tile
+from .gemm_sm90 import (CONSUMER_REGS, PRODUCER_REGS, WG_ROWS, epilogue_operands, mma_and_smem_layouts,
+                        mma_operands, mma_tile, store_tile)
 from .pipeline import DevicePipelineState
 
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
@@ -76,7 +77,7 @@ def global_slot(workspace: cute.Tensor, cta: Int32, slot: int):
     return _MAPS.get_tensormap_ptr(workspace[(cta, slot, None)].iterator)
 
 
-def smem_slot(scratch, i: int):
+def smem_slot(scratch, i):
     """Scratch descriptor ``i`` in shared memory, as a 128-byte-aligned pointer (the tensormap instructions need it)."""
     addr = cute.arch.make_warp_uniform((scratch + DESC_WORDS * i).toint())
     return cute.make_ptr(Int64, addr, mem_space=cute.AddressSpace.smem, assumed_align=DESC_BYTES)
@@ -361,25 +362,10 @@ def grouped_kernel(
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
         ctid = tidx - 128
         half = wg - 1
-        thr_mma = tiled_mma.get_slice(ctid)
-        tCsA = thr_mma.partition_A(sA)
-        tCsB = thr_mma.partition_B(sB)
-        tCrA = tiled_mma.make_fragment_A(tCsA)
-        tCrB = tiled_mma.make_fragment_B(tCsB)
-        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((BM, BN)), Float32)
-
-        st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), c_type)
-        r2s = cute.make_tiled_copy_S(st_atom, cute.make_tiled_copy_C_atom(st_atom, epi_mma))
-        thr_r2s = r2s.get_slice(ctid % 128)
-        tRS_sC = thr_r2s.partition_D(sC)
-        tRS_acc = r2s.retile(acc)
-        sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
-        sub_f32 = cute.make_rmem_tensor(sub_shape, Float32)
-        sub_out = cute.make_rmem_tensor(sub_shape, c_type)
+        _, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
+        r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, False)
         gC = cute.local_tile(mC, (BM, BN), (None, None))
-        smem_c = smem_slot(sDesc, 2) if cutlass.const_expr(consumers == 1) else \
-            cute.make_ptr(Int64, cute.arch.make_warp_uniform((sDesc + DESC_WORDS * (2 + half)).toint()),
-                          mem_space=cute.AddressSpace.smem, assumed_align=DESC_BYTES)
+        smem_c = smem_slot(sDesc, 2 + half)
         c_slot = A_SLOTS + B_SLOTS + half
         store_warp = warp % 4 == 0
         if store_warp:

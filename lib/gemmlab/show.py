@@ -4,6 +4,8 @@
 * :func:`source_region` / :func:`show_region`: one section of a long function, cut at
   comments that are already in its source (so a kernel is read in pieces, in the order
   it runs, without changing it).
+* :func:`numbered_sections` / :func:`show_numbered_section`: a kernel whose body is
+  organised by numbered comments (``# 1. ...``), cut at every one of them.
 """
 from __future__ import annotations
 
@@ -112,3 +114,38 @@ def show_region(obj, start: str | None, end: str | None = None) -> None:
     except (OSError, TypeError):
         where = f"lines {first}–{last}"
     display(Markdown(f"`{_qualname(obj)}` ({where})\n\n```python\n{source_region(obj, start, end)}```"))
+
+
+def numbered_sections(fn, first: str = "warp = ") -> dict[str, str]:
+    """The source of ``fn`` from its first line starting with ``first``, cut at its numbered comments.
+
+    A comment ``# 3. Title: ...`` opens section ``"3. Title"``; key ``"0. Coordinates"`` is
+    what precedes section 1. Each text is the code that compiles, dedented.
+    """
+    import re
+
+    body = source_of(fn).splitlines()
+    start = next(i for i, line in enumerate(body) if line.lstrip().startswith(first))
+    sections, title, chunk = {}, "0. Coordinates", []
+    for line in body[start:]:
+        mt = re.match(r"\s*# (\d+\. [^:(]+?)[:(.]", line)
+        if mt:
+            sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
+            title, chunk = mt.group(1).strip(), []
+        chunk.append(line)
+    sections[title] = textwrap.dedent("\n".join(chunk)).strip("\n")
+    return sections
+
+
+def show_numbered_section(fn, number: int) -> None:
+    """Display section ``number`` of :func:`numbered_sections` ``(fn)``; ValueError if it has none."""
+    from IPython.display import Markdown, display
+
+    from .checks import check_int
+
+    check_int("number", number, lo=0)
+    for title, text in numbered_sections(fn).items():
+        if title.startswith(f"{number}."):
+            display(Markdown(f"`{_qualname(fn)}`, section {title}\n\n```python\n{text}\n```"))
+            return
+    raise ValueError(f"{_qualname(fn).rsplit('.', 1)[-1]} has no section {number}")
