@@ -35,23 +35,8 @@ GROUPS = (8, 32, 64, 128)
 TOKENS = (64, 512, 4096, 16384)
 
 
-def offsets(sizes, device="cuda"):
-    ends, s = [], 0
-    for m in sizes:
-        s += m
-        ends.append(s)
-    return torch.tensor(ends, dtype=torch.int32, device=device)
-
-
-def ragged_inputs(sizes, n, k, *, b_major="k", dtype=torch.bfloat16, seed=0, extra_rows=0):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    rows = sum(sizes) + extra_rows
-    a = torch.randn(rows, k, device="cuda", dtype=dtype, generator=gen)
-    if b_major == "k":  # nn.Linear weights (G, N, K), seen as (G, K, N)
-        b = torch.randn(len(sizes), n, k, device="cuda", dtype=dtype, generator=gen).transpose(1, 2)
-    else:
-        b = torch.randn(len(sizes), k, n, device="cuda", dtype=dtype, generator=gen)
-    return a, b, offsets(sizes)
+def ragged_inputs(sizes, n, k, *, b_major="k", seed=0, extra_rows=0):
+    return grouped.random_problem(sizes, n, k, b_major=b_major, seed=seed, extra_rows=extra_rows)
 
 
 def rel_err(out, ref, rows):

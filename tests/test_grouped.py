@@ -28,6 +28,14 @@ def test_descriptor_updates_count_group_changes():
     assert grouped.descriptor_updates([1000], 512, 128, 128, 4) == [1, 1, 1, 1]
 
 
+def test_random_problem_layouts_and_offsets():
+    a, b, offs = grouped.random_problem([3, 0, 5], 16, 24, extra_rows=2, device="cpu")
+    assert a.shape == (10, 24) and b.shape == (3, 24, 16) and grouped.b_major_of("b", b) == "k"
+    assert offs.dtype == torch.int32 and offs.tolist() == [3, 3, 8]
+    _, bn, _ = grouped.random_problem([1], 16, 24, b_major="n", device="cpu")
+    assert grouped.b_major_of("b", bn) == "n"
+
+
 def test_flops_bytes_count_only_live_weights():
     flops, nbytes = grouped.flops_bytes([2, 0, 3], 8, 16)
     assert flops == 2 * 5 * 8 * 16
@@ -167,15 +175,7 @@ def test_compile_rejects_other_targets_and_clusters():
 # ---------------------------------------------------------------- on the GPU
 
 def _ragged(sizes, n, k, major="k", seed=0, extra=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    rows = sum(sizes) + extra
-    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=g)
-    if major == "k":
-        b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
-    else:
-        b = torch.randn(len(sizes), k, n, device="cuda", dtype=torch.bfloat16, generator=g)
-    offs = torch.tensor(torch.tensor(sizes).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
-    return a, b, offs
+    return grouped.random_problem(sizes, n, k, b_major=major, seed=seed, extra_rows=extra)
 
 
 GPU_CASES = [

@@ -380,6 +380,33 @@ def skewed_sizes(tokens: int, groups: int, seed: int = 0, alpha: float = 1.2) ->
     return torch.bincount(picks, minlength=groups).tolist()
 
 
+def offsets_of(sizes, device="cuda"):
+    """torch's ``offs`` for groups of ``sizes`` rows: their cumulative end rows, int32, on ``device``."""
+    import itertools
+
+    import torch
+    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device=device)
+
+
+def random_problem(sizes, n: int, k: int, *, b_major: str = "k", dtype=None, seed: int = 0, extra_rows: int = 0,
+                   device="cuda"):
+    """Random ``(a, b, offs)`` in the ragged convention for groups of ``sizes`` rows (tests, benchmarks).
+
+    ``b_major="k"``: the weights stored as nn.Linear does, (G, N, K), passed as the
+    (G, K, N) view; ``"n"``: stored (G, K, N). ``extra_rows``: rows of ``a`` after
+    the last group (the kernel must leave the output's rows there untouched).
+    """
+    import torch
+    dtype = dtype or torch.bfloat16
+    gen = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn(sum(sizes) + extra_rows, k, device=device, dtype=dtype, generator=gen)
+    if b_major == "k":
+        b = torch.randn(len(sizes), n, k, device=device, dtype=dtype, generator=gen).transpose(1, 2)
+    else:
+        b = torch.randn(len(sizes), k, n, device=device, dtype=dtype, generator=gen)
+    return a, b, offsets_of(sizes, device)
+
+
 def flops_bytes(m_sizes, n: int, k: int, dtype: str = "bfloat16") -> tuple[int, int]:
     """FLOPs and the bytes that must move at least once: A and C rows, and the weights of non-empty groups."""
     esize = DTYPE_BITS[dtype] // 8
