@@ -17,17 +17,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 
+from gemmlab.notebook import needed_tier  # noqa: E402  (the one reading of tier words: cells and markers)
 from gemmlab.tiers import detect_tier, required_tier, tier_satisfies  # noqa: E402
-
-TIER_WORDS = ("sm100", "sm90", "gpu")  # most demanding first
-
-
-def needed_tier(words) -> str | None:
-    words = set(words)
-    for w in TIER_WORDS:
-        if w in words:
-            return w
-    return None
 
 
 def _item_words(item) -> list[str]:
