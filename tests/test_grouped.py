@@ -36,6 +36,17 @@ def test_random_problem_layouts_and_offsets():
     assert grouped.b_major_of("b", bn) == "n"
 
 
+def test_problem_table_rows():
+    a = torch.zeros(5, 32, dtype=torch.bfloat16)
+    bk = torch.zeros(24, 32, dtype=torch.bfloat16).t()  # K x N view of an N x K weight: ldb = K
+    bn = torch.zeros(32, 24, dtype=torch.bfloat16)  # row-major K x N: ldb = N
+    c = torch.zeros(5, 24, dtype=torch.bfloat16)
+    (row,) = grouped.problem_table([(a, bk)], [c], "k")
+    assert row == (a.data_ptr(), bk.data_ptr(), c.data_ptr(), 5, 24, 32, 32, 32, 24)
+    (row,) = grouped.problem_table([(a, bn)], [c], "n")
+    assert row[6:] == (32, 24, 24)
+
+
 def test_flops_bytes_count_only_live_weights():
     flops, nbytes = grouped.flops_bytes([2, 0, 3], 8, 16)
     assert flops == 2 * 5 * 8 * 16

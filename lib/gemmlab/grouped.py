@@ -249,13 +249,15 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     return out
 
 
-def problem_table(pairs, outs):
-    """The (G, 9) int64 table of :data:`gemmlab.grouped_sm90.TABLE_COLUMNS` for independent problems."""
-    rows = []
-    for (ai, bi), ci in zip(pairs, outs):
-        rows.append((ai.data_ptr(), bi.data_ptr(), ci.data_ptr(), ai.shape[0], bi.shape[1], ai.shape[1],
-                     ai.stride(0), bi.stride(0) if b_major_of("b", bi) == "n" else bi.stride(1), ci.stride(0)))
-    return rows
+def problem_table(pairs, outs, b_major: str):
+    """The (G, 9) int64 table of :data:`gemmlab.grouped_sm90.TABLE_COLUMNS` for independent problems.
+
+    ``b_major``: the layout every ``b`` has (checked by the caller): B's leading
+    dimension is its row stride when N-contiguous, its column stride when K-contiguous.
+    """
+    ldb = 0 if b_major == "n" else 1
+    return [(ai.data_ptr(), bi.data_ptr(), ci.data_ptr(), ai.shape[0], bi.shape[1], ai.shape[1],
+             ai.stride(0), bi.stride(ldb), ci.stride(0)) for (ai, bi), ci in zip(pairs, outs)]
 
 
 def grouped_gemm_list(pairs, outs=None, *, config: Sm90Config | None = None):
@@ -314,7 +316,7 @@ def grouped_gemm_list(pairs, outs=None, *, config: Sm90Config | None = None):
     live = [(p, c) for p, c in zip(pairs, outs) if p[0].shape[0] > 0]
     if not live:
         return outs
-    table = torch.tensor(problem_table([p for p, _ in live], [c for _, c in live]), dtype=torch.int64)
+    table = torch.tensor(problem_table([p for p, _ in live], [c for _, c in live], major), dtype=torch.int64)
     table = table.to(a0.device, non_blocking=True)
     (a_0, b_0), c_0 = live[0]
     tokens = sum(p[0].shape[0] for p, _ in live)
