@@ -76,8 +76,8 @@ def _workspace(device, grid: int, cfg: Sm90Config):
     """The descriptor slots: (grid, slots, 16) int64, one set per CTA, cached per device.
 
     Calls on one stream reuse it safely (a launch starts after the previous one
-    ended); concurrent calls on two streams of one device must not share it:
-    pass ``workspace=`` (see :func:`workspace_for`).
+    ended). Calls that run at the same time on two streams of one device would
+    rewrite each other's descriptors: that is not supported.
     """
     import torch
     from .grouped_sm90 import DESC_WORDS, slots_per_cta
@@ -87,16 +87,6 @@ def _workspace(device, grid: int, cfg: Sm90Config):
         ws = torch.zeros((grid, slots_per_cta(cfg), DESC_WORDS), dtype=torch.int64, device=device)
         _WORKSPACES[key] = ws
     return ws
-
-
-def workspace_for(device, cfg: Sm90Config | None = None, num_sms: int | None = None):
-    """A private descriptor workspace (for calls that run concurrently on several streams)."""
-    import torch
-    from . import hardware
-    from .grouped_sm90 import DESC_WORDS, slots_per_cta
-    cfg = cfg or LARGE
-    grid = num_sms or hardware.sm_count(device)
-    return torch.zeros((grid, slots_per_cta(cfg), DESC_WORDS), dtype=torch.int64, device=device)
 
 
 def _dummies(device):
@@ -229,6 +219,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     ``offs`` gives empty groups rather than a memory fault. ``fences=False``
     runs the broken variant without the descriptor release/acquire (chapter 08
     uses it to show what the fences are for; never use it for results).
+    Calls on one stream at a time only: the per-CTA descriptor slots are shared.
     """
     import torch
     from . import hardware
