@@ -222,6 +222,11 @@ class GroupCursor:
     def __new_from_mlir_values__(self, values):
         return GroupCursor(*(Int32(v) for v in values))
 
+    def tile(self, linear, bk: int):
+        """``(m_tile, n_tile, k-blocks)`` of tile ``linear`` inside this group (M fastest, as :func:`seek` counts)."""
+        local = linear - self.base
+        return local % self.m_tiles, local // self.m_tiles, (self.k + bk - 1) // bk
+
 
 @cute.jit
 def first_group(offs, table, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr, bn: cutlass.Constexpr,
@@ -338,10 +343,7 @@ def grouped_kernel(
                 desc_a = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, slot), cute.AddressSpace.generic)
                 desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, A_SLOTS + slot),
                                                  cute.AddressSpace.generic)
-                local = linear - cur.base
-                m_tile = local % cur.m_tiles
-                n_tile = local // cur.m_tiles
-                k_tiles = (cur.k + BK - 1) // BK
+                m_tile, n_tile, k_tiles = cur.tile(linear, BK)
                 for kt in cutlass.range(k_tiles, unroll=1):
                     cute.arch.mbarrier_wait(empty + state.index, state.phase)
                     with cute.arch.elect_one():
@@ -378,10 +380,7 @@ def grouped_kernel(
         linear = Int32(bid)
         cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
         while cur.g < groups:
-            local = linear - cur.base
-            m_tile = local % cur.m_tiles
-            n_tile = local // cur.m_tiles
-            kc = (cur.k + BK - 1) // BK
+            m_tile, n_tile, kc = cur.tile(linear, BK)
 
             # ---- main loop (chapter 07's): one wgmma batch in flight, free the stage before it
             acc.fill(0.0)
