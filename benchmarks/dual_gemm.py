@@ -8,8 +8,8 @@
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
 reference pipeline (dequantize everything on every call, FP32 matmuls) and (b) the stock path (BF16 weights
 made once, then per call A to BF16, two cuBLAS BF16 GEMMs, silu and mul), timed side by side with
-``gemmlab.bench.time_interleaved`` on input sets rotated over 4x the L2; then the prepared launch and (b)
-again with the queue primed (kernels alone). Each shape is tried alone: a failure becomes a row with its
+``gemmlab.bench.time_interleaved`` on input sets rotated over 4x the L2; then the prepared launch, (b) and
+chapter 11's simple twin (the first draft of the Hopper kernel) again with the queue primed (kernels alone). Each shape is tried alone: a failure becomes a row with its
 error and the run goes on.
 
 Results go to ``results/<device>/dual_gemm*.json`` (``--out DIR`` writes there instead); the table comes last.
@@ -73,12 +73,12 @@ def check(out_dir=None, shapes=None):
 # --------------------------------------------------------------------------------------
 
 
-def bench_shapes(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, rounds=10, per_round=5):
+def bench_shapes(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, rounds=10, per_round=5, simple=True):
     spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
     rows = []
     for i, (m, n, k) in enumerate(shapes):
         try:
-            row = dg.time_case(m, n, k, rounds=rounds, per_round=per_round, seed=200 + i)
+            row = dg.time_case(m, n, k, rounds=rounds, per_round=per_round, seed=200 + i, simple=simple)
             print(f"{m} x {n} x {k}: ok={row['ok']} gemmlab {row['gemmlab_us']:.1f} us, prepared "
                   f"{row['prepared_us']:.1f}, (a) {row['reference_a_us']:.1f}, (b) {row['stock_b_us']:.1f}; "
                   f"kernels: ours {row['prepared_kernel_us']:.1f}, (b) {row['stock_b_kernels_us']:.1f}; "

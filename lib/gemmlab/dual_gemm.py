@@ -63,9 +63,10 @@ def sm100_module():
 
 
 def _twin():
-    from . import dual_gemm_sm90
+    """The Hopper twin the public call runs: the pipelined one (chapter 11's simple twin is its first draft)."""
+    from . import dual_gemm_sm90_pipelined
 
-    return dual_gemm_sm90
+    return dual_gemm_sm90_pipelined
 
 
 def _tier() -> str:
@@ -119,7 +120,7 @@ def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
                                "checkout does not have")
         return mod.gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=out)
     if tier == "sm90":
-        return _twin().gated_dual_gemm_sm90(a, b1, b2, sfa, sfb1, sfb2, out=out)
+        return _twin().run_checked(a, b1, b2, sfa, sfb1, sfb2, out)
     tiers.require_tier("gpu", "gemmlab.gated_dual_gemm")  # raises TierError on this machine
     raise AssertionError("unreachable: require_tier accepted a cpu tier")  # pragma: no cover
 
@@ -127,24 +128,16 @@ def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
 def prepare(a, b1, b2, sfa, sfb1, sfb2, out):
     """:func:`gated_dual_gemm` as a zero-argument launch with these tensors: compiled and converted once.
 
-    On Hopper it is the twin's compiled kernel bound to these pointers (what ``gated_dual_gemm_sm90``
-    launches, without its per-call checks and conversions); on a B200, a closure around the SM100 call.
+    On Hopper it is the pipelined twin's compiled kernel bound to these tensors (what the public call
+    launches, without its per-call checks); on a B200, a closure around the SM100 call.
     """
     check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
     if out is None:
         raise ValueError("out must be a tensor for a prepared launch (it binds the output's pointer)")
     tier = _tier()
     if tier == "sm90":
-        import torch
-
-        from .compile import launcher
-
-        twin = _twin()
-        for name, t in (("a", a), ("b1", b1), ("b2", b2), ("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2)):
-            if t.device.type != "cuda":
-                raise ValueError(f"{name} must be on a cuda device; got {t.device}")
-        args = [fp4.as_bytes(t)[..., 0] for t in (a, b1, b2)] + [t.view(torch.uint8)[..., 0] for t in (sfa, sfb1, sfb2)]
-        return launcher(twin.dual_host(twin.DualSm90Config()), *args, out[..., 0])
+        _twin().check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
+        return _twin().prepared(a, b1, b2, sfa, sfb1, sfb2, out)
     if tier == "sm100":
         gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=out)  # compile now, not in the first timed launch
         return lambda: gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=out)
@@ -402,7 +395,21 @@ def _copy_operands(ops):
                                 None, None, None, cp(ops.c))
 
 
-def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, seed: int = 0) -> dict:
+def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
+    """The simple (first-draft) Hopper twin as a zero-argument launch on these tensors (sm90 only)."""
+    import torch
+
+    from . import dual_gemm_sm90
+    from .compile import launcher
+
+    check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    tiers.require_tier("sm90", "gemmlab.dual_gemm.prepare_simple")
+    args = [fp4.as_bytes(t)[..., 0] for t in (a, b1, b2)] + [t.view(torch.uint8)[..., 0] for t in (sfa, sfb1, sfb2)]
+    return launcher(dual_gemm_sm90.dual_host(dual_gemm_sm90.DualSm90Config()), *args, out[..., 0])
+
+
+def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, seed: int = 0,
+              simple: bool = False) -> dict:
     """Time M x N x K on this GPU: the public call, its prepared launch, baselines (a) and (b), side by side.
 
     Inputs are rotated over enough copies to span 4x the L2 (:func:`gemmlab.bench.input_sets`), the same
@@ -439,8 +446,10 @@ def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, s
         "stock_b": [lambda s=s, w=w, o=o: stock_path(s.a, s.sfa, w, out=o) for s, w, o in zip(sets, weights, out_b)],
     }
     t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=3)
-    tk = bench.time_interleaved({"prepared_kernel": launches["prepared"], "stock_b_kernels": launches["stock_b"]},
-                                rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
+    kernels = {"prepared_kernel": launches["prepared"], "stock_b_kernels": launches["stock_b"]}
+    if simple:  # chapter 11's first draft, for the ladder: correct, but the tensor cores wait on every slice
+        kernels["simple_kernel"] = [prepare_simple(*s.inputs(), out=o) for s, o in zip(sets, out_a)]
+    tk = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
     roof = roofline(m, n, k, spec)
     row = dict(m=m, n=n, k=k, sets=nsets, ok=res.ok, max_abs_err=res.max_abs_err, stock_ok=res_b.ok,
                stock_max_abs_err=res_b.max_abs_err, roofline_us=roof["bound_us"], roofline_bound=roof["bound"],
@@ -456,4 +465,6 @@ def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, s
     row["vs_b_prepared"] = row["stock_b_us"] / row["prepared_us"]
     row["vs_b_kernel"] = row["stock_b_kernels_us"] / row["prepared_kernel_us"]
     row["of_roofline"] = row["roofline_us"] / row["prepared_kernel_us"]
+    if simple:
+        row["vs_simple_kernel"] = row["simple_kernel_us"] / row["prepared_kernel_us"]
     return row

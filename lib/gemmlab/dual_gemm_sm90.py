@@ -360,6 +360,26 @@ def compile_dual(m: int, n: int, k: int, cfg: DualSm90Config | None = None, targ
     return compile_for(target, dual_host(cfg), *args, fake_stream())
 
 
+def check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
+    """Both Hopper twins' checks (before anything compiles or launches); returns ``(M, N, K)``."""
+    import torch
+
+    from .checks import check_tensor
+
+    m, n, k, l = fp4.check_operands(a, b1, b2, sfa, sfb1, sfb2)
+    if l != 1:
+        raise ValueError(f"L must be 1 (the kernel's batch); got L={l}")
+    if out is not None:
+        check_tensor("out", out, dtypes=(torch.float16,), ndim=3, contiguous=False, device=None)
+        if tuple(out.shape) != (m, n, 1):
+            raise ValueError(f"out must have shape {(m, n, 1)}; got {tuple(out.shape)}")
+        if out[..., 0].stride(1) != 1:
+            raise ValueError(f"out must be N-major (stride 1 along N); got strides {out.stride()}")
+    if n % 8:
+        raise ValueError(f"N must be a multiple of 8 (16-byte rows of the FP16 output); got N={n}")
+    return m, n, k
+
+
 def gated_dual_gemm_sm90(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: DualSm90Config | None = None):
     """``silu(A B1^T) * (A B2^T)`` in FP16 on an H100/H200 from NVFP4 operands (GPU MODE's shapes, L = 1).
 
@@ -369,24 +389,13 @@ def gated_dual_gemm_sm90(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: DualSm90Conf
     """
     import torch
 
-    from .checks import check_tensor
     from .compile import launcher
     from .tiers import require_tier
 
-    m, n, k, l = fp4.check_operands(a, b1, b2, sfa, sfb1, sfb2)
-    if l != 1:
-        raise ValueError(f"L must be 1 (the kernel's batch); got L={l}")
+    m, n, k = check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
     cfg = cfg or DualSm90Config()
     if not isinstance(cfg, DualSm90Config):
         raise TypeError(f"cfg must be a DualSm90Config; got {type(cfg).__name__}")
-    if out is not None:
-        check_tensor("out", out, dtypes=(torch.float16,), ndim=3, contiguous=False, device=None)
-        if tuple(out.shape) != (m, n, 1):
-            raise ValueError(f"out must have shape {(m, n, 1)}; got {tuple(out.shape)}")
-        if out[..., 0].stride(1) != 1:
-            raise ValueError(f"out must be N-major (stride 1 along N); got strides {out.stride()}")
-    if n % 8:
-        raise ValueError(f"N must be a multiple of 8 (16-byte rows of the FP16 output); got N={n}")
     require_tier("sm90", "gemmlab.dual_gemm_sm90.gated_dual_gemm_sm90")
     for name, t in (("a", a), ("b1", b1), ("b2", b2), ("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2)):
         if t.device.type != "cuda":

@@ -29,6 +29,8 @@ BENCH_COLUMNS = [
     ("roofline_us", "roofline us", ".1f"),
     ("of_roofline", "of roofline", ".2f"),
 ]
+#: Shown when the run also timed chapter 11's simple (first-draft) twin.
+SIMPLE_COLUMNS = [("simple_kernel_us", "simple twin us", ".1f"), ("vs_simple_kernel", "x simple", ".1f")]
 
 
 def _geomean(values):
@@ -64,7 +66,8 @@ def format_bench(doc: dict) -> str:
         else:
             ok_rows.append({**r, "shape": shape})
     if ok_rows:
-        lines.append(format_table(ok_rows, BENCH_COLUMNS))
+        cols = BENCH_COLUMNS + (SIMPLE_COLUMNS if all("simple_kernel_us" in r for r in ok_rows) else [])
+        lines.append(format_table(ok_rows, cols))
     lines += bad
     s = doc.get("summary") or summarize(rows)
     if s.get("geomean_vs_b") is not None:

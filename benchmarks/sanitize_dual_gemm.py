@@ -1,0 +1,36 @@
+"""Small NVFP4 dual GEMMs for compute-sanitizer (memcheck, racecheck): both Hopper twins, every tile width.
+
+    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py
+
+Partial tiles in M and N, several k-blocks (so the TMA ring wraps and every FP16 buffer is reused).
+Prints the check against the FP32 reference per launch; the sanitizer's summary comes after.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+import torch  # noqa: E402
+
+from gemmlab import dual_gemm_sm90 as simple  # noqa: E402
+from gemmlab import dual_gemm_sm90_pipelined as fast  # noqa: E402
+from gemmlab import nvfp4 as fp4  # noqa: E402
+
+
+def main():
+    shape = (200, 136, 1536)  # 2 x 3..5 tiles, 6 k-blocks: the 4-stage ring wraps
+    for tile_n in fast.TILE_NS:
+        ops = fp4.generate(*shape, seed=tile_n, device="cuda")
+        fast.gated_dual_gemm_pipelined(*ops.inputs(), out=ops.c, cfg=fast.PipelinedConfig(tile_n=tile_n))
+        res = fp4.check_close(ops.c, fp4.reference(*ops.inputs()))
+        print(f"pipelined tile_n={tile_n}: {res}", flush=True)
+    ops = fp4.generate(*shape, seed=1, device="cuda")
+    simple.gated_dual_gemm_sm90(*ops.inputs(), out=ops.c)
+    print(f"simple: {fp4.check_close(ops.c, fp4.reference(*ops.inputs()))}", flush=True)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,481 @@
+"""Chapter 11 on Hopper, the fast twin: dequantization overlapped with WGMMA, A from registers.
+
+The simple twin (:mod:`gemmlab.dual_gemm_sm90`) is correct but spends about 20 instructions
+on every FP4 value and lets the tensor cores wait for each dequantized slice. This kernel
+keeps its data flow (packed NVFP4 bytes and plain scales arrive by TMA; FP16 tiles feed
+WGMMA; two FP32 accumulators share A) and changes four things, each for a measured reason:
+
+* **Conversion** in 18 instructions per 8 values (:mod:`gemmlab.fp4_dequant`): e2m1 bits
+  moved into e4m3 bytes, ``cvt.rn.f16x2.e4m3x2``, one ``mul.rn.f16x2`` by the scale. FP16,
+  not BF16: every product is exact in FP16 and the conversion only exists towards FP16.
+* **A goes to registers, not to shared memory.** Each consumer thread dequantizes exactly
+  the bytes its WGMMA A fragment holds (rows ``g`` and ``g + 8`` of its warp's 16, K pairs
+  ``2t`` and ``2t + 8``), so WGMMA runs in its RS form (A from registers, B from shared
+  memory). That halves the shared-memory traffic of the MMAs, and the one A fragment
+  serves both GEMMs.
+* **Slices in flight.** The FP16 B slices (64 K values of B1 and B2) have four buffers and
+  the A fragments two register sets: while the WGMMAs of slice j run, the threads that
+  issued them dequantize slice j + 1. One named barrier per slice: a slice's writers wait
+  for ``wgmma.wait_group 1`` (their slice j - 2 done) before they meet, so a buffer is
+  never rewritten while a WGMMA of either warpgroup may still read it.
+* **Packed bytes slice-major in shared memory.** TMA writes each k-block as four slices of
+  32 bytes per row, so a warp's loads of a slice read 256 or 128 contiguous bytes (no bank
+  conflicts) instead of 8 rows that are 128 bytes apart (8-way conflicts).
+
+Tile: 128 rows of C (two consumer warpgroups of 64) by ``tile_n`` columns of each GEMM
+(32, 48 or 64), chosen so that the grid fills the GPU's 132 SMs (:func:`choose_tile_n`).
+
+Roles (128 threads per warpgroup)::
+
+    warpgroup 0  warp 0  producer: per k-block: wait empty[s]; expect_tx(full[s]); TMA A, B1, B2, SFA, SFB1, SFB2
+    warpgroups 1, 2      consumers: per k-block: wait full[s]; per slice j of its 4:
+                           wgmma.wait_group 1 -> dequantize A(j) into registers, B1/B2(j) into buffer j % 4
+                           -> fence.proxy.async; bar.sync 1, 256 -> (last slice) release stage s
+                           -> wgmma.fence; 4 x (wgmma acc1 += A B1, wgmma acc2 += A B2); commit
+                         epilogue: wait 0; silu(acc1) * acc2 -> FP16 -> global (predicated)
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+import cuda.bindings.driver as cuda
+from cutlass import Float16, Float32, Int32, Int64, Uint8, Uint32
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.memory import SmemAllocator
+from cutlass.tensor_utils import LayoutEnum
+
+from . import nvfp4 as fp4
+from .checks import check_int
+from .fp4_dequant import fp4x8_to_f16, gather_bytes, scale_f16x2
+from .hardware import SMEM_PER_BLOCK
+from .ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
+from .pipeline import DevicePipelineState
+
+TILE_M = 128  #: rows of C per CTA: two consumer warpgroups of 64
+KB_BYTES = fp4.K_MULTIPLE // 2  #: packed bytes of one k-block per row (256 values)
+SF_BYTES = fp4.K_MULTIPLE // fp4.SF_VEC  #: scale bytes of one k-block per row (16)
+SLICE_K = 64  #: K values per FP16 slice (128 bytes of FP16: one 128B-swizzle row)
+SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
+SLICES = fp4.K_MULTIPLE // SLICE_K  #: slices per k-block, and FP16 B buffers
+TILE_NS = (32, 48, 64)
+PRODUCER_REGS = 40
+CONSUMER_REGS = 232
+CONSUMER_THREADS = 256
+CONSUMER_BARRIER = 1
+NUM_SMS = 132  # H100 SXM and H200: the grid is sized against this
+
+
+@dataclass(frozen=True)
+class PipelinedConfig:
+    """``tile_n``: N of each GEMM per CTA (32, 48 or 64); ``stages``: packed k-blocks in flight."""
+
+    tile_n: int = 64
+    stages: int = 4
+
+    def __post_init__(self):
+        if self.tile_n not in TILE_NS:
+            raise ValueError(f"tile_n must be one of {TILE_NS}; got {self.tile_n}")
+        check_int("stages", self.stages, lo=2)
+        if self.smem_bytes() > SMEM_PER_BLOCK:
+            raise ValueError(f"tile_n={self.tile_n} with stages={self.stages} needs {self.smem_bytes()} bytes of "
+                             f"shared memory; a block has {SMEM_PER_BLOCK}")
+
+    def stage_bytes(self) -> int:
+        """Bytes TMA writes per k-block: packed A, B1, B2 and their scales."""
+        return (TILE_M + 2 * self.tile_n) * (KB_BYTES + SF_BYTES)
+
+    def smem_bytes(self) -> int:
+        """The packed ring, the four FP16 B buffers, alignment and barriers."""
+        return self.stages * self.stage_bytes() + SLICES * 2 * self.tile_n * SLICE_K * 2 + 1024 + 256
+
+
+def choose_tile_n(m: int, n: int, num_sms: int = NUM_SMS) -> int:
+    """The widest ``tile_n`` whose grid uses at least 90% of the SMs of its last wave (else the best filled).
+
+    Narrow tiles cost more dequantization per MMA (each CTA converts its own B rows and all
+    its A rows), so the widest tile that fills the machine wins.
+    """
+    def fill(bn):
+        tiles = -(-m // TILE_M) * -(-n // bn)
+        waves = -(-tiles // num_sms)
+        return tiles / (waves * num_sms)
+
+    for bn in sorted(TILE_NS, reverse=True):
+        if fill(bn) >= 0.9:
+            return bn
+    return max(sorted(TILE_NS, reverse=True), key=fill)
+
+
+# --------------------------------------------------------------------------------------
+# Dequantization, by the consumers
+# --------------------------------------------------------------------------------------
+
+
+@cute.jit
+def dequant_a(frag: cute.Tensor, pA, sA, row: Int32, sl: cutlass.Constexpr, selector: Int32, half: cutlass.Constexpr):
+    """This thread's A fragment of slice ``sl`` for one of its two rows (``half`` 0: row g, 1: row g + 8).
+
+    ``pA``/``sA``: this stage's packed A and scales (byte pointers, slice-major / row-major);
+    ``frag``: the FP16 fragment seen as 16 words, word ``half + 2 hi + 4 kk`` holding the
+    pair (row, K ``16 kk + 2t + 8 hi``), which is packed byte ``8 kk + 4 hi + t`` of the slice row.
+    """
+    base = pA + (sl * TILE_M * SLICE_BYTES + row * SLICE_BYTES)
+    w0, w1, w2, w3 = ld_shared_v4(base)
+    w4, w5, w6, w7 = ld_shared_v4(base + 16)
+    sw = ld_shared_b32(sA + (row * SF_BYTES + sl * 4))
+    s = (scale_f16x2(sw, 0), scale_f16x2(sw, 1), scale_f16x2(sw, 2), scale_f16x2(sw, 3))
+    words = ((w0, w1, w2, w3), (w4, w5, w6, w7))
+    for part in cutlass.range_constexpr(2):
+        x = gather_bytes(*words[part], selector)  # [kk lo, kk hi, kk+1 lo, kk+1 hi] with kk = 2 part
+        h = fp4x8_to_f16(x, s[2 * part], s[2 * part + 1])
+        for i in cutlass.range_constexpr(4):
+            kk = 2 * part + i // 2
+            frag[half + 2 * (i % 2) + 4 * kk] = h[i]
+
+
+@cute.jit
+def dequant_b(pB, sB, fB, unit: Int32, sl: cutlass.Constexpr, buf: cutlass.Constexpr, bn: cutlass.Constexpr):
+    """One unit of the B slice: 8 packed bytes (16 values, one scale) of row ``unit // 4`` of [B1; B2].
+
+    Packed layout per stage: B1 slice-major (``sl * bn * 32 + row * 32``), then B2. FP16 buffers:
+    four of B1 (``bn`` rows of 128 bytes each, 128B-swizzled), then four of B2, so that
+    WGMMA's descriptors step through them with one stride.
+    """
+    row = unit // 4
+    q = unit % 4
+    is_b2 = Int32(row >= bn)
+    src = pB + (sl * bn * SLICE_BYTES + row * SLICE_BYTES + q * 8 + is_b2 * (bn * (KB_BYTES - SLICE_BYTES)))
+    x0, x1 = ld_shared_v2(src)
+    sw = ld_shared_b32(sB + (row * SF_BYTES + sl * 4))
+    s = _select_scale(sw, q)
+    h0 = fp4x8_to_f16(x0, s, s)
+    h1 = fp4x8_to_f16(x1, s, s)
+    dst_row = fB + (buf * bn * 128 + row * 128 + is_b2 * ((SLICES - 1) * bn * 128))
+    r8 = row % 8
+    st_shared_v4(dst_row + ((2 * q) ^ r8) * 16, *h0)
+    st_shared_v4(dst_row + ((2 * q + 1) ^ r8) * 16, *h1)
+
+
+@cute.jit
+def _select_scale(sw: Int32, q: Int32):
+    """Scale byte ``q`` (dynamic) of the word ``sw`` as the FP16x2 multiplier."""
+    return scale_f16x2(sw >> (q * 8), 0)
+
+
+# --------------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------------
+
+
+@cute.kernel
+def pipelined_kernel(
+    tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b1: cute.CopyAtom, mB1: cute.Tensor,
+    tma_b2: cute.CopyAtom, mB2: cute.Tensor, tma_sa: cute.CopyAtom, mSA: cute.Tensor,
+    tma_sb1: cute.CopyAtom, mSB1: cute.Tensor, tma_sb2: cute.CopyAtom, mSB2: cute.Tensor,
+    mC: cute.Tensor, tiled_mma: cute.TiledMma,
+    pa_layout: cute.Layout, pb_layout: cute.Layout, sa_layout: cute.Layout, sb_layout: cute.Layout,
+    fb_layout: cute.ComposedLayout, k_blocks: Int32, cfg: cutlass.Constexpr,
+):
+    BN = cfg.tile_n
+    S = cfg.stages
+    tidx, _, _ = cute.arch.thread_idx()
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    wg = warp // 4
+    m_tile, n_tile, _ = cute.arch.block_idx()
+
+    smem = SmemAllocator()
+    f16_bytes = SLICES * 2 * BN * SLICE_K * 2
+    fRaw = smem.allocate_tensor(Uint8, cute.make_layout(f16_bytes), byte_alignment=1024)
+    pARaw = smem.allocate_tensor(Uint8, cute.make_layout(S * TILE_M * KB_BYTES), byte_alignment=128)
+    pBRaw = smem.allocate_tensor(Uint8, cute.make_layout(S * 2 * BN * KB_BYTES), byte_alignment=128)
+    sARaw = smem.allocate_tensor(Uint8, cute.make_layout(S * TILE_M * SF_BYTES), byte_alignment=128)
+    sBRaw = smem.allocate_tensor(Uint8, cute.make_layout(S * 2 * BN * SF_BYTES), byte_alignment=128)
+    full = smem.allocate_array(Int64, S, byte_alignment=8)
+    empty = smem.allocate_array(Int64, S, byte_alignment=8)
+
+    # TMA views of the ring: packed operands slice-major, scales row-major, B2 after B1
+    pA = cute.make_tensor(pARaw.iterator, pa_layout)
+    pB1 = cute.make_tensor(pBRaw.iterator, pb_layout)
+    pB2 = cute.make_tensor(pBRaw.iterator + BN * KB_BYTES, pb_layout)
+    sSA = cute.make_tensor(sARaw.iterator, sa_layout)
+    sSB1 = cute.make_tensor(sBRaw.iterator, sb_layout)
+    sSB2 = cute.make_tensor(sBRaw.iterator + BN * SF_BYTES, sb_layout)
+
+    if warp == 0:
+        for atom in (tma_a, tma_b1, tma_b2, tma_sa, tma_sb1, tma_sb2):
+            cpasync.prefetch_descriptor(atom)
+        with cute.arch.elect_one():
+            for s in cutlass.range_constexpr(S):
+                cute.arch.mbarrier_init(full + s, 1)
+                cute.arch.mbarrier_init(empty + s, 1)
+            cute.arch.mbarrier_init_fence()
+    cute.arch.sync_threads()
+
+    if wg == 0:
+        # ============================================================ producer
+        cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
+        if warp == 0:
+            gA = cute.local_tile(mA, (TILE_M, KB_BYTES), (None, None))
+            gB1 = cute.local_tile(mB1, (BN, KB_BYTES), (None, None))
+            gB2 = cute.local_tile(mB2, (BN, KB_BYTES), (None, None))
+            gSA = cute.local_tile(mSA, (TILE_M, SF_BYTES), (None, None))
+            gSB1 = cute.local_tile(mSB1, (BN, SF_BYTES), (None, None))
+            gSB2 = cute.local_tile(mSB2, (BN, SF_BYTES), (None, None))
+            one = cute.make_layout(1)
+            tAs, tAg = cpasync.tma_partition(tma_a, 0, one, cute.group_modes(pA, 0, 2), cute.group_modes(gA, 0, 2))
+            tB1s, tB1g = cpasync.tma_partition(tma_b1, 0, one, cute.group_modes(pB1, 0, 2),
+                                               cute.group_modes(gB1, 0, 2))
+            tB2s, tB2g = cpasync.tma_partition(tma_b2, 0, one, cute.group_modes(pB2, 0, 2),
+                                               cute.group_modes(gB2, 0, 2))
+            tSAs, tSAg = cpasync.tma_partition(tma_sa, 0, one, cute.group_modes(sSA, 0, 2),
+                                               cute.group_modes(gSA, 0, 2))
+            tSB1s, tSB1g = cpasync.tma_partition(tma_sb1, 0, one, cute.group_modes(sSB1, 0, 2),
+                                                 cute.group_modes(gSB1, 0, 2))
+            tSB2s, tSB2g = cpasync.tma_partition(tma_sb2, 0, one, cute.group_modes(sSB2, 0, 2),
+                                                 cute.group_modes(gSB2, 0, 2))
+            state = DevicePipelineState.producer(S)
+            for kb in cutlass.range(k_blocks, unroll=1):
+                cute.arch.mbarrier_wait(empty + state.index, state.phase)
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, cfg.stage_bytes())
+                bar = full + state.index
+                cute.copy(tma_a, tAg[(None, m_tile, kb)], tAs[(None, state.index)], tma_bar_ptr=bar)
+                cute.copy(tma_b1, tB1g[(None, n_tile, kb)], tB1s[(None, state.index)], tma_bar_ptr=bar)
+                cute.copy(tma_b2, tB2g[(None, n_tile, kb)], tB2s[(None, state.index)], tma_bar_ptr=bar)
+                cute.copy(tma_sa, tSAg[(None, m_tile, kb)], tSAs[(None, state.index)], tma_bar_ptr=bar)
+                cute.copy(tma_sb1, tSB1g[(None, n_tile, kb)], tSB1s[(None, state.index)], tma_bar_ptr=bar)
+                cute.copy(tma_sb2, tSB2g[(None, n_tile, kb)], tSB2s[(None, state.index)], tma_bar_ptr=bar)
+                state.advance()
+    else:
+        # ============================================================ consumers
+        cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
+        ctid = tidx - 128
+        lane = cute.arch.lane_idx()
+        g = lane // 4
+        t = lane % 4
+        selector = t | ((t + 4) << 4)
+        row0 = (warp - 4) * 16 + g  # rows g and g + 8 of this warp's 16 (warps 4..11 cover the 128 rows)
+        thr_mma = tiled_mma.get_slice(ctid)
+        fB1 = cute.make_tensor(cute.recast_ptr(fRaw.iterator, fb_layout.inner, Float16), fb_layout.outer)
+        fB2 = cute.make_tensor(cute.recast_ptr(fRaw.iterator + SLICES * BN * SLICE_K * 2, fb_layout.inner, Float16),
+                               fb_layout.outer)
+        tCrB1 = tiled_mma.make_fragment_B(thr_mma.partition_B(fB1))
+        tCrB2 = tiled_mma.make_fragment_B(thr_mma.partition_B(fB2))
+        tCrA = [tiled_mma.make_fragment_A(thr_mma.partition_shape_A((TILE_M, SLICE_K))) for _ in range(2)]
+        aw = [cute.recast_tensor(f, Uint32) for f in tCrA]
+        acc1 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((TILE_M, BN)), Float32)
+        acc2 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((TILE_M, BN)), Float32)
+        acc1.fill(0.0)
+        acc2.fill(0.0)
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        k_steps = cute.size(tCrA[0], mode=[2])
+        units = 2 * BN * (SLICE_BYTES // 8)  # 8-byte units of a B slice (B1 and B2)
+
+        read = DevicePipelineState.consumer(S)
+        for kb in cutlass.range(k_blocks, unroll=1):
+            cute.arch.mbarrier_wait(full + read.index, read.phase)
+            stage_a = pARaw.iterator + read.index * (TILE_M * KB_BYTES)
+            stage_sa = sARaw.iterator + read.index * (TILE_M * SF_BYTES)
+            stage_b = pBRaw.iterator + read.index * (2 * BN * KB_BYTES)
+            stage_sb = sBRaw.iterator + read.index * (2 * BN * SF_BYTES)
+            for sl in cutlass.range_constexpr(SLICES):
+                # the WGMMAs of slice j - 2 (this warpgroup's) have read A buffer j % 2 and B buffer (j - 2) % 4
+                warpgroup.wait_group(1)
+                frag = aw[sl % 2]
+                dequant_a(frag, stage_a, stage_sa, row0, sl, selector, 0)
+                dequant_a(frag, stage_a, stage_sa, row0 + 8, sl, selector, 1)
+                for i in cutlass.range_constexpr((units + CONSUMER_THREADS - 1) // CONSUMER_THREADS):
+                    unit = ctid + i * CONSUMER_THREADS
+                    if cutlass.const_expr((i + 1) * CONSUMER_THREADS <= units):
+                        dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
+                    elif unit < units:
+                        dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
+                # generic-proxy stores must be visible to the async proxy (wgmma) before anyone issues
+                cute.arch.fence_proxy("async.shared", space="cta")
+                cute.arch.barrier(barrier_id=CONSUMER_BARRIER, number_of_threads=CONSUMER_THREADS)
+                if cutlass.const_expr(sl == SLICES - 1):
+                    if ctid == 0:
+                        cute.arch.mbarrier_arrive(empty + read.index)  # every thread has read stage s
+                warpgroup.fence()
+                for ks in cutlass.range_constexpr(k_steps):
+                    cute.gemm(tiled_mma, acc1, tCrA[sl % 2][(None, None, ks)], tCrB1[(None, None, ks, sl)], acc1)
+                    cute.gemm(tiled_mma, acc2, tCrA[sl % 2][(None, None, ks)], tCrB2[(None, None, ks, sl)], acc2)
+                warpgroup.commit_group()
+            read.advance()
+        warpgroup.wait_group(0)
+
+        # ---- epilogue: the gate in FP32, FP16 out, predicated stores straight from the registers
+        shape_c = (cute.size(mC, mode=[0]), cute.size(mC, mode=[1]))
+        gC = cute.local_tile(mC, (TILE_M, BN), (m_tile, n_tile))
+        cC = cute.local_tile(cute.make_identity_tensor(shape_c), (TILE_M, BN), (m_tile, n_tile))
+        tCgC = thr_mma.partition_C(gC)
+        tCcC = thr_mma.partition_C(cC)
+        for i in cutlass.range(cute.size(acc1), unroll_full=True):
+            if cute.elem_less(tCcC[i], shape_c):
+                x = acc1[i]
+                gate = x / (Float32(1.0) + cute.math.exp(-x, fastmath=True))
+                tCgC[i] = (gate * acc2[i]).to(Float16)
+
+
+# --------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------
+
+
+def smem_layouts(cfg: PipelinedConfig):
+    """Per-stage TMA layouts of the ring (packed A and B slice-major, scales row-major) and the FP16 B buffers."""
+    BN, S = cfg.tile_n, cfg.stages
+    pa = cute.make_layout((TILE_M, (SLICE_BYTES, SLICES), S),
+                          stride=(SLICE_BYTES, (1, TILE_M * SLICE_BYTES), TILE_M * KB_BYTES))
+    pb = cute.make_layout((BN, (SLICE_BYTES, SLICES), S),
+                          stride=(SLICE_BYTES, (1, BN * SLICE_BYTES), 2 * BN * KB_BYTES))
+    sa = cute.make_layout((TILE_M, SF_BYTES, S), stride=(SF_BYTES, 1, TILE_M * SF_BYTES))
+    sb = cute.make_layout((BN, SF_BYTES, S), stride=(SF_BYTES, 1, 2 * BN * SF_BYTES))
+    fb = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (TILE_M, BN, SLICE_K), Float16, SLICES)
+    return pa, pb, sa, sb, fb
+
+
+@cute.jit
+def launch_pipelined(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute.Tensor, sfb1: cute.Tensor,
+                     sfb2: cute.Tensor, c: cute.Tensor, stream: cuda.CUstream, cfg: cutlass.Constexpr):
+    """Views, TMA descriptors and the launch of C = silu(A B1^T) * (A B2^T) (arguments as the simple twin's)."""
+    BN = cfg.tile_n
+    tiled_mma = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
+                                                  (2, 1, 1), tiler_mn=(64, BN), a_source=warpgroup.OperandSource.RMEM)
+    pa, pb, sa, sb, fb = smem_layouts(cfg)
+    g2s = cpasync.CopyBulkTensorTileG2SOp()
+    tma_a, tA = cpasync.make_tiled_tma_atom(g2s, a, cute.slice_(pa, (None, None, 0)), (TILE_M, KB_BYTES))
+    tma_b1, tB1 = cpasync.make_tiled_tma_atom(g2s, b1, cute.slice_(pb, (None, None, 0)), (BN, KB_BYTES))
+    tma_b2, tB2 = cpasync.make_tiled_tma_atom(g2s, b2, cute.slice_(pb, (None, None, 0)), (BN, KB_BYTES))
+    tma_sa, tSA = cpasync.make_tiled_tma_atom(g2s, sfa, cute.slice_(sa, (None, None, 0)), (TILE_M, SF_BYTES))
+    tma_sb1, tSB1 = cpasync.make_tiled_tma_atom(g2s, sfb1, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
+    tma_sb2, tSB2 = cpasync.make_tiled_tma_atom(g2s, sfb2, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
+    m = cute.size(c, mode=[0])
+    n = cute.size(c, mode=[1])
+    k_blocks = cute.size(a, mode=[1]) // KB_BYTES
+    pipelined_kernel(tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sa, tSA, tma_sb1, tSB1, tma_sb2, tSB2, c, tiled_mma,
+                     pa, pb, sa, sb, fb, k_blocks, cfg).launch(
+        grid=((m + TILE_M - 1) // TILE_M, (n + BN - 1) // BN, 1), block=(384, 1, 1), stream=stream)
+
+
+@functools.lru_cache(maxsize=None)
+def pipelined_host(cfg: PipelinedConfig):
+    """The ``@cute.jit`` host function of ``cfg`` (static shapes: one compile per problem size)."""
+
+    @cute.jit
+    def dual_gemm_sm90_pipelined_host(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute.Tensor,
+                                      sfb1: cute.Tensor, sfb2: cute.Tensor, c: cute.Tensor, stream: cuda.CUstream):
+        launch_pipelined(a, b1, b2, sfa, sfb1, sfb2, c, stream, cfg)
+
+    return dual_gemm_sm90_pipelined_host
+
+
+def _fake_args(m: int, n: int, k: int):
+    from .compile import fake_tensor
+
+    row = (1, 0)
+    return [fake_tensor(Uint8, (m, k // 2), stride_order=row),
+            fake_tensor(Uint8, (n, k // 2), stride_order=row), fake_tensor(Uint8, (n, k // 2), stride_order=row),
+            fake_tensor(Uint8, (m, k // fp4.SF_VEC), stride_order=row),
+            fake_tensor(Uint8, (n, k // fp4.SF_VEC), stride_order=row),
+            fake_tensor(Uint8, (n, k // fp4.SF_VEC), stride_order=row),
+            fake_tensor(Float16, (m, n), stride_order=row)]
+
+
+def _config(m: int, n: int, cfg):
+    cfg = cfg or PipelinedConfig(tile_n=choose_tile_n(m, n))
+    if not isinstance(cfg, PipelinedConfig):
+        raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")
+    return cfg
+
+
+def compile_pipelined(m: int, n: int, k: int, cfg: PipelinedConfig | None = None, target: str = "sm_90a",
+                      tvm_ffi: bool = False):
+    """Compile the fast twin for an M x N x K problem without a GPU (static shapes)."""
+    from .compile import check_target, compile_for, fake_stream
+
+    check_target(target)
+    if target != "sm_90a":
+        raise ValueError(f"the Hopper dual GEMM needs target sm_90a (wgmma, setmaxnreg); got {target!r}")
+    fp4.check_problem(m, n, k)
+    cfg = _config(m, n, cfg)
+    return compile_for(target, pipelined_host(cfg), *_fake_args(m, n, k), fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)
+
+
+_COMPILED: dict = {}
+
+
+def compiled_for(m: int, n: int, k: int, cfg: PipelinedConfig):
+    """The TVM-FFI compiled kernel for this problem (cached): called with torch tensors on torch's stream."""
+    key = (m, n, k, cfg)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        from .family.plan import _have_tvm_ffi
+
+        tvm = _have_tvm_ffi()
+        fn = compile_pipelined(m, n, k, cfg, tvm_ffi=tvm)
+        if tvm and hasattr(fn, "__tvm_ffi_object__"):
+            fn = fn.__tvm_ffi_object__()
+        _COMPILED[key] = (fn, tvm)
+    return _COMPILED[key]
+
+
+def operands_2d(a, b1, b2, sfa, sfb1, sfb2, out):
+    """The kernel's views: packed bytes and scale bytes as uint8 (rows, bytes), ``out`` as (M, N)."""
+    import torch
+
+    return [fp4.as_bytes(t)[..., 0] for t in (a, b1, b2)] + \
+        [t.view(torch.uint8)[..., 0] for t in (sfa, sfb1, sfb2)] + [out[..., 0]]
+
+
+def prepared(a, b1, b2, sfa, sfb1, sfb2, out, cfg: PipelinedConfig | None = None):
+    """A zero-argument launch of the fast twin on these tensors (checked by the caller)."""
+    from .compile import current_stream, to_cute
+
+    m, n, k = out.shape[0], out.shape[1], 2 * a.shape[1]
+    cfg = _config(m, n, cfg)
+    fn, tvm = compiled_for(m, n, k, cfg)
+    args = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
+    if tvm:
+        return lambda: fn(*args)
+    conv = [to_cute(t) for t in args]
+    return lambda: fn(*conv, current_stream())
+
+
+def check_devices(a, b1, b2, sfa, sfb1, sfb2, out=None):
+    """Every tensor on a cuda device (after :func:`check_twin_arguments` and the tier check)."""
+    for name, t in (("a", a), ("b1", b1), ("b2", b2), ("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2), ("out", out)):
+        if t is not None and t.device.type != "cuda":
+            raise ValueError(f"{name} must be on a cuda device; got {t.device}")
+
+
+def run_checked(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | None = None):
+    """Launch on arguments :func:`gemmlab.dual_gemm.check_arguments` has accepted; returns ``out``."""
+    import torch
+
+    from .tiers import require_tier
+
+    m, n = a.shape[0], b1.shape[0]
+    if out is not None and out[..., 0].stride(0) != n:
+        raise ValueError(f"out must be compact (row stride N={n}) for the fast twin; got strides {out.stride()}")
+    cfg = _config(m, n, cfg)
+    require_tier("sm90", "gemmlab.dual_gemm_sm90_pipelined.gated_dual_gemm_pipelined")
+    check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
+    if out is None:
+        out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
+    prepared(a, b1, b2, sfa, sfb1, sfb2, out, cfg)()
+    return out
+
+
+def gated_dual_gemm_pipelined(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | None = None):
+    """``silu(A B1^T) * (A B2^T)`` in FP16 on an H100/H200 with the fast twin (arguments as the simple twin's)."""
+    from .dual_gemm_sm90 import check_twin_arguments
+
+    check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    if cfg is not None and not isinstance(cfg, PipelinedConfig):
+        raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")
+    return run_checked(a, b1, b2, sfa, sfb1, sfb2, out, cfg)

@@ -1,0 +1,143 @@
+"""Chapter 11's fast Hopper twin: configuration, fragment layout and PTX (any machine), correctness (sm90)."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gemmlab import dual_gemm_sm90_pipelined as p  # noqa: E402
+from gemmlab import nvfp4 as fp4  # noqa: E402
+from gemmlab.compile import ptx_lines, ptx_opcodes  # noqa: E402
+from gemmlab.hardware import SMEM_PER_BLOCK  # noqa: E402
+from gemmlab.tiers import TierError, detect_tier  # noqa: E402
+
+
+def test_config_limits_and_smem():
+    cfg = p.PipelinedConfig()
+    assert (cfg.tile_n, cfg.stages) == (64, 4)
+    assert cfg.stage_bytes() == (128 + 128) * (128 + 16)
+    assert cfg.smem_bytes() == 4 * 256 * 144 + 4 * 128 * 128 + 1024 + 256 <= SMEM_PER_BLOCK
+    with pytest.raises(ValueError, match="shared memory"):
+        p.PipelinedConfig(stages=5)
+    with pytest.raises(ValueError, match="tile_n must be one of"):
+        p.PipelinedConfig(tile_n=128)
+    with pytest.raises(ValueError, match="stages must be >= 2"):
+        p.PipelinedConfig(stages=1)
+
+
+@pytest.mark.parametrize("m, n, want", [
+    (256, 4096, 64),   # 2 x 64 = 128 tiles: 97% of 132 SMs
+    (512, 4096, 64),   # 256 tiles, two waves at 97%
+    (256, 3072, 48),   # 64-wide: 96 tiles (73%); 48-wide: 128 tiles
+    (512, 3072, 48),   # 64-wide: 192 tiles, 1.45 waves; 48-wide: 256
+    (128, 128, 32),    # tiny: no width fills the GPU, the narrowest fills it best
+])
+def test_choose_tile_n_fills_the_gpu(m, n, want):
+    assert p.choose_tile_n(m, n) == want
+
+
+@pytest.fixture(scope="module")
+def ptx64():
+    return p.compile_pipelined(256, 256, 512, p.PipelinedConfig(tile_n=64))
+
+
+def test_ptx_wgmma_takes_a_from_registers_and_shares_it(ptx64):
+    mmas = ptx_lines(ptx64, r"wgmma\.mma_async")
+    assert len(mmas) == 4 * 4 * 2  # 4 slices x 4 k-steps x 2 GEMMs (the k-block loop is not unrolled)
+    assert ptx_opcodes(ptx64, r"wgmma\.mma_async") == ["wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"]
+    a_regs = [m.split("}, {")[1].split("}")[0] for m in mmas]  # the second brace group: A's four registers
+    assert all(len(r.split(",")) == 4 for r in a_regs)  # RS form: A is 4 registers, not a descriptor
+    assert all(a_regs[i] == a_regs[i + 1] for i in range(0, len(mmas), 2))  # acc1 and acc2 read the same A
+
+
+def test_ptx_tma_dequant_and_pipeline(ptx64):
+    loads = ptx_lines(ptx64, r"cp\.async\.bulk\.tensor")
+    assert len(loads) == 3 * 4 + 3  # A, B1, B2 as four 32-byte slices each, three scale tiles
+    ops = ptx_opcodes(ptx64, r"cvt\.rn\.f16x2|wgmma\.(fence|commit|wait)|fence\.proxy|bar\.sync")
+    assert "cvt.rn.f16x2.e4m3x2" in ops and "fence.proxy.async.shared::cta;" in ops
+    waits = ptx_lines(ptx64, r"wgmma\.wait_group")
+    assert sorted({w.split()[1].rstrip(";") for w in waits}) == ["0", "1"]  # one group in flight, 0 at the end
+    named = [x for x in ptx_lines(ptx64, r"bar\.sync") if x.split()[1].rstrip(",") == "1"]
+    assert len(named) == 4 and all("256" in x for x in named)  # one consumer barrier per slice
+    assert not ptx_lines(ptx64, r"^ld\.global")
+
+
+@pytest.mark.parametrize("tile_n", [48, 32])
+def test_ptx_narrow_tiles(tile_n):
+    c = p.compile_pipelined(200, 136, 768, p.PipelinedConfig(tile_n=tile_n, stages=3))
+    assert ptx_opcodes(c, r"wgmma\.mma_async") == [f"wgmma.mma_async.sync.aligned.m64n{tile_n}k16.f32.f16.f16"]
+
+
+def test_a_fragment_layout_is_what_dequant_a_writes():
+    # dequant_a writes word (half + 2 hi + 4 kk) for row g + 8 half, K pair 16 kk + 2t + 8 hi;
+    # that is CuTe's RS A layout for two warpgroups along M: (thread, value) -> m + 128 k
+    import cutlass
+    import cutlass.cute as cute
+
+    seen = {}
+
+    @cute.jit
+    def probe():
+        import cutlass.utils.hopper_helpers as sm90_utils
+        from cutlass import Float16, Float32
+        from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
+
+        tm = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
+                                               (2, 1, 1), tiler_mn=(64, 64), a_source=warpgroup.OperandSource.RMEM)
+        seen["tv"] = str(tm.tv_layout_A_tiled)
+        seen["frag"] = str(tm.make_fragment_A(tm.get_slice(0).partition_shape_A((128, 64))).type)
+
+    cutlass.cute.compile(probe, options="--gpu-arch sm_90a")
+    assert seen["tv"] == "((4,8,8),((2,2,2),(1,1))):((256,1,16),((128,8,1024),(0,0)))"
+    assert '"((2,2,2),1,4):((1,2,4),0,8)"' in seen["frag"]
+
+
+def test_bad_input_is_rejected_before_the_tier_check():
+    ops = fp4.generate(128, 128, 512)
+    a, b1, b2, sfa, sfb1, sfb2 = ops.inputs()
+    with pytest.raises(ValueError, match="K must be a multiple of 256"):
+        p.gated_dual_gemm_pipelined(*(fp4.as_bytes(t)[:, :192] for t in (a, b1, b2)),
+                                    *(s[:, :24] for s in (sfa, sfb1, sfb2)))
+    with pytest.raises(ValueError, match="out must be compact"):
+        p.gated_dual_gemm_pipelined(a, b1, b2, sfa, sfb1, sfb2,
+                                    out=torch.empty(128, 256, 1, dtype=torch.float16)[:, :128])
+    with pytest.raises(TypeError, match="cfg must be a PipelinedConfig"):
+        p.gated_dual_gemm_pipelined(a, b1, b2, sfa, sfb1, sfb2, cfg=(64, 4))
+    with pytest.raises(ValueError, match="needs target sm_90a"):
+        p.compile_pipelined(256, 256, 512, target="sm_100a")
+
+
+@pytest.mark.skipif(detect_tier() != "cpu", reason="checks the CPU tier's refusal")
+def test_cpu_tier_refuses_to_launch():
+    with pytest.raises(TierError):
+        p.gated_dual_gemm_pipelined(*fp4.generate(128, 128, 256).inputs())
+
+
+# ---------------------------------------------------------------- on an H100 / H200
+
+GPU_SHAPES = list(fp4.TEST_SHAPES) + list(fp4.BENCHMARK_SHAPES)
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in GPU_SHAPES])
+@pytest.mark.parametrize("tile_n", [64, 48, 32])
+def test_matches_reference_with_poisoned_output(shape, tile_n):
+    if tile_n != 64 and shape in fp4.BENCHMARK_SHAPES[1:]:
+        pytest.skip("narrow tiles are checked on the small shapes and the first benchmark shape")
+    ops = fp4.generate(*shape, seed=13 + tile_n, device="cuda")
+    out = ops.c
+    assert torch.isnan(out.float()).all()  # poisoned: an element the kernel does not write fails the check
+    p.gated_dual_gemm_pipelined(*ops.inputs(), out=out, cfg=p.PipelinedConfig(tile_n=tile_n))
+    torch.cuda.synchronize()
+    res = fp4.check_close(out, fp4.reference(*ops.inputs()))
+    assert res.ok, f"{shape} tile_n={tile_n}: {res}"
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_default_config_and_repeat_calls_agree():
+    ops = fp4.generate(256, 3072, 1024, seed=3, device="cuda")
+    first = p.gated_dual_gemm_pipelined(*ops.inputs())
+    second = p.gated_dual_gemm_pipelined(*ops.inputs())
+    torch.cuda.synchronize()
+    assert torch.equal(first, second)  # no state leaks between launches (barriers, buffers)
+    assert fp4.check_close(first, fp4.reference(*ops.inputs())).ok
