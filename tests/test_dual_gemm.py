@@ -137,7 +137,7 @@ def test_stock_path_rejects_bad_input():
     with pytest.raises(TypeError, match="weights must be a StockWeights"):
         dg.stock_path(ops.a, ops.sfa, (w.w1, w.w2))
     other = fp4.generate(128, 128, 256)
-    with pytest.raises(ValueError, match="weights must be two"):
+    with pytest.raises(ValueError, match="weights must be one \\(2N, K=256\\)"):
         dg.stock_path(other.a, other.sfa, w)
     with pytest.raises(ValueError, match="sfa must have shape"):
         dg.stock_path(ops.a, other.sfa, w)

@@ -95,7 +95,9 @@ def time_interleaved(launches: dict, *, rounds: int = 10, per_round: int = 10, w
             fns = launches[name]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             if gpu_only:
-                torch.cuda._sleep(int(4e6))  # ~2 ms at up to 2 GHz: the host gets ahead of the GPU
+                # ~10 ms at up to 2 GHz: the host enqueues the whole round before the GPU reaches it, even when
+                # one launch is a chain of torch operations costing hundreds of microseconds of Python
+                torch.cuda._sleep(int(2e7))
             fns[r % len(fns)]()  # untimed: the switch from the other competitor
             start.record()
             for i in range(per_round):

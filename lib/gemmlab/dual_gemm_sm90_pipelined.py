@@ -62,6 +62,7 @@ SLICE_K = 64  #: K values per FP16 slice (128 bytes of FP16: one 128B-swizzle ro
 SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
 SLICES = fp4.K_MULTIPLE // SLICE_K  #: slices per k-block, and FP16 B buffers
 TILE_NS = (32, 48, 64)
+PROBES = ("full", "no_mma", "no_convert")
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
 CONSUMER_THREADS = 256
@@ -75,8 +76,12 @@ class PipelinedConfig:
 
     tile_n: int = 64
     stages: int = 4
+    #: "full", or a timing probe that returns wrong results: "no_mma" (convert only), "no_convert" (MMAs only)
+    probe: str = "full"
 
     def __post_init__(self):
+        if self.probe not in PROBES:
+            raise ValueError(f"probe must be one of {PROBES}; got {self.probe!r}")
         if self.tile_n not in TILE_NS:
             raise ValueError(f"tile_n must be one of {TILE_NS}; got {self.tile_n}")
         check_int("stages", self.stages, lo=2)
@@ -93,6 +98,7 @@ class PipelinedConfig:
         return self.stages * self.stage_bytes() + SLICES * 2 * self.tile_n * SLICE_K * 2 + 1024 + 256
 
 
+@functools.lru_cache(maxsize=1024)
 def choose_tile_n(m: int, n: int, num_sms: int = NUM_SMS) -> int:
     """The widest ``tile_n`` whose grid uses at least 90% of the SMs of its last wave (else the best filled).
 
@@ -285,26 +291,28 @@ def pipelined_kernel(
             for sl in cutlass.range_constexpr(SLICES):
                 # the WGMMAs of slice j - 2 (this warpgroup's) have read A buffer j % 2 and B buffer (j - 2) % 4
                 warpgroup.wait_group(1)
-                frag = aw[sl % 2]
-                dequant_a(frag, stage_a, stage_sa, row0, sl, selector, 0)
-                dequant_a(frag, stage_a, stage_sa, row0 + 8, sl, selector, 1)
-                for i in cutlass.range_constexpr((units + CONSUMER_THREADS - 1) // CONSUMER_THREADS):
-                    unit = ctid + i * CONSUMER_THREADS
-                    if cutlass.const_expr((i + 1) * CONSUMER_THREADS <= units):
-                        dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
-                    elif unit < units:
-                        dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
+                if cutlass.const_expr(cfg.probe != "no_convert"):
+                    frag = aw[sl % 2]
+                    dequant_a(frag, stage_a, stage_sa, row0, sl, selector, 0)
+                    dequant_a(frag, stage_a, stage_sa, row0 + 8, sl, selector, 1)
+                    for i in cutlass.range_constexpr((units + CONSUMER_THREADS - 1) // CONSUMER_THREADS):
+                        unit = ctid + i * CONSUMER_THREADS
+                        if cutlass.const_expr((i + 1) * CONSUMER_THREADS <= units):
+                            dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
+                        elif unit < units:
+                            dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
                 # generic-proxy stores must be visible to the async proxy (wgmma) before anyone issues
                 cute.arch.fence_proxy("async.shared", space="cta")
                 cute.arch.barrier(barrier_id=CONSUMER_BARRIER, number_of_threads=CONSUMER_THREADS)
                 if cutlass.const_expr(sl == SLICES - 1):
                     if ctid == 0:
                         cute.arch.mbarrier_arrive(empty + read.index)  # every thread has read stage s
-                warpgroup.fence()
-                for ks in cutlass.range_constexpr(k_steps):
-                    cute.gemm(tiled_mma, acc1, tCrA[sl % 2][(None, None, ks)], tCrB1[(None, None, ks, sl)], acc1)
-                    cute.gemm(tiled_mma, acc2, tCrA[sl % 2][(None, None, ks)], tCrB2[(None, None, ks, sl)], acc2)
-                warpgroup.commit_group()
+                if cutlass.const_expr(cfg.probe != "no_mma"):
+                    warpgroup.fence()
+                    for ks in cutlass.range_constexpr(k_steps):
+                        cute.gemm(tiled_mma, acc1, tCrA[sl % 2][(None, None, ks)], tCrB1[(None, None, ks, sl)], acc1)
+                        cute.gemm(tiled_mma, acc2, tCrA[sl % 2][(None, None, ks)], tCrB2[(None, None, ks, sl)], acc2)
+                    warpgroup.commit_group()
             read.advance()
         warpgroup.wait_group(0)
 
