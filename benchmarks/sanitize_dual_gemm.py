@@ -21,11 +21,13 @@ from gemmlab import nvfp4 as fp4  # noqa: E402
 
 def main():
     shape = (200, 136, 1536)  # 2 x 3..5 tiles, 6 k-blocks: the 4-stage ring wraps
-    for tile_n in fast.TILE_NS:
-        ops = fp4.generate(*shape, seed=tile_n, device="cuda")
-        fast.gated_dual_gemm_pipelined(*ops.inputs(), out=ops.c, cfg=fast.PipelinedConfig(tile_n=tile_n))
-        res = fp4.check_close(ops.c, fp4.reference(*ops.inputs()))
-        print(f"pipelined tile_n={tile_n}: {res}", flush=True)
+    for split in (True, False):
+        for tile_n in fast.TILE_NS:
+            ops = fp4.generate(*shape, seed=tile_n, device="cuda")
+            cfg = fast.PipelinedConfig(tile_n=tile_n, split=split)
+            fast.gated_dual_gemm_pipelined(*ops.inputs(), out=ops.c, cfg=cfg)
+            res = fp4.check_close(ops.c, fp4.reference(*ops.inputs()))
+            print(f"pipelined tile_n={tile_n} split={split}: {res}", flush=True)
     ops = fp4.generate(*shape, seed=1, device="cuda")
     simple.gated_dual_gemm_sm90(*ops.inputs(), out=ops.c)
     print(f"simple: {fp4.check_close(ops.c, fp4.reference(*ops.inputs()))}", flush=True)

@@ -12,15 +12,18 @@ from gemmlab.tiers import TierError, detect_tier  # noqa: E402
 
 def test_config_limits_and_smem():
     cfg = p.PipelinedConfig()
-    assert (cfg.tile_n, cfg.stages) == (64, 4)
+    assert (cfg.tile_n, cfg.stages, cfg.split) == (64, 4, True)
     assert cfg.stage_bytes() == (128 + 128) * (128 + 16)
     assert cfg.smem_bytes() == 4 * 256 * 144 + 4 * 128 * 128 + 1024 + 256 <= SMEM_PER_BLOCK
     with pytest.raises(ValueError, match="shared memory"):
         p.PipelinedConfig(stages=5)
     with pytest.raises(ValueError, match="tile_n must be one of"):
         p.PipelinedConfig(tile_n=128)
-    with pytest.raises(ValueError, match="stages must be >= 2"):
-        p.PipelinedConfig(stages=1)
+    with pytest.raises(ValueError, match="stages must be >= 3"):
+        p.PipelinedConfig(stages=2)  # the converter loads two k-blocks ahead of the one it converts
+    assert p.PipelinedConfig(stages=2, split=False).stages == 2
+    with pytest.raises(ValueError, match="probe must be one of"):
+        p.PipelinedConfig(probe="fast")
 
 
 @pytest.mark.parametrize("m, n, want", [
@@ -39,6 +42,11 @@ def ptx64():
     return p.compile_pipelined(256, 256, 512, p.PipelinedConfig(tile_n=64))
 
 
+@pytest.fixture(scope="module")
+def ptx64_joint():
+    return p.compile_pipelined(256, 256, 512, p.PipelinedConfig(tile_n=64, split=False))
+
+
 def test_ptx_wgmma_takes_a_from_registers_and_shares_it(ptx64):
     mmas = ptx_lines(ptx64, r"wgmma\.mma_async")
     assert len(mmas) == 4 * 4 * 2  # 4 slices x 4 k-steps x 2 GEMMs (the k-block loop is not unrolled)
@@ -48,16 +56,24 @@ def test_ptx_wgmma_takes_a_from_registers_and_shares_it(ptx64):
     assert all(a_regs[i] == a_regs[i + 1] for i in range(0, len(mmas), 2))  # acc1 and acc2 read the same A
 
 
-def test_ptx_tma_dequant_and_pipeline(ptx64):
+def test_ptx_split_roles(ptx64):
+    # warp 0 of the converter warpgroup loads: two k-blocks before the loop, one per iteration
     loads = ptx_lines(ptx64, r"cp\.async\.bulk\.tensor")
-    assert len(loads) == 3 * 4 + 3  # A, B1, B2 as four 32-byte slices each, three scale tiles
-    ops = ptx_opcodes(ptx64, r"cvt\.rn\.f16x2|wgmma\.(fence|commit|wait)|fence\.proxy|bar\.sync")
+    assert len(loads) == (2 + 1) * (3 * 4 + 3)  # A, B1, B2 as four 32-byte slices each, three scale tiles
+    ops = ptx_opcodes(ptx64, r"cvt\.rn\.f16x2|fence\.proxy|bar\.sync|setmaxnreg")
     assert "cvt.rn.f16x2.e4m3x2" in ops and "fence.proxy.async.shared::cta;" in ops
+    assert not [x for x in ptx_lines(ptx64, r"bar\.sync") if x.split()[1].rstrip(",") == "1"]  # mbarriers only
     waits = ptx_lines(ptx64, r"wgmma\.wait_group")
-    assert sorted({w.split()[1].rstrip(";") for w in waits}) == ["0", "1"]  # one group in flight, 0 at the end
-    named = [x for x in ptx_lines(ptx64, r"bar\.sync") if x.split()[1].rstrip(",") == "1"]
-    assert len(named) == 4 and all("256" in x for x in named)  # one consumer barrier per slice
+    assert sorted({w.split()[1].rstrip(";") for w in waits}) == ["0", "1"]
     assert not ptx_lines(ptx64, r"^ld\.global")
+
+
+def test_ptx_joint_roles(ptx64_joint):
+    loads = ptx_lines(ptx64_joint, r"cp\.async\.bulk\.tensor")
+    assert len(loads) == 3 * 4 + 3
+    named = [x for x in ptx_lines(ptx64_joint, r"bar\.sync") if x.split()[1].rstrip(",") == "1"]
+    assert len(named) == 4 and all("256" in x for x in named)  # one barrier of the MMA warpgroups per slice
+    assert len(ptx_lines(ptx64_joint, r"wgmma\.mma_async")) == 32
 
 
 @pytest.mark.parametrize("tile_n", [48, 32])
@@ -120,16 +136,17 @@ GPU_SHAPES = list(fp4.TEST_SHAPES) + list(fp4.BENCHMARK_SHAPES)
 @pytest.mark.sm90
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in GPU_SHAPES])
 @pytest.mark.parametrize("tile_n", [64, 48, 32])
-def test_matches_reference_with_poisoned_output(shape, tile_n):
-    if tile_n != 64 and shape in fp4.BENCHMARK_SHAPES[1:]:
-        pytest.skip("narrow tiles are checked on the small shapes and the first benchmark shape")
+@pytest.mark.parametrize("split", [True, False], ids=["split", "joint"])
+def test_matches_reference_with_poisoned_output(shape, tile_n, split):
+    if (tile_n != 64 or not split) and shape in fp4.BENCHMARK_SHAPES[1:]:
+        pytest.skip("narrow tiles and the joint form are checked on the small shapes and the first benchmark shape")
     ops = fp4.generate(*shape, seed=13 + tile_n, device="cuda")
     out = ops.c
     assert torch.isnan(out.float()).all()  # poisoned: an element the kernel does not write fails the check
-    p.gated_dual_gemm_pipelined(*ops.inputs(), out=out, cfg=p.PipelinedConfig(tile_n=tile_n))
+    p.gated_dual_gemm_pipelined(*ops.inputs(), out=out, cfg=p.PipelinedConfig(tile_n=tile_n, split=split))
     torch.cuda.synchronize()
     res = fp4.check_close(out, fp4.reference(*ops.inputs()))
-    assert res.ok, f"{shape} tile_n={tile_n}: {res}"
+    assert res.ok, f"{shape} tile_n={tile_n} split={split}: {res}"
 
 
 @pytest.mark.gpu

@@ -65,6 +65,8 @@ TILE_NS = (32, 48, 64)
 PROBES = ("full", "no_mma", "no_convert")
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
+CONVERTER_REGS = 96  # split: 128 x 96 + 256 x 208 = 64 K registers
+SPLIT_CONSUMER_REGS = 208
 CONSUMER_THREADS = 256
 CONSUMER_BARRIER = 1
 NUM_SMS = 132  # H100 SXM and H200: the grid is sized against this
@@ -76,6 +78,8 @@ class PipelinedConfig:
 
     tile_n: int = 64
     stages: int = 4
+    #: True: warpgroup 0 converts B (and its warp 0 issues the TMA loads); False: the MMA warpgroups convert both
+    split: bool = True
     #: "full", or a timing probe that returns wrong results: "no_mma" (convert only), "no_convert" (MMAs only)
     probe: str = "full"
 
@@ -84,7 +88,9 @@ class PipelinedConfig:
             raise ValueError(f"probe must be one of {PROBES}; got {self.probe!r}")
         if self.tile_n not in TILE_NS:
             raise ValueError(f"tile_n must be one of {TILE_NS}; got {self.tile_n}")
-        check_int("stages", self.stages, lo=2)
+        check_int("stages", self.stages, lo=3 if self.split else 2)
+        if not isinstance(self.split, bool):
+            raise TypeError(f"split must be a bool; got {type(self.split).__name__}")
         if self.smem_bytes() > SMEM_PER_BLOCK:
             raise ValueError(f"tile_n={self.tile_n} with stages={self.stages} needs {self.smem_bytes()} bytes of "
                              f"shared memory; a block has {SMEM_PER_BLOCK}")
@@ -172,6 +178,15 @@ def _select_scale(sw: Int32, q: Int32):
     return scale_f16x2(sw >> (q * 8), 0)
 
 
+@cute.jit
+def load_stage(copies, full, kb: Int32, stage: Int32, cfg: cutlass.Constexpr):
+    """One k-block of packed A, B1, B2 and their scales into ring stage ``stage`` (after its empty wait)."""
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(full + stage, cfg.stage_bytes())
+    for atom, src, dst, tile in copies:
+        cute.copy(atom, src[(None, tile, kb)], dst[(None, stage)], tma_bar_ptr=full + stage)
+
+
 # --------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------
@@ -202,6 +217,8 @@ def pipelined_kernel(
     sBRaw = smem.allocate_tensor(Uint8, cute.make_layout(S * 2 * BN * SF_BYTES), byte_alignment=128)
     full = smem.allocate_array(Int64, S, byte_alignment=8)
     empty = smem.allocate_array(Int64, S, byte_alignment=8)
+    bfull = smem.allocate_array(Int64, SLICES, byte_alignment=8)  # split: FP16 B buffer written
+    bempty = smem.allocate_array(Int64, SLICES, byte_alignment=8)  # split: FP16 B buffer read by the WGMMAs
 
     # TMA views of the ring: packed operands slice-major, scales row-major, B2 after B1
     pA = cute.make_tensor(pARaw.iterator, pa_layout)
@@ -217,48 +234,77 @@ def pipelined_kernel(
         with cute.arch.elect_one():
             for s in cutlass.range_constexpr(S):
                 cute.arch.mbarrier_init(full + s, 1)
-                cute.arch.mbarrier_init(empty + s, 1)
+                # split: released by each converter warp (B) and each MMA warp (A); else by one thread
+                cute.arch.mbarrier_init(empty + s, 12 if cfg.split else 1)
+            for b in cutlass.range_constexpr(SLICES):
+                cute.arch.mbarrier_init(bfull + b, 4)
+                cute.arch.mbarrier_init(bempty + b, 8)
             cute.arch.mbarrier_init_fence()
     cute.arch.sync_threads()
 
+    gA = cute.local_tile(mA, (TILE_M, KB_BYTES), (None, None))
+    gB1 = cute.local_tile(mB1, (BN, KB_BYTES), (None, None))
+    gB2 = cute.local_tile(mB2, (BN, KB_BYTES), (None, None))
+    gSA = cute.local_tile(mSA, (TILE_M, SF_BYTES), (None, None))
+    gSB1 = cute.local_tile(mSB1, (BN, SF_BYTES), (None, None))
+    gSB2 = cute.local_tile(mSB2, (BN, SF_BYTES), (None, None))
+    one = cute.make_layout(1)
+    tAs, tAg = cpasync.tma_partition(tma_a, 0, one, cute.group_modes(pA, 0, 2), cute.group_modes(gA, 0, 2))
+    tB1s, tB1g = cpasync.tma_partition(tma_b1, 0, one, cute.group_modes(pB1, 0, 2), cute.group_modes(gB1, 0, 2))
+    tB2s, tB2g = cpasync.tma_partition(tma_b2, 0, one, cute.group_modes(pB2, 0, 2), cute.group_modes(gB2, 0, 2))
+    tSAs, tSAg = cpasync.tma_partition(tma_sa, 0, one, cute.group_modes(sSA, 0, 2), cute.group_modes(gSA, 0, 2))
+    tSB1s, tSB1g = cpasync.tma_partition(tma_sb1, 0, one, cute.group_modes(sSB1, 0, 2),
+                                         cute.group_modes(gSB1, 0, 2))
+    tSB2s, tSB2g = cpasync.tma_partition(tma_sb2, 0, one, cute.group_modes(sSB2, 0, 2),
+                                         cute.group_modes(gSB2, 0, 2))
+    copies = ((tma_a, tAg, tAs, m_tile), (tma_b1, tB1g, tB1s, n_tile), (tma_b2, tB2g, tB2s, n_tile),
+              (tma_sa, tSAg, tSAs, m_tile), (tma_sb1, tSB1g, tSB1s, n_tile), (tma_sb2, tSB2g, tSB2s, n_tile))
+    units = 2 * BN * (SLICE_BYTES // 8)  # 8-byte units of a B slice (B1 and B2)
+
     if wg == 0:
-        # ============================================================ producer
-        cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
-        if warp == 0:
-            gA = cute.local_tile(mA, (TILE_M, KB_BYTES), (None, None))
-            gB1 = cute.local_tile(mB1, (BN, KB_BYTES), (None, None))
-            gB2 = cute.local_tile(mB2, (BN, KB_BYTES), (None, None))
-            gSA = cute.local_tile(mSA, (TILE_M, SF_BYTES), (None, None))
-            gSB1 = cute.local_tile(mSB1, (BN, SF_BYTES), (None, None))
-            gSB2 = cute.local_tile(mSB2, (BN, SF_BYTES), (None, None))
-            one = cute.make_layout(1)
-            tAs, tAg = cpasync.tma_partition(tma_a, 0, one, cute.group_modes(pA, 0, 2), cute.group_modes(gA, 0, 2))
-            tB1s, tB1g = cpasync.tma_partition(tma_b1, 0, one, cute.group_modes(pB1, 0, 2),
-                                               cute.group_modes(gB1, 0, 2))
-            tB2s, tB2g = cpasync.tma_partition(tma_b2, 0, one, cute.group_modes(pB2, 0, 2),
-                                               cute.group_modes(gB2, 0, 2))
-            tSAs, tSAg = cpasync.tma_partition(tma_sa, 0, one, cute.group_modes(sSA, 0, 2),
-                                               cute.group_modes(gSA, 0, 2))
-            tSB1s, tSB1g = cpasync.tma_partition(tma_sb1, 0, one, cute.group_modes(sSB1, 0, 2),
-                                                 cute.group_modes(gSB1, 0, 2))
-            tSB2s, tSB2g = cpasync.tma_partition(tma_sb2, 0, one, cute.group_modes(sSB2, 0, 2),
-                                                 cute.group_modes(gSB2, 0, 2))
-            state = DevicePipelineState.producer(S)
+        if cutlass.const_expr(not cfg.split):
+            # ============================================================ producer (warp 0)
+            cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
+            if warp == 0:
+                state = DevicePipelineState.producer(S)
+                for kb in cutlass.range(k_blocks, unroll=1):
+                    cute.arch.mbarrier_wait(empty + state.index, state.phase)
+                    load_stage(copies, full, kb, state.index, cfg)
+                    state.advance()
+        else:
+            # ============================================================ converter: B to FP16; warp 0 loads
+            cute.arch.warpgroup_reg_dealloc(CONVERTER_REGS)
+            lane = cute.arch.lane_idx()
+            ahead = S - 2  # k-blocks loaded ahead: stage kb - 2 is long released when k-block kb starts
+            if warp == 0:
+                for i in cutlass.range_constexpr(S - 2):
+                    if i < k_blocks:
+                        cute.arch.mbarrier_wait(empty + i, 1)
+                        load_stage(copies, full, Int32(i), Int32(i), cfg)
             for kb in cutlass.range(k_blocks, unroll=1):
-                cute.arch.mbarrier_wait(empty + state.index, state.phase)
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, cfg.stage_bytes())
-                bar = full + state.index
-                cute.copy(tma_a, tAg[(None, m_tile, kb)], tAs[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_b1, tB1g[(None, n_tile, kb)], tB1s[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_b2, tB2g[(None, n_tile, kb)], tB2s[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_sa, tSAg[(None, m_tile, kb)], tSAs[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_sb1, tSB1g[(None, n_tile, kb)], tSB1s[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_sb2, tSB2g[(None, n_tile, kb)], tSB2s[(None, state.index)], tma_bar_ptr=bar)
-                state.advance()
+                if warp == 0:
+                    nxt = kb + ahead
+                    if nxt < k_blocks:
+                        cute.arch.mbarrier_wait(empty + nxt % S, ((nxt // S) & 1) ^ 1)
+                        load_stage(copies, full, nxt, nxt % S, cfg)
+                stage = kb % S
+                cute.arch.mbarrier_wait(full + stage, (kb // S) & 1)
+                stage_b = pBRaw.iterator + stage * (2 * BN * KB_BYTES)
+                stage_sb = sBRaw.iterator + stage * (2 * BN * SF_BYTES)
+                for sl in cutlass.range_constexpr(SLICES):
+                    cute.arch.mbarrier_wait(bempty + sl, (kb & 1) ^ 1)  # the WGMMAs of k-block kb - 1 read it
+                    if cutlass.const_expr(cfg.probe != "no_convert"):
+                        for i in cutlass.range_constexpr(units // 128):
+                            dequant_b(stage_b, stage_sb, fRaw.iterator, tidx + i * 128, sl, sl, BN)
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    cute.arch.sync_warp()
+                    if lane == 0:
+                        cute.arch.mbarrier_arrive(bfull + sl)
+                if lane == 0:
+                    cute.arch.mbarrier_arrive(empty + stage)
     else:
         # ============================================================ consumers
-        cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
+        cute.arch.warpgroup_reg_alloc(SPLIT_CONSUMER_REGS if cfg.split else CONSUMER_REGS)
         ctid = tidx - 128
         lane = cute.arch.lane_idx()
         g = lane // 4
@@ -279,41 +325,74 @@ def pipelined_kernel(
         acc2.fill(0.0)
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
         k_steps = cute.size(tCrA[0], mode=[2])
-        units = 2 * BN * (SLICE_BYTES // 8)  # 8-byte units of a B slice (B1 and B2)
 
-        read = DevicePipelineState.consumer(S)
-        for kb in cutlass.range(k_blocks, unroll=1):
-            cute.arch.mbarrier_wait(full + read.index, read.phase)
-            stage_a = pARaw.iterator + read.index * (TILE_M * KB_BYTES)
-            stage_sa = sARaw.iterator + read.index * (TILE_M * SF_BYTES)
-            stage_b = pBRaw.iterator + read.index * (2 * BN * KB_BYTES)
-            stage_sb = sBRaw.iterator + read.index * (2 * BN * SF_BYTES)
-            for sl in cutlass.range_constexpr(SLICES):
-                # the WGMMAs of slice j - 2 (this warpgroup's) have read A buffer j % 2 and B buffer (j - 2) % 4
-                warpgroup.wait_group(1)
-                if cutlass.const_expr(cfg.probe != "no_convert"):
-                    frag = aw[sl % 2]
-                    dequant_a(frag, stage_a, stage_sa, row0, sl, selector, 0)
-                    dequant_a(frag, stage_a, stage_sa, row0 + 8, sl, selector, 1)
-                    for i in cutlass.range_constexpr((units + CONSUMER_THREADS - 1) // CONSUMER_THREADS):
-                        unit = ctid + i * CONSUMER_THREADS
-                        if cutlass.const_expr((i + 1) * CONSUMER_THREADS <= units):
-                            dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
-                        elif unit < units:
-                            dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
-                # generic-proxy stores must be visible to the async proxy (wgmma) before anyone issues
-                cute.arch.fence_proxy("async.shared", space="cta")
-                cute.arch.barrier(barrier_id=CONSUMER_BARRIER, number_of_threads=CONSUMER_THREADS)
-                if cutlass.const_expr(sl == SLICES - 1):
-                    if ctid == 0:
-                        cute.arch.mbarrier_arrive(empty + read.index)  # every thread has read stage s
-                if cutlass.const_expr(cfg.probe != "no_mma"):
-                    warpgroup.fence()
-                    for ks in cutlass.range_constexpr(k_steps):
-                        cute.gemm(tiled_mma, acc1, tCrA[sl % 2][(None, None, ks)], tCrB1[(None, None, ks, sl)], acc1)
-                        cute.gemm(tiled_mma, acc2, tCrA[sl % 2][(None, None, ks)], tCrB2[(None, None, ks, sl)], acc2)
-                    warpgroup.commit_group()
-            read.advance()
+        if cutlass.const_expr(not cfg.split):
+            read = DevicePipelineState.consumer(S)
+            for kb in cutlass.range(k_blocks, unroll=1):
+                cute.arch.mbarrier_wait(full + read.index, read.phase)
+                stage_a = pARaw.iterator + read.index * (TILE_M * KB_BYTES)
+                stage_sa = sARaw.iterator + read.index * (TILE_M * SF_BYTES)
+                stage_b = pBRaw.iterator + read.index * (2 * BN * KB_BYTES)
+                stage_sb = sBRaw.iterator + read.index * (2 * BN * SF_BYTES)
+                for sl in cutlass.range_constexpr(SLICES):
+                    # the WGMMAs of slice j - 2 (this warpgroup's) have read A buffer j % 2 and B buffer (j - 2) % 4
+                    warpgroup.wait_group(1)
+                    if cutlass.const_expr(cfg.probe != "no_convert"):
+                        frag = aw[sl % 2]
+                        dequant_a(frag, stage_a, stage_sa, row0, sl, selector, 0)
+                        dequant_a(frag, stage_a, stage_sa, row0 + 8, sl, selector, 1)
+                        for i in cutlass.range_constexpr((units + CONSUMER_THREADS - 1) // CONSUMER_THREADS):
+                            unit = ctid + i * CONSUMER_THREADS
+                            if cutlass.const_expr((i + 1) * CONSUMER_THREADS <= units):
+                                dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
+                            elif unit < units:
+                                dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
+                    # generic-proxy stores must be visible to the async proxy (wgmma) before anyone issues
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    cute.arch.barrier(barrier_id=CONSUMER_BARRIER, number_of_threads=CONSUMER_THREADS)
+                    if cutlass.const_expr(sl == SLICES - 1):
+                        if ctid == 0:
+                            cute.arch.mbarrier_arrive(empty + read.index)  # every thread has read stage s
+                    if cutlass.const_expr(cfg.probe != "no_mma"):
+                        warpgroup.fence()
+                        for ks in cutlass.range_constexpr(k_steps):
+                            cute.gemm(tiled_mma, acc1, tCrA[sl % 2][(None, None, ks)], tCrB1[(None, None, ks, sl)], acc1)
+                            cute.gemm(tiled_mma, acc2, tCrA[sl % 2][(None, None, ks)], tCrB2[(None, None, ks, sl)], acc2)
+                        warpgroup.commit_group()
+                read.advance()
+        else:
+            for kb in cutlass.range(k_blocks, unroll=1):
+                stage = kb % S
+                cute.arch.mbarrier_wait(full + stage, (kb // S) & 1)
+                stage_a = pARaw.iterator + stage * (TILE_M * KB_BYTES)
+                stage_sa = sARaw.iterator + stage * (TILE_M * SF_BYTES)
+                for sl in cutlass.range_constexpr(SLICES):
+                    # this warpgroup's WGMMAs of slice j - 2 are done: A registers j % 2 and B buffer (j - 2) % 4 free
+                    warpgroup.wait_group(1)
+                    if cutlass.const_expr(sl >= 2):
+                        if lane == 0:
+                            cute.arch.mbarrier_arrive(bempty + (sl - 2))
+                    else:
+                        if kb > 0:
+                            if lane == 0:
+                                cute.arch.mbarrier_arrive(bempty + (sl + 2))
+                    if cutlass.const_expr(cfg.probe != "no_convert"):
+                        frag = aw[sl % 2]
+                        dequant_a(frag, stage_a, stage_sa, row0, sl, selector, 0)
+                        dequant_a(frag, stage_a, stage_sa, row0 + 8, sl, selector, 1)
+                    if cutlass.const_expr(sl == SLICES - 1):
+                        cute.arch.sync_warp()
+                        if lane == 0:
+                            cute.arch.mbarrier_arrive(empty + stage)  # this warp has read stage s's A
+                    cute.arch.mbarrier_wait(bfull + sl, kb & 1)
+                    if cutlass.const_expr(cfg.probe != "no_mma"):
+                        warpgroup.fence()
+                        for ks in cutlass.range_constexpr(k_steps):
+                            cute.gemm(tiled_mma, acc1, tCrA[sl % 2][(None, None, ks)], tCrB1[(None, None, ks, sl)],
+                                      acc1)
+                            cute.gemm(tiled_mma, acc2, tCrA[sl % 2][(None, None, ks)], tCrB2[(None, None, ks, sl)],
+                                      acc2)
+                        warpgroup.commit_group()
         warpgroup.wait_group(0)
 
         # ---- epilogue: the gate in FP32, FP16 out, predicated stores straight from the registers
