@@ -128,21 +128,33 @@ def choose_tile_n(m: int, n: int, num_sms: int = NUM_SMS) -> int:
 
 
 @cute.jit
-def dequant_a(frag: cute.Tensor, pA, sA, row: Int32, sl: cutlass.Constexpr, selector: Int32, half: cutlass.Constexpr):
-    """This thread's A fragment of slice ``sl`` for one of its two rows (``half`` 0: row g, 1: row g + 8).
+def load_a(pA, sA, row: Int32, sl: cutlass.Constexpr):
+    """Shared-memory loads for one A row of slice ``sl``: the row's 32 packed bytes (8 words) and its 4 scales.
 
-    ``pA``/``sA``: this stage's packed A and scales (byte pointers, slice-major / row-major);
-    ``frag``: the FP16 fragment seen as 16 words, word ``half + 2 hi + 4 kk`` holding the
-    pair (row, K ``16 kk + 2t + 8 hi``), which is packed byte ``8 kk + 4 hi + t`` of the slice row.
+    Loads are separate from conversion so that a thread issues all its loads of a slice first and the
+    conversions of several rows and units then overlap their latencies (ptxas does not move a load
+    above an earlier shared-memory store it cannot prove disjoint).
     """
     base = pA + (sl * TILE_M * SLICE_BYTES + row * SLICE_BYTES)
     w0, w1, w2, w3 = ld_shared_v4(base)
     w4, w5, w6, w7 = ld_shared_v4(base + 16)
     sw = ld_shared_b32(sA + (row * SF_BYTES + sl * 4))
+    return w0, w1, w2, w3, w4, w5, w6, w7, sw
+
+
+@cute.jit
+def convert_a(frag: cute.Tensor, loaded, selector: Int32, half: cutlass.Constexpr):
+    """This thread's A fragment words for one of its two rows (``half`` 0: row g, 1: row g + 8).
+
+    ``frag``: the FP16 fragment seen as 16 words, word ``half + 2 hi + 4 kk`` holding the pair
+    (row, K ``16 kk + 2t + 8 hi``), which is packed byte ``8 kk + 4 hi + t`` of the slice row;
+    ``loaded``: :func:`load_a`'s nine words.
+    """
+    sw = loaded[8]
     s = (scale_f16x2(sw, 0), scale_f16x2(sw, 1), scale_f16x2(sw, 2), scale_f16x2(sw, 3))
-    words = ((w0, w1, w2, w3), (w4, w5, w6, w7))
     for part in cutlass.range_constexpr(2):
-        x = gather_bytes(*words[part], selector)  # [kk lo, kk hi, kk+1 lo, kk+1 hi] with kk = 2 part
+        w = loaded[4 * part: 4 * part + 4]
+        x = gather_bytes(w[0], w[1], w[2], w[3], selector)  # [kk lo, kk hi, kk+1 lo, kk+1 hi], kk = 2 part
         h = fp4x8_to_f16(x, s[2 * part], s[2 * part + 1])
         for i in cutlass.range_constexpr(4):
             kk = 2 * part + i // 2
@@ -150,32 +162,38 @@ def dequant_a(frag: cute.Tensor, pA, sA, row: Int32, sl: cutlass.Constexpr, sele
 
 
 @cute.jit
-def dequant_b(pB, sB, fB, unit: Int32, sl: cutlass.Constexpr, buf: cutlass.Constexpr, bn: cutlass.Constexpr):
-    """One unit of the B slice: 8 packed bytes (16 values, one scale) of row ``unit // 4`` of [B1; B2].
+def load_b(pB, sB, unit: Int32, sl: cutlass.Constexpr, bn: cutlass.Constexpr):
+    """Shared-memory loads for one unit of the B slice: 8 packed bytes (16 values) and the scale word.
 
-    Packed layout per stage: B1 slice-major (``sl * bn * 32 + row * 32``), then B2. FP16 buffers:
-    four of B1 (``bn`` rows of 128 bytes each, 128B-swizzled), then four of B2, so that
-    WGMMA's descriptors step through them with one stride.
+    A unit is row ``unit // 4`` of [B1; B2], bytes ``8 (unit % 4)`` onwards of the slice row.
+    Packed layout per stage: B1 slice-major (``sl * bn * 32 + row * 32``), then B2.
+    """
+    row = unit // 4
+    is_b2 = Int32(row >= bn)
+    src = pB + (sl * bn * SLICE_BYTES + row * SLICE_BYTES + (unit % 4) * 8 + is_b2 * (bn * (KB_BYTES - SLICE_BYTES)))
+    x0, x1 = ld_shared_v2(src)
+    sw = ld_shared_b32(sB + (row * SF_BYTES + sl * 4))
+    return x0, x1, sw
+
+
+@cute.jit
+def convert_b(fB, loaded, unit: Int32, buf: cutlass.Constexpr, bn: cutlass.Constexpr):
+    """One unit of :func:`load_b` to FP16 in buffer ``buf``: two 16-byte chunks of a 128B-swizzled row.
+
+    FP16 buffers: four of B1 (``bn`` rows of 128 bytes each), then four of B2, so that WGMMA's
+    descriptors step through them with one stride; chunk c of row r sits at chunk ``c ^ (r % 8)``.
     """
     row = unit // 4
     q = unit % 4
     is_b2 = Int32(row >= bn)
-    src = pB + (sl * bn * SLICE_BYTES + row * SLICE_BYTES + q * 8 + is_b2 * (bn * (KB_BYTES - SLICE_BYTES)))
-    x0, x1 = ld_shared_v2(src)
-    sw = ld_shared_b32(sB + (row * SF_BYTES + sl * 4))
-    s = _select_scale(sw, q)
-    h0 = fp4x8_to_f16(x0, s, s)
-    h1 = fp4x8_to_f16(x1, s, s)
+    x0, x1, sw = loaded
+    sc = scale_f16x2(sw >> (q * 8), 0)  # the unit's 16 values share scale byte q of the slice's four
+    h0 = fp4x8_to_f16(x0, sc, sc)
+    h1 = fp4x8_to_f16(x1, sc, sc)
     dst_row = fB + (buf * bn * 128 + row * 128 + is_b2 * ((SLICES - 1) * bn * 128))
     r8 = row % 8
     st_shared_v4(dst_row + ((2 * q) ^ r8) * 16, *h0)
     st_shared_v4(dst_row + ((2 * q + 1) ^ r8) * 16, *h1)
-
-
-@cute.jit
-def _select_scale(sw: Int32, q: Int32):
-    """Scale byte ``q`` (dynamic) of the word ``sw`` as the FP16x2 multiplier."""
-    return scale_f16x2(sw >> (q * 8), 0)
 
 
 @cute.jit
@@ -291,11 +309,17 @@ def pipelined_kernel(
                 cute.arch.mbarrier_wait(full + stage, (kb // S) & 1)
                 stage_b = pBRaw.iterator + stage * (2 * BN * KB_BYTES)
                 stage_sb = sBRaw.iterator + stage * (2 * BN * SF_BYTES)
+                per = units // 128
+                loaded = [load_b(stage_b, stage_sb, tidx + i * 128, 0, BN) for i in range(per)]
                 for sl in cutlass.range_constexpr(SLICES):
                     cute.arch.mbarrier_wait(bempty + sl, (kb & 1) ^ 1)  # the WGMMAs of k-block kb - 1 read it
+                    nxt = loaded
+                    if cutlass.const_expr(sl + 1 < SLICES):  # the next slice's loads overlap this one's conversion
+                        nxt = [load_b(stage_b, stage_sb, tidx + i * 128, sl + 1, BN) for i in range(per)]
                     if cutlass.const_expr(cfg.probe != "no_convert"):
-                        for i in cutlass.range_constexpr(units // 128):
-                            dequant_b(stage_b, stage_sb, fRaw.iterator, tidx + i * 128, sl, sl, BN)
+                        for i in cutlass.range_constexpr(per):
+                            convert_b(fRaw.iterator, loaded[i], tidx + i * 128, sl, BN)
+                    loaded = nxt
                     cute.arch.fence_proxy("async.shared", space="cta")
                     cute.arch.sync_warp()
                     if lane == 0:
@@ -338,15 +362,18 @@ def pipelined_kernel(
                     # the WGMMAs of slice j - 2 (this warpgroup's) have read A buffer j % 2 and B buffer (j - 2) % 4
                     warpgroup.wait_group(1)
                     if cutlass.const_expr(cfg.probe != "no_convert"):
+                        la = (load_a(stage_a, stage_sa, row0, sl), load_a(stage_a, stage_sa, row0 + 8, sl))
+                        whole = units // CONSUMER_THREADS  # units every thread converts; a partial round after
+                        lb = [load_b(stage_b, stage_sb, ctid + i * CONSUMER_THREADS, sl, BN) for i in range(whole)]
                         frag = aw[sl % 2]
-                        dequant_a(frag, stage_a, stage_sa, row0, sl, selector, 0)
-                        dequant_a(frag, stage_a, stage_sa, row0 + 8, sl, selector, 1)
-                        for i in cutlass.range_constexpr((units + CONSUMER_THREADS - 1) // CONSUMER_THREADS):
-                            unit = ctid + i * CONSUMER_THREADS
-                            if cutlass.const_expr((i + 1) * CONSUMER_THREADS <= units):
-                                dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
-                            elif unit < units:
-                                dequant_b(stage_b, stage_sb, fRaw.iterator, unit, sl, sl, BN)
+                        convert_a(frag, la[0], selector, 0)
+                        convert_a(frag, la[1], selector, 1)
+                        for i in cutlass.range_constexpr(whole):
+                            convert_b(fRaw.iterator, lb[i], ctid + i * CONSUMER_THREADS, sl, BN)
+                        if cutlass.const_expr(units % CONSUMER_THREADS):
+                            unit = ctid + whole * CONSUMER_THREADS
+                            if unit < units:
+                                convert_b(fRaw.iterator, load_b(stage_b, stage_sb, unit, sl, BN), unit, sl, BN)
                     # generic-proxy stores must be visible to the async proxy (wgmma) before anyone issues
                     cute.arch.fence_proxy("async.shared", space="cta")
                     cute.arch.barrier(barrier_id=CONSUMER_BARRIER, number_of_threads=CONSUMER_THREADS)
@@ -366,6 +393,7 @@ def pipelined_kernel(
                 cute.arch.mbarrier_wait(full + stage, (kb // S) & 1)
                 stage_a = pARaw.iterator + stage * (TILE_M * KB_BYTES)
                 stage_sa = sARaw.iterator + stage * (TILE_M * SF_BYTES)
+                la = (load_a(stage_a, stage_sa, row0, 0), load_a(stage_a, stage_sa, row0 + 8, 0))
                 for sl in cutlass.range_constexpr(SLICES):
                     # this warpgroup's WGMMAs of slice j - 2 are done: A registers j % 2 and B buffer (j - 2) % 4 free
                     warpgroup.wait_group(1)
@@ -376,10 +404,14 @@ def pipelined_kernel(
                         if kb > 0:
                             if lane == 0:
                                 cute.arch.mbarrier_arrive(bempty + (sl + 2))
+                    nxt = la
+                    if cutlass.const_expr(sl + 1 < SLICES):  # the next slice's loads overlap this one's conversion
+                        nxt = (load_a(stage_a, stage_sa, row0, sl + 1), load_a(stage_a, stage_sa, row0 + 8, sl + 1))
                     if cutlass.const_expr(cfg.probe != "no_convert"):
                         frag = aw[sl % 2]
-                        dequant_a(frag, stage_a, stage_sa, row0, sl, selector, 0)
-                        dequant_a(frag, stage_a, stage_sa, row0 + 8, sl, selector, 1)
+                        convert_a(frag, la[0], selector, 0)
+                        convert_a(frag, la[1], selector, 1)
+                    la = nxt
                     if cutlass.const_expr(sl == SLICES - 1):
                         cute.arch.sync_warp()
                         if lane == 0:
