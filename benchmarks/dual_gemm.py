@@ -3,6 +3,7 @@
     python benchmarks/dual_gemm.py check    # public call vs the FP32 reference on the test and benchmark shapes
     python benchmarks/dual_gemm.py bench    # the four GPU MODE shapes: gemmlab vs baselines (a) and (b)
     python benchmarks/dual_gemm.py all
+    python benchmarks/dual_gemm.py probe    # where the fast twin's time goes: its variants, kernels alone
 
 ``check``: every output poisoned with NaN first, rtol = atol = 1e-3 (``gemmlab.nvfp4.check_close``); baseline
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
@@ -100,13 +101,66 @@ def bench_shapes(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, rounds=10, per_round
     return path
 
 
+# --------------------------------------------------------------------------------------
+# probe: the fast twin's variants and its two halves alone
+# --------------------------------------------------------------------------------------
+
+
+def probe(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, launches=20):
+    """Kernel time (CUDA graph of ``launches`` launches) of the fast twin's variants on each shape.
+
+    ``no_mma`` converts but skips the WGMMAs, ``no_convert`` runs the WGMMAs on unconverted buffers: both
+    give wrong results and exist only to show which half bounds the kernel.
+    """
+    from gemmlab import dual_gemm_sm90_pipelined as p90
+
+    variants = {"chosen": {}, "joint roles": {"split": False}, "3 stages": {"stages": 3},
+                "convert only (no_mma)": {"probe": "no_mma"}, "MMA only (no_convert)": {"probe": "no_convert"}}
+    rows = []
+    for m, n, k in shapes:
+        ops = fp4.generate(m, n, k, seed=1, device="cuda")
+        chosen = p90.choose_tile_n(m, n)
+        row = {"m": m, "n": n, "k": k, "tile_n": chosen}
+        for name, extra in variants.items():
+            row[name] = _graph_us(p90.prepared(*ops.inputs(), ops.c, p90.PipelinedConfig(tile_n=chosen, **extra)),
+                                  launches)
+        for bn in p90.TILE_NS:
+            row[f"tile_n {bn}"] = _graph_us(p90.prepared(*ops.inputs(), ops.c, p90.PipelinedConfig(tile_n=bn)),
+                                            launches)
+        rows.append(row)
+        print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        torch.cuda.empty_cache()
+    _write("dual_gemm_probe", {"rows": rows, "launches_per_graph": launches, "clocks": bench.gpu_clocks(),
+                               "method": "one CUDA graph of back-to-back launches, one replay timed with events"},
+           out_dir)
+    print(tables.format_probe({"rows": rows, "device": bench.device_name()}))
+
+
+def _graph_us(launch, launches):
+    for _ in range(3):
+        launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            launch()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / launches * 1e3
+
+
 def _write(name, doc, out_dir):
     return bench.write_doc(name, doc, out_dir)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "bench", "all"))
+    p.add_argument("what", choices=("check", "bench", "all", "probe"))
     p.add_argument("--out", default=None, help="write the JSON here instead of results/<device>/")
     p.add_argument("--rounds", type=int, default=10)
     args = p.parse_args(argv)
@@ -118,6 +172,8 @@ def main(argv=None):
         ok = check(args.out)
     if args.what in ("bench", "all"):
         bench_shapes(args.out, rounds=args.rounds)
+    if args.what == "probe":
+        probe(args.out)
     return 0 if ok else 1
 
 

@@ -82,28 +82,12 @@ def test_ptx_narrow_tiles(tile_n):
     assert ptx_opcodes(c, r"wgmma\.mma_async") == [f"wgmma.mma_async.sync.aligned.m64n{tile_n}k16.f32.f16.f16"]
 
 
-def test_a_fragment_layout_is_what_dequant_a_writes():
-    # dequant_a writes word (half + 2 hi + 4 kk) for row g + 8 half, K pair 16 kk + 2t + 8 hi;
+def test_a_fragment_layout_is_what_convert_a_writes():
+    # convert_a writes word (half + 2 hi + 4 kk) for row g + 8 half, K pair 16 kk + 2t + 8 hi;
     # that is CuTe's RS A layout for two warpgroups along M: (thread, value) -> m + 128 k
-    import cutlass
-    import cutlass.cute as cute
-
-    seen = {}
-
-    @cute.jit
-    def probe():
-        import cutlass.utils.hopper_helpers as sm90_utils
-        from cutlass import Float16, Float32
-        from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
-
-        tm = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
-                                               (2, 1, 1), tiler_mn=(64, 64), a_source=warpgroup.OperandSource.RMEM)
-        seen["tv"] = str(tm.tv_layout_A_tiled)
-        seen["frag"] = str(tm.make_fragment_A(tm.get_slice(0).partition_shape_A((128, 64))).type)
-
-    cutlass.cute.compile(probe, options="--gpu-arch sm_90a")
+    seen = p.rs_a_layouts()
     assert seen["tv"] == "((4,8,8),((2,2,2),(1,1))):((256,1,16),((128,8,1024),(0,0)))"
-    assert '"((2,2,2),1,4):((1,2,4),0,8)"' in seen["frag"]
+    assert seen["fragment"] == "((2,2,2),1,4):((1,2,4),0,8)"
 
 
 def test_bad_input_is_rejected_before_the_tier_check():

@@ -10,13 +10,20 @@ from gemmlab.compile import ptx_lines, ptx_opcodes  # noqa: E402
 
 def e4m3_of_code(code: int) -> float:
     """The e4m3 byte the bit move makes of an e2m1 code, decoded by torch: must be value x 2^-6."""
-    byte = (code & 8) << 4 | (code & 7) << 2
+    byte = q.e4m3_byte_of_code(code)
     return torch.tensor([byte], dtype=torch.uint8).view(torch.float8_e4m3fn).float().item()
 
 
 def test_bit_move_is_exact_for_every_code():
     for code in range(16):
         assert e4m3_of_code(code) == fp4.E2M1_VALUES[code] * 2.0**-6, code
+
+
+def test_byte_of_code_by_hand():
+    assert q.e4m3_byte_of_code(0b0001) == 0b0000_0100  # 0.5: subnormal e4m3 4/8 x 2^-6
+    assert q.e4m3_byte_of_code(0b1011) == 0b1000_1100  # -1.5: sign, exponent 1, mantissa 4/8
+    with pytest.raises(ValueError, match="code must be an int in 0..15"):
+        q.e4m3_byte_of_code(16)
 
 
 def test_products_are_exact_in_fp16_and_scale_times_64_fits():

@@ -1,11 +1,11 @@
 """Chapter 11 on Hopper, the fast twin: dequantization overlapped with WGMMA, A from registers.
 
-The simple twin (:mod:`gemmlab.dual_gemm_sm90`) is correct but spends about 20 instructions
-on every FP4 value and lets the tensor cores wait for each dequantized slice. This kernel
+The simple twin (:mod:`gemmlab.dual_gemm_sm90`) is correct but spends more than 30 PTX
+instructions on every FP4 value and lets the tensor cores wait for each dequantized slice. This kernel
 keeps its data flow (packed NVFP4 bytes and plain scales arrive by TMA; FP16 tiles feed
 WGMMA; two FP32 accumulators share A) and changes four things, each for a measured reason:
 
-* **Conversion** in 18 instructions per 8 values (:mod:`gemmlab.fp4_dequant`): e2m1 bits
+* **Conversion** in 19 instructions per 8 values (:mod:`gemmlab.fp4_dequant`): e2m1 bits
   moved into e4m3 bytes, ``cvt.rn.f16x2.e4m3x2``, one ``mul.rn.f16x2`` by the scale. FP16,
   not BF16: every product is exact in FP16 and the conversion only exists towards FP16.
 * **A goes to registers, not to shared memory.** Each consumer thread dequantizes exactly
@@ -388,6 +388,7 @@ def pipelined_kernel(
                         warpgroup.commit_group()
                 read.advance()
         else:
+            # ---- split roles: A into registers, then the WGMMAs of both GEMMs, per slice
             for kb in cutlass.range(k_blocks, unroll=1):
                 stage = kb % S
                 cute.arch.mbarrier_wait(full + stage, (kb // S) & 1)
@@ -491,6 +492,27 @@ def pipelined_host(cfg: PipelinedConfig):
         launch_pipelined(a, b1, b2, sfa, sfb1, sfb2, c, stream, cfg)
 
     return dual_gemm_sm90_pipelined_host
+
+
+def rs_a_layouts(tile_n: int = 64) -> dict:
+    """CuTe's layouts of the RS A operand for two MMA warpgroups along M (what :func:`convert_a` writes).
+
+    ``"tv"``: (thread, value) -> ``m + 128 k`` in the 128 x 64 slice; ``"fragment"``: one thread's
+    FP16 registers. Compiled for sm_90a without a GPU (a trace, nothing launched).
+    """
+    seen = {}
+
+    @cute.jit
+    def probe():
+        tm = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
+                                               (2, 1, 1), tiler_mn=(64, tile_n),
+                                               a_source=warpgroup.OperandSource.RMEM)
+        seen["tv"] = str(tm.tv_layout_A_tiled)
+        frag = tm.make_fragment_A(tm.get_slice(0).partition_shape_A((TILE_M, SLICE_K)))
+        seen["fragment"] = str(frag.type).split('"')[1]
+
+    cute.compile(probe, options="--gpu-arch sm_90a")
+    return seen
 
 
 def _fake_args(m: int, n: int, k: int):

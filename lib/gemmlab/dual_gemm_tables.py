@@ -78,6 +78,21 @@ def format_bench(doc: dict) -> str:
     return "\n".join(lines)
 
 
+PROBE_COLUMNS = ["chosen", "joint roles", "3 stages", "convert only (no_mma)", "MMA only (no_convert)"]
+
+
+def format_probe(doc: dict) -> str:
+    """``benchmarks/dual_gemm.py probe``'s rows: the fast twin's variants, kernel microseconds per launch."""
+    from .bench import format_table
+
+    rows = [{**r, "shape": f"{r['m']}x{r['n']}x{r['k']}"} for r in doc.get("rows", [])]
+    widths = sorted({k for r in rows for k in r if k.startswith("tile_n ")}, key=lambda k: int(k.split()[1]))
+    cols = ([("shape", "M x N x K", ""), ("tile_n", "tile_n", "")] + [(c, c, ".1f") for c in PROBE_COLUMNS]
+            + [(w, w, ".1f") for w in widths])
+    return (f"{doc.get('device', '?')}: the fast twin's kernel, microseconds per launch (CUDA graph)\n"
+            + format_table(rows, cols))
+
+
 def format_check(doc: dict) -> str:
     """The correctness sweep as text: one line per shape."""
     lines = []

@@ -14,9 +14,9 @@ so ``cvt.rn.f16x2.e4m3x2`` turns two such bytes into two FP16 values ``v x 2^-6`
 [2^-14, 65504]). So the FP16 tiles the tensor cores read hold the NVFP4 values exactly,
 and WGMMA's FP32 accumulation sees what the SM100 kernel's FP4 tensor cores see.
 
-Four 32-bit words of packed FP4 (8 values) cost 8 integer instructions (both nibbles of
-all four bytes at once), 2 ``prmt`` to pair them, 4 ``cvt`` and 4 ``mul``: 18
-instructions for 8 values (the chapter's simple kernel spends about 20 per value).
+One 32-bit word of packed FP4 (8 values) costs 9 integer instructions (both nibbles of
+all four bytes at once), 2 ``prmt`` to pair them, 4 ``cvt`` and 4 ``mul``: 19
+instructions for 8 values (the chapter's simple kernel spends more than 30 PTX instructions per value).
 
 Every function here is one ``inline_ptx`` block; ``dequant_kernel`` runs them on a GPU so
 that a test can compare them with :mod:`gemmlab.nvfp4`'s decoding for every code and scale.
@@ -32,6 +32,13 @@ from cutlass import Int32
 
 #: FP16 64.0: the e4m3 trick yields v x 2^-6, so the scale is applied as scale x 2^6.
 F16X2_64 = 0x54005400
+
+
+def e4m3_byte_of_code(code: int) -> int:
+    """The e4m3 byte the bit move makes of e2m1 ``code`` (0..15): ``s`` to bit 7, ``e1 e0 m`` to bits 4..2."""
+    if not isinstance(code, int) or not 0 <= code <= 15:
+        raise ValueError(f"code must be an int in 0..15; got {code!r}")
+    return (code & 8) << 4 | (code & 7) << 2
 
 
 def fp4x8_ptx() -> str:

@@ -73,3 +73,19 @@ def solution_unshifted_tiles():
     ref = reference(*ops.inputs())[..., 0]
     c = torch.from_numpy(run_model(ops, tile_n=64, bug="sfb_not_shifted").c)
     return tuple(j for j in range(4) if not check_close(c[:, 64 * j:64 * j + 64], ref[:, 64 * j:64 * j + 64]).ok)
+
+
+def check_e4m3_byte(answer) -> bool:
+    """Predict: which e4m3 byte (an int, 0..255) does the fast Hopper twin's bit move make of the e2m1 code
+    ``0b1011`` (-1.5), and what value does ``cvt.rn.f16x2.e4m3x2`` then give (so what must the scale
+    multiplier be)? Answer the byte."""
+    return verdict("e4m3 byte of code 0b1011", answer, solution_e4m3_byte(),
+                   "The sign goes to bit 7 and the three bits e1 e0 m to bits 4..2 (exponent field 0 0 e1 e0, "
+                   "mantissa m 0 0); the byte then means the e2m1 value times 2^-6. Check with "
+                   "fp4_dequant.e4m3_byte_of_code.")
+
+
+def solution_e4m3_byte():
+    from ..fp4_dequant import e4m3_byte_of_code
+
+    return e4m3_byte_of_code(0b1011)  # 0x8C = 140: -1.5 x 2^-6, so the multiplier is 64 x scale
