@@ -91,6 +91,30 @@ def _grouped_section(doc: dict, sanitizer: Path | None) -> str:
     return head
 
 
+def _dual_gemm_section(doc: dict, check: dict | None, sanitizer: Path | None) -> str:
+    from .dual_gemm_tables import summarize
+
+    s = summarize(doc["rows"])
+    head = (f"**NVFP4 gated dual GEMM on Hopper: `gemmlab.gated_dual_gemm` (the fast twin) vs two baselines** "
+            f"(chapter 11; {doc['device']}, {doc['date'][:10]}, torch {doc['torch']}; GPU MODE's four shapes; "
+            "`benchmarks/dual_gemm.py all`). (a) dequantize everything to FP32 per call, two FP32 matmuls; (b) BF16 "
+            "weights [B1; B2] made once, per call A to BF16, one cuBLAS GEMM with FP32 out, silu, mul. Geomean of "
+            f"their time over ours, as a user calls it: **{s['geomean_vs_b']:.2f}×** over (b), "
+            f"{s['geomean_vs_a']:.1f}× over (a); kernels alone {s['geomean_vs_b_kernel']:.2f}× over (b)'s.")
+    if check is not None:
+        head += f" Correct (poisoned outputs, rtol = atol = 1e-3) on {check['passed']} of {check['total']} shapes."
+    if sanitizer is not None:
+        lines = sanitizer.read_text().splitlines()
+        notes = [ln.lstrip("# ").strip() for ln in lines[1:] if ln.startswith("# ")]
+        head += (" compute-sanitizer: " + "; ".join(ln.strip("= ").strip() for ln in lines if "SUMMARY" in ln)
+                 + (f" ({' '.join(notes)})" if notes else "") + ".")
+    rows = [[f"{r['m']}×{r['n']}×{r['k']}", f"{r['gemmlab_us']:.1f}", f"{r['stock_b_us']:.1f}",
+             f"{r['reference_a_us']:.0f}", f"{r['prepared_kernel_us']:.1f}", f"{r['stock_b_kernels_us']:.1f}",
+             f"{r['vs_b']:.2f}", f"{r['vs_b_kernel']:.2f}"] for r in doc["rows"] if "error" not in r]
+    return head + "\n\n" + _table(["M×N×K", "gemmlab µs", "(b) µs", "(a) µs", "kernel µs", "(b) kernels µs",
+                                   "× (b)", "× (b) kernels"], rows)
+
+
 def _first_gemm_section(doc: dict) -> str:
     rows = [[r["kernel"], f"{r['TFLOP/s']:.0f}", f"{r['vs torch']:.3f}"] for r in doc["rows"]]
     head = f"**First TMA + WGMMA GEMM, 4096³ BF16** (chapter 06; {doc['device']}, {doc['date']})"
@@ -163,6 +187,12 @@ def render() -> str:
         if f.exists():
             san = dev_dir / "grouped_gemm_sanitizer.txt"
             parts.append(_grouped_section(_load(f), san if san.exists() else None))
+        f = dev_dir / "dual_gemm.json"
+        if f.exists():
+            c = dev_dir / "dual_gemm_check.json"
+            san = dev_dir / "dual_gemm_sanitizer.txt"
+            parts.append(_dual_gemm_section(_load(f), _load(c) if c.exists() else None,
+                                            san if san.exists() else None))
         f = dev_dir / "sm100_check.json"
         if f.exists():
             doc = _load(f)
