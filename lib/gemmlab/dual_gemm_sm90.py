@@ -157,6 +157,26 @@ def dequant_slice(packed: cute.Tensor, scales: cute.Tensor, out: cute.Tensor, ro
         out[(r, 2 * b + 1, 0)] = (e2m1_value(v >> 4) * s).to(BFloat16)
 
 
+@cute.jit
+def tma_copies(operands, bn: cutlass.Constexpr, m_tile, n_tile):
+    """The six loads of a k-block, as ``(atom, global k-block tiles, shared stages, tile index)``.
+
+    ``operands``: ``(atom, global tensor, shared staged tensor)`` for A, B1, B2, SFA, SFB1, SFB2, in that
+    order. Global tiles are (rows, bytes of a k-block) and indexed ``[(None, tile, k-block)]``, shared
+    stages ``[(None, stage)]``; A's rows follow the CTA's M tile, the others' its N tile. Both Hopper twins
+    load through it.
+    """
+    out = []
+    for i, (atom, g, s) in enumerate(operands):
+        rows = TILE_M if i % 3 == 0 else bn
+        width = KB_BYTES if i < 3 else SF_BYTES
+        tiles = cute.local_tile(g, (rows, width), (None, None))
+        dst, src = cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(s, 0, 2),
+                                         cute.group_modes(tiles, 0, 2))
+        out.append((atom, src, dst, m_tile if i % 3 == 0 else n_tile))
+    return tuple(out)
+
+
 # --------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------
@@ -202,22 +222,8 @@ def dual_kernel(
             cute.arch.mbarrier_init_fence()
     cute.arch.sync_threads()
 
-    # k-block tiles of every global operand: (rows, bytes, m/n tile, k-block)
-    gA = cute.local_tile(mA, (TILE_M, KB_BYTES), (None, None))
-    gB1 = cute.local_tile(mB1, (BN, KB_BYTES), (None, None))
-    gB2 = cute.local_tile(mB2, (BN, KB_BYTES), (None, None))
-    gSA = cute.local_tile(mSA, (TILE_M, SF_BYTES), (None, None))
-    gSB1 = cute.local_tile(mSB1, (BN, SF_BYTES), (None, None))
-    gSB2 = cute.local_tile(mSB2, (BN, SF_BYTES), (None, None))
-    one = cute.make_layout(1)
-    tAs, tAg = cpasync.tma_partition(tma_a, 0, one, cute.group_modes(pA, 0, 2), cute.group_modes(gA, 0, 2))
-    tB1s, tB1g = cpasync.tma_partition(tma_b1, 0, one, cute.group_modes(pB1, 0, 2), cute.group_modes(gB1, 0, 2))
-    tB2s, tB2g = cpasync.tma_partition(tma_b2, 0, one, cute.group_modes(pB2, 0, 2), cute.group_modes(gB2, 0, 2))
-    tSAs, tSAg = cpasync.tma_partition(tma_sa, 0, one, cute.group_modes(sSA, 0, 2), cute.group_modes(gSA, 0, 2))
-    tSB1s, tSB1g = cpasync.tma_partition(tma_sb1, 0, one, cute.group_modes(sSB1, 0, 2),
-                                         cute.group_modes(gSB1, 0, 2))
-    tSB2s, tSB2g = cpasync.tma_partition(tma_sb2, 0, one, cute.group_modes(sSB2, 0, 2),
-                                         cute.group_modes(gSB2, 0, 2))
+    copies = tma_copies(((tma_a, mA, pA), (tma_b1, mB1, pB1), (tma_b2, mB2, pB2), (tma_sa, mSA, sSA),
+                         (tma_sb1, mSB1, sSB1), (tma_sb2, mSB2, sSB2)), BN, m_tile, n_tile)
     stage_bytes = (TILE_M + 2 * BN) * (KB_BYTES + SF_BYTES)
 
     if wg == 0:
@@ -229,13 +235,8 @@ def dual_kernel(
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)
-                bar = full + state.index
-                cute.copy(tma_a, tAg[(None, m_tile, kb)], tAs[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_b1, tB1g[(None, n_tile, kb)], tB1s[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_b2, tB2g[(None, n_tile, kb)], tB2s[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_sa, tSAg[(None, m_tile, kb)], tSAs[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_sb1, tSB1g[(None, n_tile, kb)], tSB1s[(None, state.index)], tma_bar_ptr=bar)
-                cute.copy(tma_sb2, tSB2g[(None, n_tile, kb)], tSB2s[(None, state.index)], tma_bar_ptr=bar)
+                for atom, src, dst, tile in copies:
+                    cute.copy(atom, src[(None, tile, kb)], dst[(None, state.index)], tma_bar_ptr=full + state.index)
                 state.advance()
     else:
         # ============================================================ consumers

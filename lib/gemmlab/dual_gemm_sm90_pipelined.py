@@ -50,6 +50,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from . import nvfp4 as fp4
 from .checks import check_int
+from .dual_gemm_sm90 import tma_copies
 from .fp4_dequant import fp4x8_to_f16, gather_bytes, scale_f16x2
 from .hardware import SMEM_PER_BLOCK
 from .ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
@@ -260,23 +261,8 @@ def pipelined_kernel(
             cute.arch.mbarrier_init_fence()
     cute.arch.sync_threads()
 
-    gA = cute.local_tile(mA, (TILE_M, KB_BYTES), (None, None))
-    gB1 = cute.local_tile(mB1, (BN, KB_BYTES), (None, None))
-    gB2 = cute.local_tile(mB2, (BN, KB_BYTES), (None, None))
-    gSA = cute.local_tile(mSA, (TILE_M, SF_BYTES), (None, None))
-    gSB1 = cute.local_tile(mSB1, (BN, SF_BYTES), (None, None))
-    gSB2 = cute.local_tile(mSB2, (BN, SF_BYTES), (None, None))
-    one = cute.make_layout(1)
-    tAs, tAg = cpasync.tma_partition(tma_a, 0, one, cute.group_modes(pA, 0, 2), cute.group_modes(gA, 0, 2))
-    tB1s, tB1g = cpasync.tma_partition(tma_b1, 0, one, cute.group_modes(pB1, 0, 2), cute.group_modes(gB1, 0, 2))
-    tB2s, tB2g = cpasync.tma_partition(tma_b2, 0, one, cute.group_modes(pB2, 0, 2), cute.group_modes(gB2, 0, 2))
-    tSAs, tSAg = cpasync.tma_partition(tma_sa, 0, one, cute.group_modes(sSA, 0, 2), cute.group_modes(gSA, 0, 2))
-    tSB1s, tSB1g = cpasync.tma_partition(tma_sb1, 0, one, cute.group_modes(sSB1, 0, 2),
-                                         cute.group_modes(gSB1, 0, 2))
-    tSB2s, tSB2g = cpasync.tma_partition(tma_sb2, 0, one, cute.group_modes(sSB2, 0, 2),
-                                         cute.group_modes(gSB2, 0, 2))
-    copies = ((tma_a, tAg, tAs, m_tile), (tma_b1, tB1g, tB1s, n_tile), (tma_b2, tB2g, tB2s, n_tile),
-              (tma_sa, tSAg, tSAs, m_tile), (tma_sb1, tSB1g, tSB1s, n_tile), (tma_sb2, tSB2g, tSB2s, n_tile))
+    copies = tma_copies(((tma_a, mA, pA), (tma_b1, mB1, pB1), (tma_b2, mB2, pB2), (tma_sa, mSA, sSA),
+                         (tma_sb1, mSB1, sSB1), (tma_sb2, mSB2, sSB2)), BN, m_tile, n_tile)
     units = 2 * BN * (SLICE_BYTES // 8)  # 8-byte units of a B slice (B1 and B2)
 
     if wg == 0:
