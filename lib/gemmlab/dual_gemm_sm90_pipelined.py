@@ -1,38 +1,45 @@
-"""Chapter 11 on Hopper, the fast twin: dequantization overlapped with WGMMA, A from registers.
+"""Chapter 11 on Hopper, the fast twin: conversion overlapped with WGMMA, A from registers.
 
 The simple twin (:mod:`gemmlab.dual_gemm_sm90`) is correct but spends more than 30 PTX
-instructions on every FP4 value and lets the tensor cores wait for each dequantized slice. This kernel
-keeps its data flow (packed NVFP4 bytes and plain scales arrive by TMA; FP16 tiles feed
-WGMMA; two FP32 accumulators share A) and changes four things, each for a measured reason:
+instructions on every FP4 value and lets the tensor cores wait for each dequantized slice
+(7 to 16 times slower than this kernel on an H100). This kernel keeps its data flow (packed
+NVFP4 bytes and plain scales arrive by TMA; FP16 tiles feed WGMMA; two FP32 accumulators
+share A) and changes five things:
 
 * **Conversion** in 19 instructions per 8 values (:mod:`gemmlab.fp4_dequant`): e2m1 bits
   moved into e4m3 bytes, ``cvt.rn.f16x2.e4m3x2``, one ``mul.rn.f16x2`` by the scale. FP16,
   not BF16: every product is exact in FP16 and the conversion only exists towards FP16.
-* **A goes to registers, not to shared memory.** Each consumer thread dequantizes exactly
-  the bytes its WGMMA A fragment holds (rows ``g`` and ``g + 8`` of its warp's 16, K pairs
-  ``2t`` and ``2t + 8``), so WGMMA runs in its RS form (A from registers, B from shared
-  memory). That halves the shared-memory traffic of the MMAs, and the one A fragment
-  serves both GEMMs.
+* **A goes to registers, not to shared memory.** Each MMA thread converts exactly the bytes
+  its WGMMA A fragment holds (rows ``g`` and ``g + 8`` of its warp's 16, K pairs ``2t`` and
+  ``2t + 8``), so WGMMA runs in its RS form (A from registers, B from shared memory). That
+  halves the shared-memory traffic of the MMAs, and the one A fragment serves both GEMMs.
 * **Slices in flight.** The FP16 B slices (64 K values of B1 and B2) have four buffers and
-  the A fragments two register sets: while the WGMMAs of slice j run, the threads that
-  issued them dequantize slice j + 1. One named barrier per slice: a slice's writers wait
-  for ``wgmma.wait_group 1`` (their slice j - 2 done) before they meet, so a buffer is
-  never rewritten while a WGMMA of either warpgroup may still read it.
+  the A fragments two register sets: slice j + 1 converts while the WGMMAs of slice j run.
+  Every thread issues a slice's loads before converting it, and the next slice's loads
+  before converting this one (:func:`load_a` / :func:`convert_a`), so load latency overlaps.
 * **Packed bytes slice-major in shared memory.** TMA writes each k-block as four slices of
   32 bytes per row, so a warp's loads of a slice read 256 or 128 contiguous bytes (no bank
   conflicts) instead of 8 rows that are 128 bytes apart (8-way conflicts).
+* **Roles** (``split=True``, the default): warpgroup 0 converts B and its warp 0 issues the
+  TMA loads two k-blocks ahead; the MMA warpgroups convert A. Per FP16 buffer, ``bfull``
+  (the 4 converter warps arrive after ``fence.proxy.async``) and ``bempty`` (the 8 MMA warps
+  arrive once ``wgmma.wait_group 1`` shows their WGMMAs of that slice done) replace a
+  barrier of all MMA threads per slice, which ``split=False`` keeps (there the MMA
+  warpgroups convert both operands and warp 0 only loads).
 
-Tile: 128 rows of C (two consumer warpgroups of 64) by ``tile_n`` columns of each GEMM
-(32, 48 or 64), chosen so that the grid fills the GPU's 132 SMs (:func:`choose_tile_n`).
+Tile: 128 rows of C (two MMA warpgroups of 64) by ``tile_n`` columns of each GEMM (32, 48
+or 64), chosen so that the grid fills the GPU's 132 SMs (:func:`choose_tile_n`).
 
-Roles (128 threads per warpgroup)::
+Roles with ``split=True`` (128 threads per warpgroup)::
 
-    warpgroup 0  warp 0  producer: per k-block: wait empty[s]; expect_tx(full[s]); TMA A, B1, B2, SFA, SFB1, SFB2
-    warpgroups 1, 2      consumers: per k-block: wait full[s]; per slice j of its 4:
-                           wgmma.wait_group 1 -> dequantize A(j) into registers, B1/B2(j) into buffer j % 4
-                           -> fence.proxy.async; bar.sync 1, 256 -> (last slice) release stage s
-                           -> wgmma.fence; 4 x (wgmma acc1 += A B1, wgmma acc2 += A B2); commit
-                         epilogue: wait 0; silu(acc1) * acc2 -> FP16 -> global (predicated)
+    warpgroup 0     warp 0 first: load k-block kb + stages - 2 (wait empty[s]; expect_tx(full[s]); 15 TMA boxes)
+                    all 4 warps, per k-block: wait full[s]; per slice j: load B(j + 1) bytes; wait bempty[j % 4];
+                      convert B(j) into buffer j % 4; fence.proxy.async; arrive bfull[j % 4];
+                      after the 4 slices: arrive empty[s]
+    warpgroups 1, 2 per k-block: wait full[s]; per slice j: wgmma.wait_group 1 -> arrive bempty[(j - 2) % 4]
+                      -> load A(j + 1) bytes (same k-block), convert A(j) into registers (last: arrive empty[s])
+                      -> wait bfull[j % 4] -> wgmma.fence; 4 x (acc1 += A B1, acc2 += A B2); commit
+                    epilogue: wait 0; silu(acc1) * acc2 -> FP16 -> global (predicated)
 """
 from __future__ import annotations
 
