@@ -8,10 +8,10 @@
 ``check``: every output poisoned with NaN first, rtol = atol = 1e-3 (``gemmlab.nvfp4.check_close``); baseline
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
 reference pipeline (dequantize everything on every call, FP32 matmuls) and (b) the stock path (BF16 weights
-made once, then per call A to BF16, two cuBLAS BF16 GEMMs, silu and mul), timed side by side with
-``gemmlab.bench.time_interleaved`` on input sets rotated over 4x the L2; then the prepared launch, (b) and
-chapter 11's simple twin (the first draft of the Hopper kernel) again with the queue primed (kernels alone). Each shape is tried alone: a failure becomes a row with its
-error and the run goes on.
+made once as one (2N, K) matrix, then per call A to BF16, one cuBLAS BF16 GEMM, silu and mul), timed side by
+side with ``gemmlab.bench.time_interleaved`` on input sets rotated over 4x the L2; then the prepared launch, (b)
+and chapter 11's simple twin (the first draft of the Hopper kernel) again with the queue primed (kernels
+alone). Each shape is tried alone: a failure becomes a row with its error and the run goes on.
 
 Results go to ``results/<device>/dual_gemm*.json`` (``--out DIR`` writes there instead); the table comes last.
 """
@@ -92,8 +92,8 @@ def bench_shapes(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, rounds=10, per_round
     summary = tables.summarize(rows)
     doc = {"rows": rows, "summary": summary, "clocks": bench.gpu_clocks(), "gpu": spec.short,
            "hbm_tbps": spec.hbm_tbps, "bf16_tflops": spec.bf16_tflops, "rounds": rounds, "per_round": per_round,
-           "stock_path": "A to BF16 per call; two torch.mm(bf16, bf16, out_dtype=float32) (cuBLAS); "
-                         "silu in place; torch.mul writing FP16",
+           "stock_path": "A to BF16 per call (byte-pair table, one multiply by the scales); one torch.mm(bf16, "
+                         "bf16 [B1; B2], out_dtype=float32) (cuBLAS); silu in place; torch.mul writing FP16",
            "reference_path": "dequantize A, B1, B2 to FP32 per call; two FP32 torch.matmul; silu * mul; FP16"}
     path = _write("dual_gemm", doc, out_dir)
     print(json.dumps(summary, indent=1))

@@ -5,7 +5,8 @@ What it holds
       FP16 from NVFP4 operands (GPU MODE's ``nvfp4_dual_gemm`` shapes and layouts, L = 1). It checks every
       argument first (:func:`gemmlab.nvfp4.check_operands` and the output), then dispatches on
       :func:`gemmlab.tiers.detect_tier`: ``sm100`` runs the tcgen05 kernel (``gemmlab.dual_gemm_sm100``),
-      ``sm90`` the fast Hopper twin (``gemmlab.dual_gemm_sm90_pipelined``), ``cpu`` raises :class:`~gemmlab.tiers.TierError`.
+      ``sm90`` the fast Hopper twin (``gemmlab.dual_gemm_sm90_pipelined``), ``cpu`` raises
+      :class:`~gemmlab.tiers.TierError`.
       :func:`prepare` returns the same work as a zero-argument launch (compiled once, arguments converted
       once): what a timing loop should call to see the kernel rather than Python.
     * The two baselines every measurement of chapter 11 stands next to:

@@ -376,8 +376,9 @@ def pipelined_kernel(
                     if cutlass.const_expr(cfg.probe != "no_mma"):
                         warpgroup.fence()
                         for ks in cutlass.range_constexpr(k_steps):
-                            cute.gemm(tiled_mma, acc1, tCrA[sl % 2][(None, None, ks)], tCrB1[(None, None, ks, sl)], acc1)
-                            cute.gemm(tiled_mma, acc2, tCrA[sl % 2][(None, None, ks)], tCrB2[(None, None, ks, sl)], acc2)
+                            a_ks = tCrA[sl % 2][(None, None, ks)]
+                            cute.gemm(tiled_mma, acc1, a_ks, tCrB1[(None, None, ks, sl)], acc1)
+                            cute.gemm(tiled_mma, acc2, a_ks, tCrB2[(None, None, ks, sl)], acc2)
                         warpgroup.commit_group()
                 read.advance()
         else:
