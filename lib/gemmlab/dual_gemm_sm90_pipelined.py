@@ -6,9 +6,9 @@ instructions on every FP4 value and lets the tensor cores wait for each dequanti
 NVFP4 bytes and plain scales arrive by TMA; FP16 tiles feed WGMMA; two FP32 accumulators
 share A) and changes five things:
 
-* **Conversion** in 19 instructions per 8 values (:mod:`gemmlab.fp4_dequant`): e2m1 bits
+* **Conversion** in 19 instructions per 8 values (plus two register-splitting ``mov``) (:mod:`gemmlab.fp4_dequant`): e2m1 bits
   moved into e4m3 bytes, ``cvt.rn.f16x2.e4m3x2``, one ``mul.rn.f16x2`` by the scale. FP16,
-  not BF16: every product is exact in FP16 and the conversion only exists towards FP16.
+  not BF16: every product is exact in FP16, and sm_90's conversion from e4m3 produces FP16.
 * **A goes to registers, not to shared memory.** Each MMA thread converts exactly the bytes
   its WGMMA A fragment holds (rows ``g`` and ``g + 8`` of its warp's 16, K pairs ``2t`` and
   ``2t + 8``), so WGMMA runs in its RS form (A from registers, B from shared memory). That
@@ -18,8 +18,8 @@ share A) and changes five things:
   Every thread issues a slice's loads before converting it, and the next slice's loads
   before converting this one (:func:`load_a` / :func:`convert_a`), so load latency overlaps.
 * **Packed bytes slice-major in shared memory.** TMA writes each k-block as four slices of
-  32 bytes per row, so a warp's loads of a slice read 256 or 128 contiguous bytes (no bank
-  conflicts) instead of 8 rows that are 128 bytes apart (8-way conflicts).
+  32 bytes per row, so a warp's loads of a slice read contiguous bytes instead of rows that
+  are 128 bytes apart and fall on the same banks.
 * **Roles** (``split=True``, the default): warpgroup 0 converts B and its warp 0 issues the
   TMA loads two k-blocks ahead; the MMA warpgroups convert A. Per FP16 buffer, ``bfull``
   (the 4 converter warps arrive after ``fence.proxy.async``) and ``bempty`` (the 8 MMA warps

@@ -16,7 +16,8 @@ and WGMMA's FP32 accumulation sees what the SM100 kernel's FP4 tensor cores see.
 
 One 32-bit word of packed FP4 (8 values) costs 9 integer instructions (both nibbles of
 all four bytes at once), 2 ``prmt`` to pair them, 4 ``cvt`` and 4 ``mul``: 19
-instructions for 8 values (the chapter's simple kernel spends more than 30 PTX instructions per value).
+instructions for 8 values, plus two ``mov`` that only split a register in halves (the
+chapter's simple kernel spends more than 30 PTX instructions per value).
 
 Every function here is one ``inline_ptx`` block; ``dequant_kernel`` runs them on a GPU so
 that a test can compare them with :mod:`gemmlab.nvfp4`'s decoding for every code and scale.
