@@ -436,15 +436,13 @@ def _copy_operands(ops):
 
 def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
     """The simple (first-draft) Hopper twin as a zero-argument launch on these tensors (sm90 only)."""
-    import torch
-
     from . import dual_gemm_sm90
     from .compile import launcher
 
     check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
     tiers.require_tier("sm90", "gemmlab.dual_gemm.prepare_simple")
-    args = [fp4.as_bytes(t)[..., 0] for t in (a, b1, b2)] + [t.view(torch.uint8)[..., 0] for t in (sfa, sfb1, sfb2)]
-    return launcher(dual_gemm_sm90.dual_host(dual_gemm_sm90.DualSm90Config()), *args, out[..., 0])
+    return launcher(dual_gemm_sm90.dual_host(dual_gemm_sm90.DualSm90Config()),
+                    *dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))
 
 
 def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, seed: int = 0,

@@ -178,6 +178,39 @@ def tma_copies(operands, bn: cutlass.Constexpr, m_tile, n_tile):
     return tuple(out)
 
 
+@cute.jit
+def tma_atoms(tensors, pa: cute.Layout, pb: cute.Layout, sa: cute.Layout, sb: cute.Layout, bn: cutlass.Constexpr):
+    """TMA load atoms and their global views for A, B1, B2, SFA, SFB1, SFB2 (in that order).
+
+    ``pa``/``pb``/``sa``/``sb``: the staged shared-memory layouts of packed A, packed B, A's scales and
+    B's scales; one stage of each is the box. Both Hopper twins build their loads here.
+    """
+    g2s = cpasync.CopyBulkTensorTileG2SOp()
+    out = []
+    for i, t in enumerate(tensors):
+        layout = (pa, pb, pb, sa, sb, sb)[i]
+        rows = TILE_M if i % 3 == 0 else bn
+        width = KB_BYTES if i < 3 else SF_BYTES
+        out.append(cpasync.make_tiled_tma_atom(g2s, t, cute.slice_(layout, (None, None, 0)), (rows, width)))
+    return tuple(out)
+
+
+@cute.jit
+def gate_epilogue(thr_mma, acc1: cute.Tensor, acc2: cute.Tensor, mC: cute.Tensor, m_tile, n_tile,
+                  bn: cutlass.Constexpr):
+    """``silu(acc1) * acc2`` in FP32, FP16 out, stored from the registers, predicated on M and N (both twins)."""
+    shape_c = (cute.size(mC, mode=[0]), cute.size(mC, mode=[1]))
+    gC = cute.local_tile(mC, (TILE_M, bn), (m_tile, n_tile))
+    cC = cute.local_tile(cute.make_identity_tensor(shape_c), (TILE_M, bn), (m_tile, n_tile))
+    tCgC = thr_mma.partition_C(gC)
+    tCcC = thr_mma.partition_C(cC)
+    for i in cutlass.range(cute.size(acc1), unroll_full=True):
+        if cute.elem_less(tCcC[i], shape_c):
+            x = acc1[i]
+            gate = x / (Float32(1.0) + cute.math.exp(-x, fastmath=True))
+            tCgC[i] = (gate * acc2[i]).to(Float16)
+
+
 # --------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------
@@ -277,16 +310,7 @@ def dual_kernel(
             read.advance()
 
         # ---- epilogue: the gate in FP32, FP16 out, predicated stores straight from the registers
-        shape_c = (cute.size(mC, mode=[0]), cute.size(mC, mode=[1]))
-        gC = cute.local_tile(mC, (TILE_M, BN), (m_tile, n_tile))
-        cC = cute.local_tile(cute.make_identity_tensor(shape_c), (TILE_M, BN), (m_tile, n_tile))
-        tCgC = thr_mma.partition_C(gC)
-        tCcC = thr_mma.partition_C(cC)
-        for i in cutlass.range(cute.size(acc1), unroll_full=True):
-            if cute.elem_less(tCcC[i], shape_c):
-                x = acc1[i]
-                gate = x / (Float32(1.0) + cute.math.exp(-x, fastmath=True))
-                tCgC[i] = (gate * acc2[i]).to(Float16)
+        gate_epilogue(thr_mma, acc1, acc2, mC, m_tile, n_tile, BN)
 
 
 # --------------------------------------------------------------------------------------
@@ -314,13 +338,8 @@ def launch_dual(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute.Tens
     pb = cute.make_layout((BN, KB_BYTES, S), stride=(KB_BYTES, 1, BN * KB_BYTES))
     sa = cute.make_layout((TILE_M, SF_BYTES, S), stride=(SF_BYTES, 1, TILE_M * SF_BYTES))
     sb = cute.make_layout((BN, SF_BYTES, S), stride=(SF_BYTES, 1, BN * SF_BYTES))
-    g2s = cpasync.CopyBulkTensorTileG2SOp()
-    tma_a, tA = cpasync.make_tiled_tma_atom(g2s, a, cute.slice_(pa, (None, None, 0)), (TILE_M, KB_BYTES))
-    tma_b1, tB1 = cpasync.make_tiled_tma_atom(g2s, b1, cute.slice_(pb, (None, None, 0)), (BN, KB_BYTES))
-    tma_b2, tB2 = cpasync.make_tiled_tma_atom(g2s, b2, cute.slice_(pb, (None, None, 0)), (BN, KB_BYTES))
-    tma_sa, tSA = cpasync.make_tiled_tma_atom(g2s, sfa, cute.slice_(sa, (None, None, 0)), (TILE_M, SF_BYTES))
-    tma_sb1, tSB1 = cpasync.make_tiled_tma_atom(g2s, sfb1, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
-    tma_sb2, tSB2 = cpasync.make_tiled_tma_atom(g2s, sfb2, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
+    (tma_a, tA), (tma_b1, tB1), (tma_b2, tB2), (tma_sa, tSA), (tma_sb1, tSB1), (tma_sb2, tSB2) = tma_atoms(
+        (a, b1, b2, sfa, sfb1, sfb2), pa, pb, sa, sb, BN)
     m = cute.size(c, mode=[0])
     n = cute.size(c, mode=[1])
     k_blocks = cute.size(a, mode=[1]) // KB_BYTES
@@ -341,25 +360,54 @@ def dual_host(cfg: DualSm90Config):
     return dual_gemm_sm90_host
 
 
-def compile_dual(m: int, n: int, k: int, cfg: DualSm90Config | None = None, target: str = "sm_90a"):
-    """Compile the Hopper twin for an M x N x K problem without a GPU (static shapes); returns the compiled function."""
-    from .compile import check_target, compile_for, fake_stream, fake_tensor
+def check_sm90_target(target: str) -> str:
+    """Both Hopper twins compile for sm_90a only (wgmma, setmaxnreg)."""
+    from .compile import check_target
 
     check_target(target)
     if target != "sm_90a":
         raise ValueError(f"the Hopper dual GEMM needs target sm_90a (wgmma, setmaxnreg); got {target!r}")
-    fp4.check_problem(m, n, k)
-    cfg = cfg or DualSm90Config()
-    if not isinstance(cfg, DualSm90Config):
-        raise TypeError(f"cfg must be a DualSm90Config; got {type(cfg).__name__}")
+    return target
+
+
+def fake_operands(m: int, n: int, k: int) -> list:
+    """Compile-time stand-ins for both twins' arguments: packed bytes, scale bytes (row-major), FP16 C."""
+    from .compile import fake_tensor
+
     row = (1, 0)
-    args = [fake_tensor(Uint8, (m, k // 2), stride_order=row),
+    return [fake_tensor(Uint8, (m, k // 2), stride_order=row),
             fake_tensor(Uint8, (n, k // 2), stride_order=row), fake_tensor(Uint8, (n, k // 2), stride_order=row),
             fake_tensor(Uint8, (m, k // fp4.SF_VEC), stride_order=row),
             fake_tensor(Uint8, (n, k // fp4.SF_VEC), stride_order=row),
             fake_tensor(Uint8, (n, k // fp4.SF_VEC), stride_order=row),
             fake_tensor(Float16, (m, n), stride_order=row)]
-    return compile_for(target, dual_host(cfg), *args, fake_stream())
+
+
+def operands_2d(a, b1, b2, sfa, sfb1, sfb2, out) -> list:
+    """Both twins' kernel arguments: packed and scale bytes as uint8 (rows, bytes), ``out`` as (M, N)."""
+    import torch
+
+    return [fp4.as_bytes(t)[..., 0] for t in (a, b1, b2)] + \
+        [t.view(torch.uint8)[..., 0] for t in (sfa, sfb1, sfb2)] + [out[..., 0]]
+
+
+def check_devices(a, b1, b2, sfa, sfb1, sfb2, out=None):
+    """Every tensor on a cuda device (after :func:`check_twin_arguments` and the tier check)."""
+    for name, t in (("a", a), ("b1", b1), ("b2", b2), ("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2), ("out", out)):
+        if t is not None and t.device.type != "cuda":
+            raise ValueError(f"{name} must be on a cuda device; got {t.device}")
+
+
+def compile_dual(m: int, n: int, k: int, cfg: DualSm90Config | None = None, target: str = "sm_90a"):
+    """Compile the Hopper twin for an M x N x K problem without a GPU (static shapes); returns the compiled function."""
+    from .compile import compile_for, fake_stream
+
+    check_sm90_target(target)
+    fp4.check_problem(m, n, k)
+    cfg = cfg or DualSm90Config()
+    if not isinstance(cfg, DualSm90Config):
+        raise TypeError(f"cfg must be a DualSm90Config; got {type(cfg).__name__}")
+    return compile_for(target, dual_host(cfg), *fake_operands(m, n, k), fake_stream())
 
 
 def check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
@@ -399,12 +447,8 @@ def gated_dual_gemm_sm90(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: DualSm90Conf
     if not isinstance(cfg, DualSm90Config):
         raise TypeError(f"cfg must be a DualSm90Config; got {type(cfg).__name__}")
     require_tier("sm90", "gemmlab.dual_gemm_sm90.gated_dual_gemm_sm90")
-    for name, t in (("a", a), ("b1", b1), ("b2", b2), ("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2)):
-        if t.device.type != "cuda":
-            raise ValueError(f"{name} must be on a cuda device; got {t.device}")
+    check_devices(a, b1, b2, sfa, sfb1, sfb2)
     if out is None:
         out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
-    bytes2d = [fp4.as_bytes(t)[..., 0] for t in (a, b1, b2)] + [t.view(torch.uint8)[..., 0] for t in (sfa, sfb1, sfb2)]
-    run = launcher(dual_host(cfg), *bytes2d, out[..., 0])
-    run()
+    launcher(dual_host(cfg), *operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))()
     return out

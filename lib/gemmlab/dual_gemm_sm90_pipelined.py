@@ -6,8 +6,8 @@ instructions on every FP4 value and lets the tensor cores wait for each dequanti
 NVFP4 bytes and plain scales arrive by TMA; FP16 tiles feed WGMMA; two FP32 accumulators
 share A) and changes five things:
 
-* **Conversion** in 19 instructions per 8 values (plus two register-splitting ``mov``) (:mod:`gemmlab.fp4_dequant`): e2m1 bits
-  moved into e4m3 bytes, ``cvt.rn.f16x2.e4m3x2``, one ``mul.rn.f16x2`` by the scale. FP16,
+* **Conversion** in 19 instructions per 8 values, plus two register-splitting ``mov``
+  (:mod:`gemmlab.fp4_dequant`): e2m1 bits moved into e4m3 bytes, ``cvt.rn.f16x2.e4m3x2``, one ``mul.rn.f16x2`` by the scale. FP16,
   not BF16: every product is exact in FP16, and sm_90's conversion from e4m3 produces FP16.
 * **A goes to registers, not to shared memory.** Each MMA thread converts exactly the bytes
   its WGMMA A fragment holds (rows ``g`` and ``g + 8`` of its warp's 16, K pairs ``2t`` and
@@ -57,7 +57,8 @@ from cutlass.tensor_utils import LayoutEnum
 
 from . import nvfp4 as fp4
 from .checks import check_int
-from .dual_gemm_sm90 import tma_copies
+from .dual_gemm_sm90 import (check_devices, check_sm90_target, fake_operands, gate_epilogue, operands_2d, tma_atoms,
+                             tma_copies)
 from .fp4_dequant import fp4x8_to_f16, gather_bytes, scale_f16x2
 from .hardware import SMEM_PER_BLOCK
 from .ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
@@ -423,16 +424,7 @@ def pipelined_kernel(
         warpgroup.wait_group(0)
 
         # ---- epilogue: the gate in FP32, FP16 out, predicated stores straight from the registers
-        shape_c = (cute.size(mC, mode=[0]), cute.size(mC, mode=[1]))
-        gC = cute.local_tile(mC, (TILE_M, BN), (m_tile, n_tile))
-        cC = cute.local_tile(cute.make_identity_tensor(shape_c), (TILE_M, BN), (m_tile, n_tile))
-        tCgC = thr_mma.partition_C(gC)
-        tCcC = thr_mma.partition_C(cC)
-        for i in cutlass.range(cute.size(acc1), unroll_full=True):
-            if cute.elem_less(tCcC[i], shape_c):
-                x = acc1[i]
-                gate = x / (Float32(1.0) + cute.math.exp(-x, fastmath=True))
-                tCgC[i] = (gate * acc2[i]).to(Float16)
+        gate_epilogue(thr_mma, acc1, acc2, mC, m_tile, n_tile, BN)
 
 
 # --------------------------------------------------------------------------------------
@@ -461,13 +453,8 @@ def launch_pipelined(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute
     tiled_mma = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
                                                   (2, 1, 1), tiler_mn=(64, BN), a_source=warpgroup.OperandSource.RMEM)
     pa, pb, sa, sb, fb = smem_layouts(cfg)
-    g2s = cpasync.CopyBulkTensorTileG2SOp()
-    tma_a, tA = cpasync.make_tiled_tma_atom(g2s, a, cute.slice_(pa, (None, None, 0)), (TILE_M, KB_BYTES))
-    tma_b1, tB1 = cpasync.make_tiled_tma_atom(g2s, b1, cute.slice_(pb, (None, None, 0)), (BN, KB_BYTES))
-    tma_b2, tB2 = cpasync.make_tiled_tma_atom(g2s, b2, cute.slice_(pb, (None, None, 0)), (BN, KB_BYTES))
-    tma_sa, tSA = cpasync.make_tiled_tma_atom(g2s, sfa, cute.slice_(sa, (None, None, 0)), (TILE_M, SF_BYTES))
-    tma_sb1, tSB1 = cpasync.make_tiled_tma_atom(g2s, sfb1, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
-    tma_sb2, tSB2 = cpasync.make_tiled_tma_atom(g2s, sfb2, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
+    (tma_a, tA), (tma_b1, tB1), (tma_b2, tB2), (tma_sa, tSA), (tma_sb1, tSB1), (tma_sb2, tSB2) = tma_atoms(
+        (a, b1, b2, sfa, sfb1, sfb2), pa, pb, sa, sb, BN)
     m = cute.size(c, mode=[0])
     n = cute.size(c, mode=[1])
     k_blocks = cute.size(a, mode=[1]) // KB_BYTES
@@ -509,18 +496,6 @@ def rs_a_layouts(tile_n: int = 64) -> dict:
     return seen
 
 
-def _fake_args(m: int, n: int, k: int):
-    from .compile import fake_tensor
-
-    row = (1, 0)
-    return [fake_tensor(Uint8, (m, k // 2), stride_order=row),
-            fake_tensor(Uint8, (n, k // 2), stride_order=row), fake_tensor(Uint8, (n, k // 2), stride_order=row),
-            fake_tensor(Uint8, (m, k // fp4.SF_VEC), stride_order=row),
-            fake_tensor(Uint8, (n, k // fp4.SF_VEC), stride_order=row),
-            fake_tensor(Uint8, (n, k // fp4.SF_VEC), stride_order=row),
-            fake_tensor(Float16, (m, n), stride_order=row)]
-
-
 def _config(m: int, n: int, cfg):
     cfg = cfg or PipelinedConfig(tile_n=choose_tile_n(m, n))
     if not isinstance(cfg, PipelinedConfig):
@@ -531,14 +506,13 @@ def _config(m: int, n: int, cfg):
 def compile_pipelined(m: int, n: int, k: int, cfg: PipelinedConfig | None = None, target: str = "sm_90a",
                       tvm_ffi: bool = False):
     """Compile the fast twin for an M x N x K problem without a GPU (static shapes)."""
-    from .compile import check_target, compile_for, fake_stream
+    from .compile import compile_for, fake_stream
 
-    check_target(target)
-    if target != "sm_90a":
-        raise ValueError(f"the Hopper dual GEMM needs target sm_90a (wgmma, setmaxnreg); got {target!r}")
+    check_sm90_target(target)
     fp4.check_problem(m, n, k)
     cfg = _config(m, n, cfg)
-    return compile_for(target, pipelined_host(cfg), *_fake_args(m, n, k), fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)
+    return compile_for(target, pipelined_host(cfg), *fake_operands(m, n, k), fake_stream(env=tvm_ffi),
+                       tvm_ffi=tvm_ffi)
 
 
 _COMPILED: dict = {}
@@ -559,14 +533,6 @@ def compiled_for(m: int, n: int, k: int, cfg: PipelinedConfig):
     return _COMPILED[key]
 
 
-def operands_2d(a, b1, b2, sfa, sfb1, sfb2, out):
-    """The kernel's views: packed bytes and scale bytes as uint8 (rows, bytes), ``out`` as (M, N)."""
-    import torch
-
-    return [fp4.as_bytes(t)[..., 0] for t in (a, b1, b2)] + \
-        [t.view(torch.uint8)[..., 0] for t in (sfa, sfb1, sfb2)] + [out[..., 0]]
-
-
 def prepared(a, b1, b2, sfa, sfb1, sfb2, out, cfg: PipelinedConfig | None = None):
     """A zero-argument launch of the fast twin on these tensors (checked by the caller)."""
     from .compile import current_stream, to_cute
@@ -579,13 +545,6 @@ def prepared(a, b1, b2, sfa, sfb1, sfb2, out, cfg: PipelinedConfig | None = None
         return lambda: fn(*args)
     conv = [to_cute(t) for t in args]
     return lambda: fn(*conv, current_stream())
-
-
-def check_devices(a, b1, b2, sfa, sfb1, sfb2, out=None):
-    """Every tensor on a cuda device (after :func:`check_twin_arguments` and the tier check)."""
-    for name, t in (("a", a), ("b1", b1), ("b2", b2), ("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2), ("out", out)):
-        if t is not None and t.device.type != "cuda":
-            raise ValueError(f"{name} must be on a cuda device; got {t.device}")
 
 
 def run_checked(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | None = None):
