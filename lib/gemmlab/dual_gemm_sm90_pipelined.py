@@ -8,7 +8,8 @@ share A) and changes five things:
 
 * **Conversion** in 19 instructions per 8 values, plus two register-splitting ``mov``
   (:mod:`gemmlab.fp4_dequant`): e2m1 bits moved into e4m3 bytes, ``cvt.rn.f16x2.e4m3x2``,
-  one ``mul.rn.f16x2`` by the scale. FP16, not BF16: every product is exact in FP16, and sm_90's conversion from e4m3 produces FP16.
+  one ``mul.rn.f16x2`` by the scale. FP16, not BF16: every product is exact in FP16, and
+  sm_90's conversion from e4m3 produces FP16.
 * **A goes to registers, not to shared memory.** Each MMA thread converts exactly the bytes
   its WGMMA A fragment holds (rows ``g`` and ``g + 8`` of its warp's 16, K pairs ``2t`` and
   ``2t + 8``), so WGMMA runs in its RS form (A from registers, B from shared memory). That
