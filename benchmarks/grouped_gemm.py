@@ -97,14 +97,7 @@ def check(out_dir=None):
         label = f"list form, b {major}-major"
         row = {"case": label}
         try:
-            gen = torch.Generator(device="cuda").manual_seed(99)
-            shapes = [(130, 256, 64), (0, 128, 64), (7, 512, 1024), (300, 136, 200), (64, 64, 64)]
-            pairs = []
-            for m, nn, kk in shapes:
-                ai = torch.randn(m, kk, device="cuda", dtype=torch.bfloat16, generator=gen)
-                bi = (torch.randn(nn, kk, device="cuda", dtype=torch.bfloat16, generator=gen).t() if major == "k"
-                      else torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16, generator=gen))
-                pairs.append((ai, bi))
+            pairs = grouped.random_pairs(grouped.LIST_SHAPES, b_major=major, seed=99)
             outs = [torch.full((ai.shape[0], bi.shape[1]), POISON, device="cuda", dtype=torch.bfloat16)
                     for ai, bi in pairs]
             grouped.grouped_gemm_list(pairs, outs)
@@ -129,72 +122,84 @@ def check(out_dir=None):
 # --------------------------------------------------------------------------------------
 
 
-def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7):
-    spec = hardware.device_spec(torch.cuda.current_device())
-    peak = spec.bf16_tflops * 1e12 if spec else 989e12
-    hbm = spec.hbm_tbps * 1e12 if spec else 3.35e12
-    rows = []
+def moe_sets(shapes, groups, tokens):
+    """Every MoE set of the benchmark and the sweep: ``(row, sizes, a, b, offs)``, the inputs on the GPU.
+
+    ``row`` starts the set's result row (shape, N, K, G, T, non-empty groups, the largest group). The caller
+    deletes its references to the inputs (and its own buffers) before asking for the next set.
+    """
     for label, n, k in shapes:
         for G in groups:
             for T in tokens:
                 sizes = grouped.skewed_sizes(T, G)
                 a, b, offs = ragged_inputs(sizes, n, k)
-                ends = [0] + torch.cumsum(torch.tensor(sizes), 0).tolist()
-                out = torch.empty((T, n), device="cuda", dtype=a.dtype)
-                out_t = torch.empty((T, n), device="cuda", dtype=a.dtype)
-                flops, nbytes = grouped.flops_bytes(sizes, n, k)
-                floor_ms = max(flops / peak, nbytes / hbm) * 1e3
-                cfg = grouped.choose_config(T, G, n, k)
-                grouped.grouped_gemm(a, b, offs, out=out)  # compile + warm up
-                ref = grouped.reference(a, b, offs)
-                err = rel_err(out, ref, T)
-                del ref
-
-                # A padded batched GEMM: every group padded to the largest (pre-padded: the
-                # gather/scatter it would also need is not timed, in its favour).
-                mmax = max(sizes)
-                a_pad = torch.zeros((G, mmax, k), device="cuda", dtype=a.dtype)
-                out_pad = torch.empty((G, mmax, n), device="cuda", dtype=a.dtype)
-
-                def loop():
-                    for g in range(G):
-                        if ends[g + 1] > ends[g]:
-                            torch.matmul(a[ends[g]:ends[g + 1]], b[g], out=out_t[ends[g]:ends[g + 1]])
-
-                launches = {
-                    "gemmlab": [lambda: grouped.grouped_gemm(a, b, offs, out=out)],
-                    "gemmlab_novalidate": [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False)],
-                    "torch_grouped_mm": [lambda: torch._grouped_mm(a, b, offs=offs)],
-                    "matmul_loop": [loop],
-                    "padded_bmm": [lambda: torch.bmm(a_pad, b, out=out_pad)],
-                }
-                t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2)
-                tg = bench.time_interleaved({"gemmlab_kernel": launches["gemmlab_novalidate"],
-                                             "torch_grouped_mm_kernel": launches["torch_grouped_mm"]},
-                                            rounds=rounds, per_round=5, warmup=2, gpu_only=True)
                 row = {"shape": label, "n": n, "k": k, "groups": G, "tokens": T,
-                       "nonempty": sum(1 for s in sizes if s), "max_group": max(sizes),
-                       "config": cfg.name, "rel_err": err, "floor_ms": floor_ms,
-                       "weight_bound": nbytes / hbm > flops / peak}
-                for name, v in list(t.items()) + list(tg.items()):
-                    row[f"{name}_ms"] = v["median_ms"]
-                row["padded_flops_ratio"] = G * mmax / max(T, 1)
-                for name in ("gemmlab", "gemmlab_novalidate", "torch_grouped_mm", "matmul_loop", "padded_bmm",
-                             "gemmlab_kernel", "torch_grouped_mm_kernel"):
-                    row[f"{name}_tflops"] = flops / (row[f"{name}_ms"] * 1e-3) / 1e12
-                row["vs_torch"] = row["torch_grouped_mm_ms"] / row["gemmlab_ms"]
-                row["vs_torch_novalidate"] = row["torch_grouped_mm_ms"] / row["gemmlab_novalidate_ms"]
-                row["vs_torch_kernel"] = row["torch_grouped_mm_kernel_ms"] / row["gemmlab_kernel_ms"]
-                row["vs_loop"] = row["matmul_loop_ms"] / row["gemmlab_ms"]
-                row["vs_padded"] = row["padded_bmm_ms"] / row["gemmlab_ms"]
-                row["of_roofline"] = floor_ms / row["gemmlab_kernel_ms"]
-                rows.append(row)
-                print(f"{label:20s} G={G:3d} T={T:5d} {cfg.name:18s} err={err:.1e} "
-                      f"ours={row['gemmlab_ms']:.3f} nov={row['gemmlab_novalidate_ms']:.3f} "
-                      f"torch={row['torch_grouped_mm_ms']:.3f} loop={row['matmul_loop_ms']:.3f} "
-                      f"x{row['vs_torch']:.2f} roof={row['of_roofline']:.2f}", flush=True)
-                del a, b, out, out_t, a_pad, out_pad
+                       "nonempty": sum(1 for x in sizes if x), "max_group": max(sizes)}
+                yield row, sizes, a, b, offs
+                del a, b, offs  # the caller has dropped its references: free the set before the next
                 torch.cuda.empty_cache()
+
+
+def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7):
+    spec = hardware.device_spec(torch.cuda.current_device())
+    peak = spec.bf16_tflops * 1e12 if spec else 989e12
+    hbm = spec.hbm_tbps * 1e12 if spec else 3.35e12
+    rows = []
+    for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
+        label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
+        ends = [0] + torch.cumsum(torch.tensor(sizes), 0).tolist()
+        out = torch.empty((T, n), device="cuda", dtype=a.dtype)
+        out_t = torch.empty((T, n), device="cuda", dtype=a.dtype)
+        flops, nbytes = grouped.flops_bytes(sizes, n, k)
+        floor_ms = max(flops / peak, nbytes / hbm) * 1e3
+        cfg = grouped.choose_config(T, G, n, k)
+        grouped.grouped_gemm(a, b, offs, out=out)  # compile + warm up
+        ref = grouped.reference(a, b, offs)
+        err = rel_err(out, ref, T)
+        del ref
+
+        # A padded batched GEMM: every group padded to the largest (pre-padded: the
+        # gather/scatter it would also need is not timed, in its favour).
+        mmax = max(sizes)
+        a_pad = torch.zeros((G, mmax, k), device="cuda", dtype=a.dtype)
+        out_pad = torch.empty((G, mmax, n), device="cuda", dtype=a.dtype)
+
+        def loop():
+            for g in range(G):
+                if ends[g + 1] > ends[g]:
+                    torch.matmul(a[ends[g]:ends[g + 1]], b[g], out=out_t[ends[g]:ends[g + 1]])
+
+        launches = {
+            "gemmlab": [lambda: grouped.grouped_gemm(a, b, offs, out=out)],
+            "gemmlab_novalidate": [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False)],
+            "torch_grouped_mm": [lambda: torch._grouped_mm(a, b, offs=offs)],
+            "matmul_loop": [loop],
+            "padded_bmm": [lambda: torch.bmm(a_pad, b, out=out_pad)],
+        }
+        t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2)
+        tg = bench.time_interleaved({"gemmlab_kernel": launches["gemmlab_novalidate"],
+                                     "torch_grouped_mm_kernel": launches["torch_grouped_mm"]},
+                                    rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+        row.update({"config": cfg.name, "rel_err": err, "floor_ms": floor_ms,
+                    "weight_bound": nbytes / hbm > flops / peak})
+        for name, v in list(t.items()) + list(tg.items()):
+            row[f"{name}_ms"] = v["median_ms"]
+        row["padded_flops_ratio"] = G * mmax / max(T, 1)
+        for name in ("gemmlab", "gemmlab_novalidate", "torch_grouped_mm", "matmul_loop", "padded_bmm",
+                     "gemmlab_kernel", "torch_grouped_mm_kernel"):
+            row[f"{name}_tflops"] = flops / (row[f"{name}_ms"] * 1e-3) / 1e12
+        row["vs_torch"] = row["torch_grouped_mm_ms"] / row["gemmlab_ms"]
+        row["vs_torch_novalidate"] = row["torch_grouped_mm_ms"] / row["gemmlab_novalidate_ms"]
+        row["vs_torch_kernel"] = row["torch_grouped_mm_kernel_ms"] / row["gemmlab_kernel_ms"]
+        row["vs_loop"] = row["matmul_loop_ms"] / row["gemmlab_ms"]
+        row["vs_padded"] = row["padded_bmm_ms"] / row["gemmlab_ms"]
+        row["of_roofline"] = floor_ms / row["gemmlab_kernel_ms"]
+        rows.append(row)
+        print(f"{label:20s} G={G:3d} T={T:5d} {cfg.name:18s} err={err:.1e} "
+              f"ours={row['gemmlab_ms']:.3f} nov={row['gemmlab_novalidate_ms']:.3f} "
+              f"torch={row['torch_grouped_mm_ms']:.3f} loop={row['matmul_loop_ms']:.3f} "
+              f"x{row['vs_torch']:.2f} roof={row['of_roofline']:.2f}", flush=True)
+        del a, b, out, out_t, a_pad, out_pad
     summary = grouped.summarize(rows)
     _write("grouped_gemm", {"rows": rows, "summary": summary, "clocks": bench.gpu_clocks(),
                             "peak_tflops": peak / 1e12, "hbm_gbs": hbm / 1e9}, out_dir)
@@ -217,30 +222,24 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
     from gemmlab.family.configs import Sm90Config
     cfgs = {name: Sm90Config(cluster=(1, 1), **kw) for name, kw in SWEEP_CONFIGS.items()}
     rows = []
-    for label, n, k in shapes:
-        for G in groups:
-            for T in tokens:
-                sizes = grouped.skewed_sizes(T, G)
-                a, b, offs = ragged_inputs(sizes, n, k)
-                out = torch.empty((T, n), device="cuda", dtype=a.dtype)
-                launches = {}
-                for name, cfg in cfgs.items():
-                    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, validate=False)
-                    launches[name] = [lambda cfg=cfg: grouped.grouped_gemm(a, b, offs, out=out, config=cfg,
-                                                                          validate=False)]
-                launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
-                t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
-                row = {"shape": label, "n": n, "k": k, "groups": G, "tokens": T,
-                       "nonempty": sum(1 for x in sizes if x), "max_group": max(sizes),
-                       "chosen": grouped.choose_config(T, G, n, k).name}
-                row.update({f"{name}_ms": v["median_ms"] for name, v in t.items()})
-                best = min(cfgs, key=lambda c: row[f"{c}_ms"])
-                row["best"] = best
-                rows.append(row)
-                print(f"{label:20s} G={G:3d} T={T:5d} best={best:11s} {row[best + '_ms']:.3f} torch={row['torch_ms']:.3f} "
-                      + " ".join(f"{c}={row[c + '_ms']:.3f}" for c in cfgs), flush=True)
-                del a, b, out
-                torch.cuda.empty_cache()
+    for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
+        label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
+        out = torch.empty((T, n), device="cuda", dtype=a.dtype)
+        launches = {}
+        for name, cfg in cfgs.items():
+            grouped.grouped_gemm(a, b, offs, out=out, config=cfg, validate=False)
+            launches[name] = [lambda cfg=cfg: grouped.grouped_gemm(a, b, offs, out=out, config=cfg,
+                                                                  validate=False)]
+        launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
+        t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+        row["chosen"] = grouped.choose_config(T, G, n, k).name
+        row.update({f"{name}_ms": v["median_ms"] for name, v in t.items()})
+        best = min(cfgs, key=lambda c: row[f"{c}_ms"])
+        row["best"] = best
+        rows.append(row)
+        print(f"{label:20s} G={G:3d} T={T:5d} best={best:11s} {row[best + '_ms']:.3f} torch={row['torch_ms']:.3f} "
+              + " ".join(f"{c}={row[c + '_ms']:.3f}" for c in cfgs), flush=True)
+        del a, b, out
     _write("grouped_gemm_sweep", {"rows": rows, "configs": SWEEP_CONFIGS}, out_dir)
 
 

@@ -28,6 +28,17 @@ def test_descriptor_updates_count_group_changes():
     assert grouped.descriptor_updates([1000], 512, 128, 128, 4) == [1, 1, 1, 1]
 
 
+def test_random_pairs_layouts():
+    pairs = grouped.random_pairs([(3, 16, 24), (0, 8, 16)], device="cpu")
+    (a, b), (a0, b0) = pairs
+    assert a.shape == (3, 24) and b.shape == (24, 16) and b.stride() == (1, 24)  # (N, K) storage, (K, N) view
+    assert a0.shape == (0, 16) and b0.shape == (16, 8)
+    (_, bn), _ = grouped.random_pairs([(3, 16, 24), (0, 8, 16)], b_major="n", device="cpu")
+    assert bn.shape == (24, 16) and bn.stride() == (16, 1)
+    again = grouped.random_pairs([(3, 16, 24), (0, 8, 16)], device="cpu")
+    assert torch.equal(again[0][0], a) and torch.equal(again[0][1], b)  # the seed fixes the data
+
+
 def test_random_problem_layouts_and_offsets():
     a, b, offs = grouped.random_problem([3, 0, 5], 16, 24, extra_rows=2, device="cpu")
     assert a.shape == (10, 24) and b.shape == (3, 24, 16) and grouped.b_major_of("b", b) == "k"
@@ -227,14 +238,7 @@ def test_matches_torch_grouped_mm():
 @pytest.mark.sm90
 @pytest.mark.parametrize("major", ["k", "n"])
 def test_list_form_matches_reference(major):
-    g = torch.Generator(device="cuda").manual_seed(5)
-    shapes = [(130, 256, 64), (0, 128, 64), (7, 512, 1024), (300, 136, 200), (64, 64, 64)]
-    pairs = []
-    for m, n, k in shapes:
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
-        b = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g).t() if major == "k"
-             else torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g))
-        pairs.append((a, b))
+    pairs = grouped.random_pairs(grouped.LIST_SHAPES, b_major=major, seed=5)
     outs = [torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
             for a, b in pairs]
     grouped.grouped_gemm_list(pairs, outs)

@@ -400,6 +400,27 @@ def random_problem(sizes, n: int, k: int, *, b_major: str = "k", dtype=None, see
     return a, b, offsets_of(sizes, device)
 
 
+#: The list form's mixed problems (M, N, K) of the check and the tests: an empty one, one below a tile, K not a
+#: multiple of the tile, N not a multiple of 16.
+LIST_SHAPES = ((130, 256, 64), (0, 128, 64), (7, 512, 1024), (300, 136, 200), (64, 64, 64))
+
+
+def random_pairs(shapes, *, b_major: str = "k", seed: int = 0, device="cuda") -> list:
+    """Random BF16 ``(a_i, b_i)`` for independent problems ``(M, N, K)`` in ``shapes`` (the list form).
+
+    ``b_major="k"``: each b stored (N, K) as nn.Linear does, passed as its (K, N) view; ``"n"``: stored (K, N).
+    """
+    import torch
+    gen = torch.Generator(device=device).manual_seed(seed)
+    pairs = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device=device, dtype=torch.bfloat16, generator=gen)
+        b = (torch.randn(n, k, device=device, dtype=torch.bfloat16, generator=gen).t() if b_major == "k"
+             else torch.randn(k, n, device=device, dtype=torch.bfloat16, generator=gen))
+        pairs.append((a, b))
+    return pairs
+
+
 def flops_bytes(m_sizes, n: int, k: int, dtype: str = "bfloat16") -> tuple[int, int]:
     """FLOPs and the bytes that must move at least once: A and C rows, and the weights of non-empty groups."""
     esize = DTYPE_BITS[dtype] // 8
