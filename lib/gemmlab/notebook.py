@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 
 from .tiers import TIERS, detect_tier, required_tier, tier_satisfies
 
@@ -238,12 +237,10 @@ def main(argv=None) -> int:
 
     import nbformat
 
-    from .runner import NoNotebooks, default_notebooks
+    from .runner import notebook_paths
 
-    try:
-        paths = [Path(p) for p in args.notebooks] or default_notebooks()
-    except NoNotebooks as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    paths = notebook_paths(args.notebooks)
+    if paths is None:
         return 2
     bad = 0
     for p in paths:

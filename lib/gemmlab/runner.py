@@ -43,6 +43,16 @@ class NoNotebooks(FileNotFoundError):
     """The course's notebooks are not where this copy of gemmlab looks for them."""
 
 
+def notebook_paths(names) -> list[Path] | None:
+    """``names`` as paths, or :func:`default_notebooks` when there are none; None (after printing why) if
+    there is no notebook to take: the command-line tools then exit 2."""
+    try:
+        return [Path(p) for p in names] or default_notebooks()
+    except NoNotebooks as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
 def default_notebooks() -> list[Path]:
     """``notebooks/*.ipynb`` of the checkout this package runs from; :class:`NoNotebooks` if there is none."""
     found = sorted(NOTEBOOKS.glob("*.ipynb")) if NOTEBOOKS.is_dir() else []
@@ -232,10 +242,8 @@ def main(argv=None) -> int:
                        help="folder for the executed notebooks (default: build/notebooks/ of the repository)")
     ap.add_argument("--timeout", type=_positive_seconds, default=900, help="seconds per cell, at least 1 (default 900)")
     args = ap.parse_args(argv)
-    try:
-        paths = [Path(p) for p in args.notebooks] or default_notebooks()
-    except NoNotebooks as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    paths = notebook_paths(args.notebooks)
+    if paths is None:
         return 2
     unique: dict[str, Path] = {}
     for p in paths:  # the same file named twice runs once
