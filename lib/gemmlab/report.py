@@ -69,6 +69,14 @@ def _family_section(doc: dict, host: dict | None) -> str:
                                    "rel. error"], rows)
 
 
+def _sanitizer_summary(path: Path) -> str:
+    """`` compute-sanitizer: <each SUMMARY line> (<the notes: '# ' lines after the title>).``"""
+    lines = path.read_text().splitlines()
+    notes = [ln.lstrip("# ").strip() for ln in lines[1:] if ln.startswith("# ")]
+    return (" compute-sanitizer: " + "; ".join(ln.strip("= ").strip() for ln in lines if "SUMMARY" in ln)
+            + (f" ({' '.join(notes)})" if notes else "") + ".")
+
+
 def _grouped_section(doc: dict, sanitizer: Path | None) -> str:
     from .grouped import summarize
 
@@ -84,10 +92,7 @@ def _grouped_section(doc: dict, sanitizer: Path | None) -> str:
             + f". Decode sets (≤ 16 tokens per expert): {s['decode_of_roofline_geomean']:.2f} of the HBM roofline "
             f"(lowest {s['decode_of_roofline_min']:.2f}). Largest error vs FP32: {s['max_rel_err']:.1e}.")
     if sanitizer is not None:
-        lines = sanitizer.read_text().splitlines()
-        notes = [ln.lstrip("# ").strip() for ln in lines[1:] if ln.startswith("# ")]
-        head += (" compute-sanitizer: " + "; ".join(ln.strip("= ").strip() for ln in lines if "SUMMARY" in ln)
-                 + (f" ({' '.join(notes)})" if notes else "") + ".")
+        head += _sanitizer_summary(sanitizer)
     return head
 
 
@@ -104,10 +109,7 @@ def _dual_gemm_section(doc: dict, check: dict | None, sanitizer: Path | None) ->
     if check is not None:
         head += f" Correct (poisoned outputs, rtol = atol = 1e-3) on {check['passed']} of {check['total']} shapes."
     if sanitizer is not None:
-        lines = sanitizer.read_text().splitlines()
-        notes = [ln.lstrip("# ").strip() for ln in lines[1:] if ln.startswith("# ")]
-        head += (" compute-sanitizer: " + "; ".join(ln.strip("= ").strip() for ln in lines if "SUMMARY" in ln)
-                 + (f" ({' '.join(notes)})" if notes else "") + ".")
+        head += _sanitizer_summary(sanitizer)
     rows = [[f"{r['m']}×{r['n']}×{r['k']}", f"{r['gemmlab_us']:.1f}", f"{r['stock_b_us']:.1f}",
              f"{r['reference_a_us']:.0f}", f"{r['prepared_kernel_us']:.1f}", f"{r['stock_b_kernels_us']:.1f}",
              f"{r['vs_b']:.2f}", f"{r['vs_b_kernel']:.2f}"] for r in doc["rows"] if "error" not in r]
