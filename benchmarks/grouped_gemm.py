@@ -177,7 +177,11 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
             "padded_bmm": [lambda: torch.bmm(a_pad, b, out=out_pad)],
         }
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2)
+        # The visiting order the heuristic did not choose (largest first or index order), for its gain.
+        other = not grouped.largest_first(cfg)
+        other_order = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, by_size=other)]
         tg = bench.time_interleaved({"gemmlab_kernel": launches["gemmlab_novalidate"],
+                                     "gemmlab_other_order_kernel": other_order,
                                      "torch_grouped_mm_kernel": launches["torch_grouped_mm"]},
                                     rounds=rounds, per_round=5, warmup=2, gpu_only=True)
         row.update({"config": cfg.name, "rel_err": err, "floor_ms": floor_ms,
@@ -186,19 +190,22 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
             row[f"{name}_ms"] = v["median_ms"]
         row["padded_flops_ratio"] = G * mmax / max(T, 1)
         for name in ("gemmlab", "gemmlab_novalidate", "torch_grouped_mm", "matmul_loop", "padded_bmm",
-                     "gemmlab_kernel", "torch_grouped_mm_kernel"):
+                     "gemmlab_kernel", "gemmlab_other_order_kernel", "torch_grouped_mm_kernel"):
             row[f"{name}_tflops"] = flops / (row[f"{name}_ms"] * 1e-3) / 1e12
         row["vs_torch"] = row["torch_grouped_mm_ms"] / row["gemmlab_ms"]
         row["vs_torch_novalidate"] = row["torch_grouped_mm_ms"] / row["gemmlab_novalidate_ms"]
         row["vs_torch_kernel"] = row["torch_grouped_mm_kernel_ms"] / row["gemmlab_kernel_ms"]
         row["vs_loop"] = row["matmul_loop_ms"] / row["gemmlab_ms"]
+        row["largest_first"] = not other
+        row["order_gain"] = row["gemmlab_other_order_kernel_ms"] / row["gemmlab_kernel_ms"]
         row["vs_padded"] = row["padded_bmm_ms"] / row["gemmlab_ms"]
         row["of_roofline"] = floor_ms / row["gemmlab_kernel_ms"]
         rows.append(row)
         print(f"{label:20s} G={G:3d} T={T:5d} {cfg.name:18s} err={err:.1e} "
               f"ours={row['gemmlab_ms']:.3f} nov={row['gemmlab_novalidate_ms']:.3f} "
               f"torch={row['torch_grouped_mm_ms']:.3f} loop={row['matmul_loop_ms']:.3f} "
-              f"x{row['vs_torch']:.2f} roof={row['of_roofline']:.2f}", flush=True)
+              f"x{row['vs_torch']:.2f} k{row['vs_torch_kernel']:.2f} order{row['order_gain']:.2f} "
+              f"roof={row['of_roofline']:.2f}", flush=True)
         del a, b, out, out_t, a_pad, out_pad
     summary = grouped.summarize(rows)
     _write("grouped_gemm", {"rows": rows, "summary": summary, "clocks": bench.gpu_clocks(),

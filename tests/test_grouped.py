@@ -13,17 +13,30 @@ from gemmlab.grouped_sm90 import compile_grouped
 
 # ---------------------------------------------------------------- the scheduler model (hand-worked)
 
-def test_tile_order_walks_groups_in_order_m_fastest():
+def test_tile_order_walks_groups_largest_first_m_fastest():
     # groups of 3, 0 and 130 rows; N = 256 in 128-wide tiles; 128-row tiles:
-    # group 0: 1 x 2 tiles, group 1: none, group 2: 2 x 2 tiles -> 6 tiles over 3 CTAs
+    # group 2 (largest) first: 2 x 2 tiles, then group 0: 1 x 2, group 1: none -> 6 tiles over 3 CTAs
     order = grouped.tile_order([3, 0, 130], 256, 128, 128, 3)
-    assert order == [[(0, 0, 0), (2, 1, 0)], [(0, 0, 1), (2, 0, 1)], [(2, 0, 0), (2, 1, 1)]]
+    assert order == [[(2, 0, 0), (2, 1, 1)], [(2, 1, 0), (0, 0, 0)], [(2, 0, 1), (0, 0, 1)]]
     flat = sorted(t for cta in order for t in cta)
     assert len(flat) == len(set(flat)) == 6
+    # index order (by_size=False): group 0's tiles first
+    order = grouped.tile_order([3, 0, 130], 256, 128, 128, 3, by_size=False)
+    assert order == [[(0, 0, 0), (2, 1, 0)], [(0, 0, 1), (2, 0, 1)], [(2, 0, 0), (2, 1, 1)]]
+
+
+def test_visit_order_ranks_sizes_ties_by_index():
+    assert grouped.visit_order([5, 9, 0, 9, 5]) == [1, 3, 0, 4, 2]
+    assert grouped.visit_order([5, 9, 0], by_size=False) == [0, 1, 2]
+    from gemmlab.grouped_sm90 import ORDER_MAX
+    many = list(range(ORDER_MAX + 1))  # past the shared-memory list: index order
+    assert grouped.visit_order(many) == many
+    assert grouped.visit_order(many[:ORDER_MAX])[:2] == [ORDER_MAX - 1, ORDER_MAX - 2]
 
 
 def test_descriptor_updates_count_group_changes():
-    assert grouped.descriptor_updates([3, 0, 130], 256, 128, 128, 3) == [2, 2, 1]
+    assert grouped.descriptor_updates([3, 0, 130], 256, 128, 128, 3) == [1, 2, 2]
+    assert grouped.descriptor_updates([3, 0, 130], 256, 128, 128, 3, by_size=False) == [2, 2, 1]
     # one group: every CTA rewrites once
     assert grouped.descriptor_updates([1000], 512, 128, 128, 4) == [1, 1, 1, 1]
 
@@ -209,15 +222,19 @@ GPU_CASES = [
     ([200, 0, 130, 64], 384, 512, "k", "SMALL"),
     ([3, 1, 0, 9] * 4, 512, 512, "n", "LARGE"),
     ([130, 260], 256, 200, "k", None),  # K not a multiple of the 64-wide k-tile
+    ([2, 0, 150] * 100, 256, 128, "k", "LARGE"),  # more groups than the ranked list holds: index order
 ]
 
 
 @pytest.mark.sm90
+@pytest.mark.parametrize("other_order", [False, True], ids=["chosen-order", "other-order"])
 @pytest.mark.parametrize("sizes, n, k, major, cname", GPU_CASES)
-def test_ragged_matches_fp32_reference(sizes, n, k, major, cname):
+def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
     a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes), extra=16)
     out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    grouped.grouped_gemm(a, b, offs, out=out, config=getattr(grouped, cname) if cname else None)
+    cfg = getattr(grouped, cname) if cname else grouped.choose_config(a.shape[0], len(sizes), n, k)
+    by_size = not grouped.largest_first(cfg) if other_order else None
+    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size)
     rows = sum(sizes)
     ref = grouped.reference(a, b, offs)
     got = out[:rows].float()

@@ -9,7 +9,11 @@ changes:
   (within a group, M fastest); CTA ``b`` takes tiles ``b, b + grid, ...`` and
   finds each tile's group with a cursor that only moves forward. The group
   sizes are read on the device (from torch's cumulative ``offs`` or from a
-  table of problems), so the host never waits for them.
+  table of problems), so the host never waits for them. Groups are visited
+  largest first (``by_size``): warp 1 of every CTA ranks the sizes into a
+  shared-memory list before the first tile (:func:`rank_groups`), so the
+  compute-bound experts run while the SMs are all busy and the short,
+  bandwidth-bound tiles of small experts fill the end.
 * **TMA descriptors rewritten on the device.** A TMA descriptor holds one
   tensor's address, sizes and strides. Each group has its own A, B and C, so
   when a CTA moves to a new group it rewrites its private copies of the
@@ -201,6 +205,42 @@ def group_tensor(which: cutlass.Constexpr, g: Int32, row0: Int32, m: Int32, n: I
     return cute.make_tensor(ptr, cute.make_layout((n, k), stride=(ld, 1)))
 
 
+ORDER_MAX = 256  # groups ranked in shared memory; beyond this they are visited in index order
+
+
+@cute.jit
+def rank_groups(order, sizes, offs, table, groups: Int32, rows: Int32, n: Int32, k: Int32, mode: cutlass.Constexpr):
+    """One warp writes ``order[i]``: the group visited ``i``-th, largest M first (ties: lower index first).
+
+    Each lane stages the sizes of groups ``lane, lane + 32, ...`` in shared
+    memory, then counts, for each of its groups, the groups that go before it:
+    that count is its place. A rank is a permutation, so no two lanes write one slot.
+    """
+    lane = cute.arch.lane_idx()
+    for g in cutlass.range(lane, groups, 32, unroll=1):
+        _, m, _, _ = group_shape(g, offs, table, rows, n, k, mode)
+        sizes[g] = m
+    cute.arch.sync_warp()
+    for g in cutlass.range(lane, groups, 32, unroll=1):
+        m = sizes[g]
+        place = Int32(0)
+        for h in cutlass.range(groups, unroll=4):
+            other = sizes[h]
+            if (other > m) | ((other == m) & (h < g)):
+                place = place + 1
+        order[place] = g
+
+
+@cute.jit
+def group_at(i: Int32, order, groups: Int32, by_size: cutlass.Constexpr):
+    """The group visited ``i``-th: ``order[i]`` when ranked, else ``i``."""
+    g = i
+    if cutlass.const_expr(by_size):
+        if groups <= ORDER_MAX:
+            g = order[i]
+    return g
+
+
 class GroupCursor:
     """Where a CTA is in the list of groups: the group, its first tile's number, its shape.
 
@@ -229,22 +269,26 @@ class GroupCursor:
 
 
 @cute.jit
-def first_group(offs, table, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr, bn: cutlass.Constexpr,
-                mode: cutlass.Constexpr):
-    row0, m, gn, gk = group_shape(Int32(0), offs, table, rows, n, k, mode)
+def first_group(order, groups: Int32, offs, table, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr,
+                bn: cutlass.Constexpr, mode: cutlass.Constexpr, by_size: cutlass.Constexpr):
+    row0, m, gn, gk = group_shape(group_at(Int32(0), order, groups, by_size), offs, table, rows, n, k, mode)
     mt, tiles = group_tiles(m, gn, bm, bn)
     return GroupCursor(0, 0, row0, m, gn, gk, mt, tiles)
 
 
 @cute.jit
-def seek(cur: GroupCursor, linear: Int32, groups: Int32, offs, table, rows: Int32, n: Int32, k: Int32,
-         bm: cutlass.Constexpr, bn: cutlass.Constexpr, mode: cutlass.Constexpr):
-    """Move ``cur`` forward to the group holding tile ``linear`` (``cur.g == groups`` past the last)."""
+def seek(cur: GroupCursor, linear: Int32, order, groups: Int32, offs, table, rows: Int32, n: Int32, k: Int32,
+         bm: cutlass.Constexpr, bn: cutlass.Constexpr, mode: cutlass.Constexpr, by_size: cutlass.Constexpr):
+    """Move ``cur`` forward to the group holding tile ``linear`` (``cur.g == groups`` past the last).
+
+    ``cur.g`` counts visits; :func:`group_at` turns it into the group's index.
+    """
     g, base, row0, m, gn, gk, mt, tiles = cur.g, cur.base, cur.row0, cur.m, cur.n, cur.k, cur.m_tiles, cur.tiles
     while (g < groups) & (linear >= base + tiles):
         base = base + tiles
         g = g + 1
-        row0, m, gn, gk = group_shape(cutlass.min(g, groups - 1), offs, table, rows, n, k, mode)
+        row0, m, gn, gk = group_shape(group_at(cutlass.min(g, groups - 1), order, groups, by_size),
+                                      offs, table, rows, n, k, mode)
         mt, tiles = group_tiles(m, gn, bm, bn)
     return GroupCursor(g, base, row0, m, gn, gk, mt, tiles)
 
@@ -265,7 +309,7 @@ def grouped_kernel(
     tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
     a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
-    ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr,
+    ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -286,6 +330,10 @@ def grouped_kernel(
     empty = smem.allocate_array(Int64, stages, byte_alignment=8)
     # Scratch copies of the descriptors being rewritten: A, B (producer), C (one per consumer).
     sDesc = smem.allocate_array(Int64, DESC_WORDS * (2 + consumers), byte_alignment=DESC_BYTES)
+    # The visiting order (largest group first) and the sizes it is ranked from.
+    order_len = ORDER_MAX if by_size else 1
+    sOrder = cute.make_tensor(smem.allocate_array(Int32, order_len, byte_alignment=4), cute.make_layout(order_len))
+    sSizes = cute.make_tensor(smem.allocate_array(Int32, order_len, byte_alignment=4), cute.make_layout(order_len))
 
     if warp == 0:
         with cute.arch.elect_one():
@@ -293,6 +341,10 @@ def grouped_kernel(
                 cute.arch.mbarrier_init(full + s, 1)
                 cute.arch.mbarrier_init(empty + s, 4 * consumers)
             cute.arch.mbarrier_init_fence()
+    if cutlass.const_expr(by_size):
+        if warp == 1:  # otherwise idle: ranks the groups while warp 0 sets up the barriers
+            if groups <= ORDER_MAX:
+                rank_groups(sOrder, sSizes, offs, table, groups, rows, n, k, mode)
     cute.arch.sync_threads()
 
     # ---------------------------------------------------------------- tile views (template coordinates)
@@ -316,20 +368,21 @@ def grouped_kernel(
             start_descriptor(tma_a, smem_a)
             start_descriptor(tma_b, smem_b)
             state = DevicePipelineState.producer(stages)
-            cur = first_group(offs, table, rows, n, k, BM, BN, mode)
+            cur = first_group(sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
             last = Int32(-1)
             flips = Int32(0)  # group changes so far: which of the two A/B slots is current
             linear = Int32(bid)
-            cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
+            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
             while cur.g < groups:
                 slot = flips % 2
                 if cur.g != last:
                     # A new group: rewrite A and B, publish them into the other slot.
                     flips = flips + 1
                     slot = flips % 2
-                    rewrite_descriptor(tma_a, group_tensor("a", cur.g, cur.row0, cur.m, cur.n, cur.k, tA0,
+                    g = group_at(cur.g, sOrder, groups, by_size)
+                    rewrite_descriptor(tma_a, group_tensor("a", g, cur.row0, cur.m, cur.n, cur.k, tA0,
                                                            b_group_stride, table, mode, b_major_n), smem_a)
-                    rewrite_descriptor(tma_b, group_tensor("b", cur.g, cur.row0, cur.m, cur.n, cur.k, tB0,
+                    rewrite_descriptor(tma_b, group_tensor("b", g, cur.row0, cur.m, cur.n, cur.k, tB0,
                                                            b_group_stride, table, mode, b_major_n), smem_b)
                     if cutlass.const_expr(fences):
                         publish_descriptor(global_slot(workspace, bid, slot), smem_a)
@@ -354,7 +407,7 @@ def grouped_kernel(
                               tma_bar_ptr=full + state.index, tma_desc_ptr=desc_b)
                     state.advance()
                 linear = linear + grid
-                cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
+                cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
             # Tail: every stage must be released before the CTA may exit.
             for _ in cutlass.range_constexpr(stages):
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)
@@ -375,10 +428,10 @@ def grouped_kernel(
 
         read = DevicePipelineState.consumer(stages)
         release = DevicePipelineState.consumer(stages)
-        cur = first_group(offs, table, rows, n, k, BM, BN, mode)
+        cur = first_group(sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
         last = Int32(-1)
         linear = Int32(bid)
-        cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
+        cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
         while cur.g < groups:
             m_tile, n_tile, kc = cur.tile(linear, BK)
 
@@ -392,7 +445,7 @@ def grouped_kernel(
                 if store_warp:
                     # Earlier stores must be done with the slot before it changes.
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
-                    rewrite_descriptor(tma_c, group_tensor("c", cur.g, cur.row0, cur.m, cur.n, cur.k, tC0,
+                    rewrite_descriptor(tma_c, group_tensor("c", group_at(cur.g, sOrder, groups, by_size), cur.row0, cur.m, cur.n, cur.k, tC0,
                                                            b_group_stride, table, mode, b_major_n), smem_c)
                     if cutlass.const_expr(fences):
                         publish_descriptor(global_slot(workspace, bid, c_slot), smem_c)
@@ -406,7 +459,7 @@ def grouped_kernel(
             store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
                        half, store_warp, cfg, c_type, desc_c)
             linear = linear + grid
-            cur = seek(cur, linear, groups, offs, table, rows, n, k, BM, BN, mode)
+            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
         if store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
 
@@ -419,7 +472,8 @@ def grouped_kernel(
 @cute.jit
 def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                    workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
-                   cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True):
+                   cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
+                   by_size: cutlass.Constexpr = True):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -449,18 +503,18 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                   cfg, mode, b_major_n, ab_type, c.element_type, fences).launch(
+                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True):
+def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
-        launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences)
+        launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size)
 
     return grouped_sm90_host
 
@@ -470,7 +524,7 @@ MODES = ("ragged", "table")
 
 
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
-                    target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True):
+                    target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
@@ -503,5 +557,5 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    return compile_for(target, grouped_host(cfg, mode, bool(fences)), a, b, c, offs, table, workspace, Int32(1), Int32(1),
+    return compile_for(target, grouped_host(cfg, mode, bool(fences), bool(by_size)), a, b, c, offs, table, workspace, Int32(1), Int32(1),
                        fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)
