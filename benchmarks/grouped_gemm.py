@@ -152,7 +152,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         out_t = torch.empty((T, n), device="cuda", dtype=a.dtype)
         flops, nbytes = grouped.flops_bytes(sizes, n, k)
         floor_ms = max(flops / peak, nbytes / hbm) * 1e3
-        cfg = grouped.choose_config(T, G, n, k)
+        cfg = grouped.choose_config(T, G, n, k, grouped.pairs_from(a.device))
         grouped.grouped_gemm(a, b, offs, out=out)  # compile + warm up
         ref = grouped.reference(a, b, offs)
         err = rel_err(out, ref, T)
@@ -221,13 +221,17 @@ SWEEP_CONFIGS = {
     "128x128 s5": dict(tile_m=128, tile_n=128, stages=5),
     "128x192 s4": dict(tile_m=128, tile_n=192, stages=4),
     "128x256 s4": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2),
+    "128x192 c2 s4": dict(tile_m=128, tile_n=192, stages=4, cluster=(2, 1)),
+    "128x256 c2 s4": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, cluster=(2, 1)),
 }
 
 
-def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, rounds=3):
+def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, rounds=3, configs=None,
+          doc_name="grouped_gemm_sweep"):
     """Kernel time of every swept configuration on the MoE sets (GPU only): the heuristic's data."""
     from gemmlab.family.configs import Sm90Config
-    cfgs = {name: Sm90Config(cluster=(1, 1), **kw) for name, kw in SWEEP_CONFIGS.items()}
+    cfgs = {name: Sm90Config(**{"cluster": (1, 1), **kw}) for name, kw in SWEEP_CONFIGS.items()
+            if configs is None or name in configs}
     rows = []
     for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
         label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
@@ -239,7 +243,7 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
                                                                   validate=False)]
         launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
-        row["chosen"] = grouped.choose_config(T, G, n, k).name
+        row["chosen"] = grouped.choose_config(T, G, n, k, grouped.pairs_from(a.device)).name
         row.update({f"{name}_ms": v["median_ms"] for name, v in t.items()})
         best = min(cfgs, key=lambda c: row[f"{c}_ms"])
         row["best"] = best
@@ -247,7 +251,7 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
         print(f"{label:20s} G={G:3d} T={T:5d} best={best:11s} {row[best + '_ms']:.3f} torch={row['torch_ms']:.3f} "
               + " ".join(f"{c}={row[c + '_ms']:.3f}" for c in cfgs), flush=True)
         del a, b, out
-    _write("grouped_gemm_sweep", {"rows": rows, "configs": SWEEP_CONFIGS}, out_dir)
+    _write(doc_name, {"rows": rows, "configs": {c: SWEEP_CONFIGS[c] for c in cfgs}}, out_dir)
 
 
 def _write(name, doc, out_dir):
@@ -256,7 +260,7 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "all"))
+    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "sweep_clusters", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -266,6 +270,10 @@ def main(argv=None):
         moe(args.out, tokens=(64, 4096), groups=(8, 128), shapes=MOE_SHAPES[:2], rounds=3)
     if args.what == "sweep":
         sweep(args.out)
+    if args.what == "sweep_clusters":  # the 128-row tiles with and without 2x1 clusters, every set of many tokens
+        sweep(args.out, tokens=(512, 4096, 16384), groups=GROUPS,
+              configs=("64x128 s8", "128x192 s4", "128x256 s4", "128x192 c2 s4", "128x256 c2 s4"),
+              doc_name="grouped_gemm_sweep_clusters")
     if args.what in ("moe", "all"):
         moe(args.out)
     return 0 if ok else 1

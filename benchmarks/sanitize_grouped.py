@@ -16,7 +16,7 @@ from gemmlab import grouped  # noqa: E402
 
 def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for cfg in (grouped.SMALL, grouped.MEDIUM, grouped.LARGE):
+    for cfg in (grouped.SMALL, grouped.MEDIUM, grouped.LARGE, grouped.MEDIUM_C2, grouped.LARGE_C2):
         sizes = [0, 70, 3, 0, 200, 1]
         n, k = 264, 200
         a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16, generator=gen)

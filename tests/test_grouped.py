@@ -25,6 +25,18 @@ def test_tile_order_walks_groups_largest_first_m_fastest():
     assert order == [[(0, 0, 0), (2, 1, 0)], [(0, 0, 1), (2, 0, 1)], [(2, 0, 0), (2, 1, 1)]]
 
 
+def test_tile_order_in_cluster_pairs():
+    # groups of 130 and 300 rows, N = 256, 128 x 128 tiles, 4 CTAs = 2 pairs. Largest first: group 1 has
+    # 3 M-tiles -> 2 pairs x 2 N-tiles = units 0-3; group 0: 2 M-tiles -> 1 pair x 2 = units 4-5.
+    order = grouped.tile_order([130, 300], 256, 128, 128, 4, cluster=2)
+    assert order[0] == [(1, 0, 0), (1, 0, 1), (0, 0, 0)]  # pair 0 takes units 0, 2, 4 (rank 0)
+    assert order[1] == [(1, 1, 0), (1, 1, 1), (0, 1, 0)]  # rank 1: the other M-tile of each pair
+    assert order[2] == [(1, 2, 0), (1, 2, 1), (0, 0, 1)]  # pair 1: units 1, 3, 5
+    assert order[3] == [(1, 3, 0), (1, 3, 1), (0, 1, 1)]  # M-tile 3 of group 1 is past its 300 rows
+    one = grouped.tile_order([130, 300], 256, 128, 128, 4)
+    assert grouped.tile_order([130, 300], 256, 128, 128, 4, cluster=1) == one
+
+
 def test_visit_order_ranks_sizes_ties_by_index():
     assert grouped.visit_order([5, 9, 0, 9, 5]) == [1, 3, 0, 4, 2]
     assert grouped.visit_order([5, 9, 0], by_size=False) == [0, 1, 2]
@@ -80,7 +92,13 @@ def test_flops_bytes_count_only_live_weights():
 def test_choose_config_by_tokens_per_expert():
     assert grouped.choose_config(64, 8, 4096, 7168) is grouped.SMALL
     assert grouped.choose_config(4096, 128, 4096, 7168) is grouped.MEDIUM
-    assert grouped.choose_config(16384, 8, 4096, 7168) is grouped.LARGE
+    assert grouped.choose_config(1900, 8, 4096, 7168) is grouped.LARGE  # 237 per expert, too few in all
+    assert grouped.choose_config(4096, 64, 4096, 7168) is grouped.LARGE
+    assert grouped.choose_config(4096, 64, 4096, 7168, pairs_from=41) is grouped.LARGE_C2
+    assert grouped.choose_config(16384, 8, 4096, 7168, pairs_from=41) is grouped.LARGE_C2
+    assert grouped.choose_config(4096, 128, 4096, 7168, pairs_from=41) is grouped.MEDIUM  # 32 per expert
+    assert grouped.choose_config(4096, 64, 4096, 7168, pairs_from=512) is grouped.LARGE  # 64 per expert
+    assert grouped.choose_config(4096, 8, 4096, 7168, pairs_from=512) is grouped.LARGE_C2
 
 
 # ---------------------------------------------------------------- argument checks (before any launch)
@@ -190,19 +208,30 @@ def test_store_waits_for_earlier_stores_before_rewriting_c(ragged_ptx):
 
 @pytest.mark.parametrize("mode", ["ragged", "table"])
 @pytest.mark.parametrize("b_major", ["k", "n"])
-@pytest.mark.parametrize("cfg", [grouped.SMALL, grouped.LARGE], ids=["small", "large"])
+@pytest.mark.parametrize("cfg", [grouped.SMALL, grouped.LARGE, grouped.LARGE_C2], ids=["small", "large", "large-c2"])
 def test_every_variant_compiles_for_sm90a(cfg, mode, b_major):
     ptx = ptx_of(compile_grouped(cfg, mode, b_major))
     assert "wgmma.mma_async.sync.aligned" in ptx
     assert "tensormap.cp_fenceproxy" in ptx
 
 
+def test_cluster_variant_multicasts_b_and_releases_both_ctas():
+    ptx = ptx_of(compile_grouped(grouped.LARGE_C2))
+    # B's slice goes to both CTAs through the rewritten descriptor; A stays per CTA
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\S*multicast::cluster", ptx)) == 1
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == 1
+    assert "barrier.cluster.wait" in ptx  # peers' barriers initialised before the first multicast
+    assert "mapa.shared::cluster" in ptx  # a consumer frees the stage in the peer CTA too
+    single = ptx_of(compile_grouped(grouped.LARGE))
+    assert "multicast::cluster" not in single and "mapa" not in single
+
+
 def test_compile_rejects_other_targets_and_clusters():
     with pytest.raises(ValueError, match="sm_90a"):
         compile_grouped(grouped.SMALL, target="sm_100a")
     from gemmlab.family.configs import Sm90Config
-    with pytest.raises(ValueError, match="clusters of one CTA"):
-        compile_grouped(Sm90Config())
+    with pytest.raises(ValueError, match=r"clusters of 1 or 2 CTAs along M"):
+        compile_grouped(Sm90Config(cluster=(1, 2)))
     with pytest.raises(ValueError, match="mode"):
         compile_grouped(grouped.SMALL, mode="padded")
 
@@ -223,6 +252,8 @@ GPU_CASES = [
     ([3, 1, 0, 9] * 4, 512, 512, "n", "LARGE"),
     ([130, 260], 256, 200, "k", None),  # K not a multiple of the 64-wide k-tile
     ([2, 0, 150] * 100, 256, 128, "k", "LARGE"),  # more groups than the ranked list holds: index order
+    ([0, 300, 0, 77, 129, 5], 384, 256, "k", "LARGE_C2"),  # 2x1 clusters: odd m-tile counts, empty groups
+    ([1, 7, 333, 63, 65, 2], 264, 136, "n", "MEDIUM_C2"),
 ]
 
 
@@ -232,7 +263,8 @@ GPU_CASES = [
 def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
     a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes), extra=16)
     out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cfg = getattr(grouped, cname) if cname else grouped.choose_config(a.shape[0], len(sizes), n, k)
+    chosen = grouped.choose_config(a.shape[0], len(sizes), n, k, grouped.pairs_from(a.device))
+    cfg = getattr(grouped, cname) if cname else chosen
     by_size = not grouped.largest_first(cfg) if other_order else None
     grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size)
     rows = sum(sizes)

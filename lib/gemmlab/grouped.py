@@ -29,27 +29,58 @@ _DUMMIES: dict = {}
 SMALL = Sm90Config(tile_m=64, tile_n=128, tile_k=64, stages=8, cluster=(1, 1), epi_n=32, epi_stages=4)
 MEDIUM = Sm90Config(tile_m=128, tile_n=192, tile_k=64, stages=4, cluster=(1, 1), epi_n=32, epi_stages=4)
 LARGE = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(1, 1), epi_n=32, epi_stages=2)
+#: The two large tiles in clusters of two CTAs along M that share each B tile (the expert's weights) by multicast.
+MEDIUM_C2 = Sm90Config(tile_m=128, tile_n=192, tile_k=64, stages=4, cluster=(2, 1), epi_n=32, epi_stages=4)
+LARGE_C2 = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(2, 1), epi_n=32, epi_stages=2)
 
 
-def choose_config(tokens: int, groups: int, n: int, k: int) -> Sm90Config:
+#: Tokens per expert from which the 2-CTA clusters were measured faster, by GPU (``GPUSpec.short``;
+#: ``benchmarks/grouped_gemm.py sweep_clusters``). Other GPUs: never (not measured).
+PAIRS_FROM = {"H100": 41, "H200": 512}
+
+
+def pairs_from(device) -> float:
+    """:data:`PAIRS_FROM` for CUDA ``device``: the ``pairs_from`` argument of :func:`choose_config`."""
+    import torch
+
+    from . import hardware
+    index = torch.device(device).index
+    spec = hardware.device_spec(torch.cuda.current_device() if index is None else index)
+    return PAIRS_FROM.get(spec.short, float("inf")) if spec is not None else float("inf")
+
+
+def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = float("inf")) -> Sm90Config:
     """A tile configuration from the average tokens per expert (the host never reads ``offs``).
 
-    Measured on an H100 (``benchmarks/grouped_gemm.py sweep``: six tiles on 48
-    MoE sets; ``results/<device>/grouped_gemm_sweep.json``):
+    Measured on H100s (``benchmarks/grouped_gemm.py sweep`` and ``sweep_clusters``;
+    ``results/<device>/grouped_gemm_sweep*.json``):
 
     * up to 24 tokens per expert (decode): every expert's weights are read
       once whatever the tile, so the 64 x 128 tile: the least MMA work wasted on
       rows past a group's end, and enough tiles to spread the weights over the SMs;
-    * up to 160: 128 x 192, between the two;
-    * more: the large 128 x 256 tile, which re-reads A and B the least.
+    * up to 40, or fewer than 2048 tokens in all: 128 x 192 (128 x 256 past
+      160 per expert), one CTA per tile;
+    * more: 128 x 256, from ``pairs_from`` tokens per expert (:data:`PAIRS_FROM`)
+      in clusters of two CTAs along M that share each weight tile by
+      multicast: half the L2 -> SM traffic for B. On the second of two H100s
+      we measured this is the largest step, 0.97-1.36x over the same tile
+      alone from 64 tokens per expert (the first H100 ran the tile alone as
+      fast as the second ran the pairs); on the H200 the pairs pay only from
+      512 tokens per expert (0.98-1.11x there, 0.74-1.02x below).
     """
     del n, k
     per_expert = tokens / max(groups, 1)
     if per_expert <= 24:
         return SMALL
-    if per_expert <= 160:
-        return MEDIUM
-    return LARGE
+    if per_expert <= 40 or tokens < 2048:
+        return MEDIUM if per_expert <= 160 else LARGE
+    return LARGE_C2 if per_expert >= pairs_from else LARGE
+
+
+def persistent_grid(cfg: Sm90Config, sms: int, m_units: int, n_tiles: int) -> int:
+    """CTAs to launch: one per SM, whole clusters, no more clusters than there are work units (an upper bound)."""
+    cm = cfg.cluster[0]
+    return cm * max(1, min(sms // cm, m_units * n_tiles))
 
 
 def largest_first(cfg: Sm90Config) -> bool:
@@ -249,10 +280,9 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     groups, _, n = b.shape
     if out is None:
         out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
-    cfg = config or choose_config(rows, groups, n, k)
+    cfg = config or choose_config(rows, groups, n, k, pairs_from(a.device))
     sms = hardware.sm_count(a.device)
-    tiles_bound = (-(-rows // cfg.tile_m) + groups) * -(-n // cfg.tile_n)
-    grid = max(1, min(sms, tiles_bound))
+    grid = persistent_grid(cfg, sms, -(-rows // (cfg.tile_m * cfg.cluster[0])) + groups, -(-n // cfg.tile_n))
     fn = compiled(cfg, "ragged", major, fences, largest_first(cfg) if by_size is None else bool(by_size))
     _, table = _dummies(a.device)
     workspace = _workspace(a.device, sms, cfg)
@@ -337,12 +367,13 @@ def grouped_gemm_list(pairs, outs=None, *, config: Sm90Config | None = None):
     table = table.to(a0.device, non_blocking=True)
     (a_0, b_0), c_0 = live[0]
     tokens = sum(p[0].shape[0] for p, _ in live)
-    cfg = config or choose_config(tokens, len(live), max(p[1].shape[1] for p, _ in live), 0)
+    cfg = config or choose_config(tokens, len(live), max(p[1].shape[1] for p, _ in live), 0,
+                                  pairs_from(a0.device))
     sms = hardware.sm_count(a0.device)
-    tiles = sum(-(-p[0].shape[0] // cfg.tile_m) * -(-p[1].shape[1] // cfg.tile_n) for p, _ in live)
+    units = sum(-(-p[0].shape[0] // (cfg.tile_m * cfg.cluster[0])) * -(-p[1].shape[1] // cfg.tile_n) for p, _ in live)
     fn = compiled(cfg, "table", major, True, largest_first(cfg))
     offs, _ = _dummies(a0.device)
-    fn(a_0, b_0, c_0, offs, table, _workspace(a0.device, sms, cfg), len(live), max(1, min(sms, tiles)))
+    fn(a_0, b_0, c_0, offs, table, _workspace(a0.device, sms, cfg), len(live), persistent_grid(cfg, sms, units, 1))
     return outs
 
 
@@ -376,19 +407,24 @@ def visit_order(m_sizes, by_size: bool = True) -> list[int]:
     return sorted(groups, key=lambda g: (-m_sizes[g], g))
 
 
-def tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, by_size: bool = True):
+def tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, by_size: bool = True, cluster: int = 1):
     """CPU model of the kernel's scheduler: for each CTA, its tiles as ``(group, m_tile, n_tile)``.
 
     Tiles are numbered group after group in :func:`visit_order` (largest group
     first), M fastest inside a group; CTA ``b`` takes ``b, b + grid, ...``.
-    Groups with no rows have no tiles.
+    Groups with no rows have no tiles. With ``cluster = 2`` the numbered units
+    are pairs of M-tiles: cluster ``c = b // 2`` takes units ``c, c + grid / 2,
+    ...`` and its CTA of rank ``b % 2`` the pair's M-tile ``2 * pair + rank``,
+    which lies past the group's rows when the group has an odd number of them.
     """
     order = []
     for g in visit_order(m_sizes, by_size):
         m = m_sizes[g]
-        mt, nt = -(-m // tile_m), -(-n // tile_n)
-        order += [(g, i % mt, i // mt) for i in range(mt * nt)]
-    return [order[b::grid] for b in range(grid)]
+        mu, nt = -(-m // (tile_m * cluster)), -(-n // tile_n)
+        order += [(g, i % mu, i // mu) for i in range(mu * nt)]
+    clusters = grid // cluster
+    return [[(g, pair * cluster + b % cluster, nt) for g, pair, nt in order[b // cluster::clusters]]
+            for b in range(clusters * cluster)]
 
 
 def descriptor_updates(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, by_size: bool = True) -> list[int]:

@@ -23,6 +23,11 @@ changes:
   ``fence.proxy.tensormap::generic.acquire`` before the first TMA that uses it.
   A group's edge is then an edge of its tensors: TMA zero-fills the rows a
   tile reads past the group's end and drops the rows it would store there.
+* **Clusters inside a group** (``cfg.cluster = (2, 1)``). A unit of work is
+  two M-tiles of one group and one N-tile; the cluster's two CTAs take one
+  each and share the weight tile by multicast. Units never straddle groups,
+  so both CTAs always describe the same group; the second CTA of a pair
+  past the group's rows gets a zero-filled A and a dropped store.
 
 Descriptor slots (128 bytes each, in a global workspace, one set per CTA):
     A: 2 slots, B: 2 slots (the producer alternates between them at each group
@@ -263,7 +268,10 @@ class GroupCursor:
         return GroupCursor(*(Int32(v) for v in values))
 
     def tile(self, linear, bk: int):
-        """``(m_tile, n_tile, k-blocks)`` of tile ``linear`` inside this group (M fastest, as :func:`seek` counts)."""
+        """``(m unit, n_tile, k-blocks)`` of unit ``linear`` inside this group (M fastest, as :func:`seek` counts).
+
+        An m unit is one M-tile, or two for a cluster pair (the cursor then counts 2 x tile_m rows per unit).
+        """
         local = linear - self.base
         return local % self.m_tiles, local // self.m_tiles, (self.k + bk - 1) // bk
 
@@ -320,6 +328,16 @@ def grouped_kernel(
     wg = warp // 4
     bid, _, _ = cute.arch.block_idx()
     grid, _, _ = cute.arch.grid_dim()
+    # Clusters of CM CTAs along M (cfg.cluster = (2, 1)): the CTAs of a cluster take the
+    # CM m-tiles of one unit (group, m-tile pair, n-tile) and share its B (the expert's
+    # weights) by multicast; units are numbered as tiles are, with CM * BM-row m-tiles.
+    CM = cfg.cluster[0]
+    UM = CM * BM
+    cluster_id = bid // CM
+    num_clusters = grid // CM
+    rank = Int32(0)
+    if cutlass.const_expr(CM > 1):
+        rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
 
     # ---------------------------------------------------------------- shared memory
     smem = SmemAllocator()
@@ -339,13 +357,17 @@ def grouped_kernel(
         with cute.arch.elect_one():
             for s in cutlass.range_constexpr(stages):
                 cute.arch.mbarrier_init(full + s, 1)
-                cute.arch.mbarrier_init(empty + s, 4 * consumers)
+                cute.arch.mbarrier_init(empty + s, 4 * consumers * CM)  # every consumer warp of the cluster
             cute.arch.mbarrier_init_fence()
     if cutlass.const_expr(by_size):
         if warp == 1:  # otherwise idle: ranks the groups while warp 0 sets up the barriers
             if groups <= ORDER_MAX:
                 rank_groups(sOrder, sSizes, offs, table, groups, rows, n, k, mode)
     cute.arch.sync_threads()
+    if cutlass.const_expr(CM > 1):
+        # The peer's barriers must be initialised before a multicast or a remote arrive touches them.
+        cute.arch.cluster_arrive_relaxed()
+        cute.arch.cluster_wait()
 
     # ---------------------------------------------------------------- tile views (template coordinates)
     # The descriptors' coordinates are tile indices inside the current group's
@@ -354,8 +376,10 @@ def grouped_kernel(
     gB = cute.local_tile(mB, (BN, BK), (None, None))  # (BN, BK, n_tiles, k_tiles)
     tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
                                        cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
-    tBsB, tBgB = cpasync.tma_partition(tma_b, 0, cute.make_layout(1),
+    # B is split between the cluster's CTAs: each loads its slice and multicasts it to both.
+    tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(CM),
                                        cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+    mcast_mask = cutlass.Int16((1 << CM) - 1)
     stage_bytes = cute.size_in_bytes(ab_type, cute.slice_(a_smem, (None, None, 0))) + \
         cute.size_in_bytes(ab_type, cute.slice_(b_smem, (None, None, 0)))
 
@@ -368,11 +392,11 @@ def grouped_kernel(
             start_descriptor(tma_a, smem_a)
             start_descriptor(tma_b, smem_b)
             state = DevicePipelineState.producer(stages)
-            cur = first_group(sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
+            cur = first_group(sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             last = Int32(-1)
             flips = Int32(0)  # group changes so far: which of the two A/B slots is current
-            linear = Int32(bid)
-            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
+            linear = Int32(cluster_id)
+            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             while cur.g < groups:
                 slot = flips % 2
                 if cur.g != last:
@@ -396,19 +420,24 @@ def grouped_kernel(
                 desc_a = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, slot), cute.AddressSpace.generic)
                 desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, A_SLOTS + slot),
                                                  cute.AddressSpace.generic)
-                m_tile, n_tile, k_tiles = cur.tile(linear, BK)
-                for kt in cutlass.range(k_tiles, unroll=1):
+                m_unit, n_tile, k_tiles = cur.tile(linear, BK)
+                m_tile = m_unit * CM + rank  # past the group's rows for the second CTA of an odd pair:
+                for kt in cutlass.range(k_tiles, unroll=1):  # TMA zero-fills that A, the store drops it
                     cute.arch.mbarrier_wait(empty + state.index, state.phase)
                     with cute.arch.elect_one():
                         cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)
                     cute.copy(tma_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
                               tma_bar_ptr=full + state.index, tma_desc_ptr=desc_a)
-                    cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
-                              tma_bar_ptr=full + state.index, tma_desc_ptr=desc_b)
+                    if cutlass.const_expr(CM > 1):
+                        cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
+                                  tma_bar_ptr=full + state.index, mcast_mask=mcast_mask, tma_desc_ptr=desc_b)
+                    else:
+                        cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
+                                  tma_bar_ptr=full + state.index, tma_desc_ptr=desc_b)
                     state.advance()
-                linear = linear + grid
-                cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
-            # Tail: every stage must be released before the CTA may exit.
+                linear = linear + num_clusters
+                cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+            # Tail: every stage must be released (by every consumer of the cluster) before the CTA may exit.
             for _ in cutlass.range_constexpr(stages):
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)
                 state.advance()
@@ -428,24 +457,26 @@ def grouped_kernel(
 
         read = DevicePipelineState.consumer(stages)
         release = DevicePipelineState.consumer(stages)
-        cur = first_group(sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
+        cur = first_group(sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         last = Int32(-1)
-        linear = Int32(bid)
-        cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
+        linear = Int32(cluster_id)
+        cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         while cur.g < groups:
-            m_tile, n_tile, kc = cur.tile(linear, BK)
+            m_unit, n_tile, kc = cur.tile(linear, BK)
+            m_tile = m_unit * CM + rank
 
             # ---- main loop (chapter 07's): one wgmma batch in flight, free the stage before it
             acc.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-            read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, 1)
+            read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM)
 
             # ---- a new group: this warpgroup's C descriptor describes the group's C
             if cur.g != last:
                 if store_warp:
                     # Earlier stores must be done with the slot before it changes.
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
-                    rewrite_descriptor(tma_c, group_tensor("c", group_at(cur.g, sOrder, groups, by_size), cur.row0, cur.m, cur.n, cur.k, tC0,
+                    g = group_at(cur.g, sOrder, groups, by_size)
+                    rewrite_descriptor(tma_c, group_tensor("c", g, cur.row0, cur.m, cur.n, cur.k, tC0,
                                                            b_group_stride, table, mode, b_major_n), smem_c)
                     if cutlass.const_expr(fences):
                         publish_descriptor(global_slot(workspace, bid, c_slot), smem_c)
@@ -458,8 +489,8 @@ def grouped_kernel(
             # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
             store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
                        half, store_warp, cfg, c_type, desc_c)
-            linear = linear + grid
-            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, BM, BN, mode, by_size)
+            linear = linear + num_clusters
+            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         if store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
 
@@ -491,10 +522,12 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     b_layout = utils.LayoutEnum.from_tensor(b_nk)
     tiled_mma, epi_mma, a_smem, b_smem, c_smem, _ = mma_and_smem_layouts(a, b_nk, c, cfg)
     epi_tile = (WG_ROWS, cfg.epi_n)
+    cm = cfg.cluster[0]
     g2s = cpasync.CopyBulkTensorTileG2SOp()
+    b_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1 else g2s
     tma_a, tA = cpasync.make_tiled_tma_atom(g2s, a, cute.slice_(a_smem, (None, None, 0)), (cfg.tile_m, cfg.tile_k))
-    tma_b, tB = cpasync.make_tiled_tma_atom(g2s, b_nk, cute.slice_(b_smem, (None, None, 0)),
-                                            (cfg.tile_n, cfg.tile_k))
+    tma_b, tB = cpasync.make_tiled_tma_atom(b_op, b_nk, cute.slice_(b_smem, (None, None, 0)),
+                                            (cfg.tile_n, cfg.tile_k), num_multicast=cm)
     tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), c,
                                             cute.slice_(c_smem, (None, None, 0)), epi_tile)
     rows = cute.size(c, mode=[0])
@@ -504,7 +537,7 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
                    cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size).launch(
-        grid=(grid, 1, 1), block=(cfg.threads, 1, 1), stream=stream)
+        grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
@@ -541,8 +574,9 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     cfg = cfg or Sm90Config()
     if not isinstance(cfg, Sm90Config):
         raise TypeError(f"cfg must be an Sm90Config; got {type(cfg).__name__}")
-    if cfg.cluster != (1, 1) or cfg.swap_ab or cfg.split_k:
-        raise ValueError(f"cfg: the grouped kernel runs clusters of one CTA, no swap, no split-K; got {cfg.name}")
+    if cfg.cluster not in ((1, 1), (2, 1)) or cfg.swap_ab or cfg.split_k:
+        raise ValueError(f"cfg: the grouped kernel runs clusters of 1 or 2 CTAs along M (cluster (1, 1) or "
+                         f"(2, 1)), no swap, no split-K; got {cfg.name}")
     check_choice("mode", mode, MODES)
     check_choice("b_major", b_major, ("k", "n"))
     dt, ct = _CUTLASS_TYPES[cfg.dtype], _CUTLASS_TYPES[cfg.out_dtype]
@@ -557,5 +591,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    return compile_for(target, grouped_host(cfg, mode, bool(fences), bool(by_size)), a, b, c, offs, table, workspace, Int32(1), Int32(1),
-                       fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size))
+    return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
+                       tvm_ffi=tvm_ffi)

@@ -11,13 +11,15 @@ def check_tiles_and_rewrites(answer) -> bool:
     """Predict, then run: ``(tiles in all, descriptor rewrites by CTA 0)`` for :data:`ORDER_PROBLEM`."""
     return verdict("tiles and rewrites", answer, solution_tiles_and_rewrites(),
                    "Count ceil(M / 128) x ceil(512 / 128) tiles per group (an empty group has none), number them "
-                   "group after group with M fastest, give CTA 0 tiles 0, 5, 10, ...; it rewrites its descriptors "
-                   "each time its next tile lies in another group than the previous one (and for its first).")
+                   "group after group, largest group first, M fastest; give CTA 0 tiles 0, 5, 10, ...; it rewrites "
+                   "its descriptors each time its next tile lies in another group than the previous one (and for "
+                   "its first).")
 
 
 def solution_tiles_and_rewrites():
-    # 3 x 4 + 0 + 1 x 4 + 5 x 4 = 36 tiles. CTA 0 takes 0, 5, ..., 35: tiles 0-11 are group 0,
-    # 12-15 group 2, 16-35 group 3, so it enters group 0 (tile 0), group 2 (tile 15), group 3 (tile 20).
+    # 3 x 4 + 0 + 1 x 4 + 5 x 4 = 36 tiles, largest group first: tiles 0-19 are group 3 (520 rows),
+    # 20-31 group 0 (300), 32-35 group 2 (70). CTA 0 takes 0, 5, ..., 35, so it enters group 3 (tile 0),
+    # group 0 (tile 20) and group 2 (tile 35).
     from ..grouped import descriptor_updates, tile_order
 
     p = ORDER_PROBLEM
