@@ -319,3 +319,5 @@ def test_exercise_solutions_by_hand(ragged_ptx):
     assert {v.split(".global")[0].split(".gpu")[0] for v in vanished} == ch08.solution_fence_instructions()
     assert names(broken) and all(n.startswith("tensormap.replace") for n in names(broken))
     assert ch08.solution_decode_floor_us() == round(23 * 4096 * 7168 * 2 / 3.35e12 * 1e6)
+    assert ch08.solution_pair_waste() == (1 + 1 + 1) * 4  # 520, 70 and 300 rows: an odd count of M-tiles each
+    assert sum(len(t) for t in grouped.tile_order(**ch08.PAIR_PROBLEM)) == (3 + 1 + 2) * 2 * 4

@@ -53,3 +53,25 @@ def check_decode_floor_us(answer) -> bool:
 
 def solution_decode_floor_us():
     return round(23 * 4096 * 7168 * 2 / 3.35e12 * 1e6)  # 403
+
+
+#: The grouped problem of exercise 4: rows per group, N, tile, CTAs, in clusters of two CTAs along M.
+PAIR_PROBLEM = dict(m_sizes=[520, 70, 300], n=512, tile_m=128, tile_n=128, grid=6, cluster=2)
+
+
+def check_pair_waste(answer) -> bool:
+    """Pairs past the rows: of the tiles the CTAs of :data:`PAIR_PROBLEM` are handed, how many lie wholly past
+    their group's rows (TMA zero-fills their A, their store is dropped: tensor-core work for nothing)?"""
+    return verdict("tiles past the rows", answer, solution_pair_waste(),
+                   "Count each group's M-tiles and the pairs they make (grouped.tile_order(**ch08.PAIR_PROBLEM) "
+                   "hands them out); a tile is past the rows when it starts at or after the group's last row.")
+
+
+def solution_pair_waste():
+    # 520 rows: 5 M-tiles in 3 pairs, 70 rows: 1 in 1 pair, 300 rows: 3 in 2 pairs -> one empty slot per
+    # group, times 4 N-tiles each: 12 of the 48 tiles handed out.
+    from ..grouped import tile_order
+
+    p = PAIR_PROBLEM
+    handed = [t for cta in tile_order(**p) for t in cta]
+    return sum(1 for g, m_tile, _ in handed if m_tile * p["tile_m"] >= p["m_sizes"][g])  # 12
