@@ -37,6 +37,12 @@ def test_tile_order_in_cluster_pairs():
     assert grouped.tile_order([130, 300], 256, 128, 128, 4, cluster=1) == one
 
 
+def test_largest_first_only_for_single_cta_128_row_tiles():
+    assert grouped.largest_first(grouped.MEDIUM) and grouped.largest_first(grouped.LARGE)
+    assert not grouped.largest_first(grouped.SMALL)
+    assert not grouped.largest_first(grouped.LARGE_C2) and not grouped.largest_first(grouped.MEDIUM_C2)
+
+
 def test_visit_order_ranks_sizes_ties_by_index():
     assert grouped.visit_order([5, 9, 0, 9, 5]) == [1, 3, 0, 4, 2]
     assert grouped.visit_order([5, 9, 0], by_size=False) == [0, 1, 2]

@@ -86,15 +86,18 @@ def persistent_grid(cfg: Sm90Config, sms: int, m_units: int, n_tiles: int) -> in
 def largest_first(cfg: Sm90Config) -> bool:
     """Whether the kernel visits the groups largest first with tile ``cfg`` (else in index order).
 
-    Measured on an H100 (``benchmarks/grouped_gemm.py moe``, the
-    ``order_gain`` column: the other order's time over the chosen one's): with 128-row tiles, on sets of many
-    tokens, largest first is up to 1.17x faster: the big, compute-bound
-    experts run while every SM is busy and the short tiles of small experts
-    fill the end. With the 64-row decode tile every expert is one weight
-    stream and ranking the groups costs each CTA a few microseconds up front:
-    up to 10 % slower there, so index order.
+    Measured on an H100 and an H200 (``benchmarks/grouped_gemm.py moe``, the
+    ``order_gain`` column: the other order's time over the chosen one's):
+    with 128-row tiles run one CTA each, on sets of many tokens, largest
+    first is up to 1.17x faster: the big, compute-bound experts run while
+    every SM is busy and the short tiles of small experts fill the end. With
+    the 64-row decode tile every expert is one weight stream and ranking the
+    groups costs each CTA a few microseconds up front: up to 1.14x slower
+    there. In 2-CTA clusters neither order wins on the H100 (0.96-1.05x over
+    two runs) and index order is 1-3 % ahead on the H200 (we have not looked
+    into why), so index order for both.
     """
-    return cfg.tile_m > 64
+    return cfg.tile_m > 64 and cfg.cluster == (1, 1)
 
 
 def _have_tvm_ffi() -> bool:
