@@ -9,8 +9,9 @@ changes:
   (within a group, M fastest); CTA ``b`` takes tiles ``b, b + grid, ...`` and
   finds each tile's group with a cursor that only moves forward. The group
   sizes are read on the device (from torch's cumulative ``offs`` or from a
-  table of problems), so the host never waits for them. Groups are visited
-  largest first (``by_size``): warp 1 of every CTA ranks the sizes into a
+  table of problems), so the host never waits for them. With ``by_size``
+  (the host sets it for 128-row tiles run one CTA each) the groups are
+  visited largest first: warp 1 of every CTA ranks the sizes into a
   shared-memory list before the first tile (:func:`rank_groups`), so the
   compute-bound experts run while the SMs are all busy and the short,
   bandwidth-bound tiles of small experts fill the end.
@@ -348,7 +349,7 @@ def grouped_kernel(
     empty = smem.allocate_array(Int64, stages, byte_alignment=8)
     # Scratch copies of the descriptors being rewritten: A, B (producer), C (one per consumer).
     sDesc = smem.allocate_array(Int64, DESC_WORDS * (2 + consumers), byte_alignment=DESC_BYTES)
-    # The visiting order (largest group first) and the sizes it is ranked from.
+    # The visiting order (largest group first, with by_size) and the sizes it is ranked from.
     order_len = ORDER_MAX if by_size else 1
     sOrder = cute.make_tensor(smem.allocate_array(Int32, order_len, byte_alignment=4), cute.make_layout(order_len))
     sSizes = cute.make_tensor(smem.allocate_array(Int32, order_len, byte_alignment=4), cute.make_layout(order_len))
