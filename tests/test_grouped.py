@@ -43,6 +43,16 @@ def test_largest_first_only_for_single_cta_128_row_tiles():
     assert not grouped.largest_first(grouped.LARGE_C2) and not grouped.largest_first(grouped.MEDIUM_C2)
 
 
+def test_tile_order_figures(tmp_path, monkeypatch):
+    import gemmlab.figures as figs
+    from gemmlab import grouped_tables as gt
+
+    monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
+    for cluster in (1, 2):  # the pairs' figure draws the slots past the rows too: every handed-out tile has a cell
+        p = gt.draw_tile_order([300, 0, 70, 520], 512, 128, 128, 6, name=f"t{cluster}", cluster=cluster)
+        assert p.exists() and p.stat().st_size > 1000
+
+
 def test_visit_order_ranks_sizes_ties_by_index():
     assert grouped.visit_order([5, 9, 0, 9, 5]) == [1, 3, 0, 4, 2]
     assert grouped.visit_order([5, 9, 0], by_size=False) == [0, 1, 2]

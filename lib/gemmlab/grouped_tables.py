@@ -5,35 +5,42 @@ from .bench import geomean
 from .grouped import tile_order
 
 
-def draw_tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, name: str = "08_tile_order"):
+def draw_tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, name: str = "08_tile_order",
+                    cluster: int = 1):
     """Every tile of a grouped problem, coloured by the CTA that computes it, labelled with its turn.
 
     One panel per group (empty groups shown empty): rows are M tiles, columns N
     tiles. The label ``b:i`` is CTA ``b``'s ``i``-th tile; the heavy outline marks
     the tiles where a CTA enters a new group, i.e. rewrites its descriptors.
+    With ``cluster = 2`` (the 2-CTA pairs, which visit the groups in index
+    order, as :func:`gemmlab.grouped.largest_first` has the kernel do), a hatched
+    grey tile is one a pair's second CTA is handed past its group's rows.
     """
     import matplotlib.pyplot as plt
 
     from .figures import new_figure, save
 
-    order = tile_order(m_sizes, n, tile_m, tile_n, grid)
+    order = tile_order(m_sizes, n, tile_m, tile_n, grid, by_size=cluster == 1, cluster=cluster)
     where = {}
     for cta, tiles in enumerate(order):
         for i, t in enumerate(tiles):
             new_group = i == 0 or tiles[i - 1][0] != t[0]
             where[t] = (cta, i, new_group)
     nt = -(-n // tile_n)
+    slots = [-(-m // (tile_m * cluster)) * cluster for m in m_sizes]  # M-tiles handed out, per group
     widths = [nt] * len(m_sizes)
     fig, axes = new_figure(1, len(m_sizes), figsize=(0.9 * sum(widths) + 1.5, 3.2), squeeze=False,
                            gridspec_kw={"width_ratios": widths})
     cmap = plt.get_cmap("tab10")
-    tallest = max(max(-(-m // tile_m) for m in m_sizes), 1)
+    tallest = max(max(slots), 1)
     for g, (ax, m) in enumerate(zip(axes[0], m_sizes)):
         mt = -(-m // tile_m)
-        for mi in range(mt):
+        for mi in range(slots[g]):
             for ni in range(nt):
                 cta, i, new = where[(g, mi, ni)]
-                ax.add_patch(plt.Rectangle((ni, mi), 1, 1, facecolor=cmap(cta % 10), alpha=0.55,
+                past = mi >= mt
+                ax.add_patch(plt.Rectangle((ni, mi), 1, 1, facecolor="lightgrey" if past else cmap(cta % 10),
+                                           alpha=0.55, hatch="//" if past else None,
                                            edgecolor="black", lw=2.2 if new else 0.6))
                 ax.text(ni + 0.5, mi + 0.5, f"{cta}:{i}", ha="center", va="center", fontsize=8)
         ax.set_xlim(0, nt)
@@ -41,7 +48,8 @@ def draw_tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, name: 
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_title(f"group {g}: M = {m}" + (" (no tiles)" if mt == 0 else ""), fontsize=9)
-    fig.suptitle(f"{grid} CTAs, tiles {tile_m} x {tile_n}, N = {n}; label = CTA:turn; thick edge = "
+    pairs = f" in clusters of {cluster} along M (hatched: past the group's rows)" if cluster > 1 else ""
+    fig.suptitle(f"{grid} CTAs{pairs}, tiles {tile_m} x {tile_n}, N = {n}; label = CTA:turn; thick edge = "
                  f"descriptor rewrite", fontsize=9, y=1.0)
     return save(fig, name)
 
