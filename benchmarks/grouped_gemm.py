@@ -152,7 +152,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         out_t = torch.empty((T, n), device="cuda", dtype=a.dtype)
         flops, nbytes = grouped.flops_bytes(sizes, n, k)
         floor_ms = max(flops / peak, nbytes / hbm) * 1e3
-        cfg = grouped.choose_config(T, G, n, k, grouped.pairs_from(a.device))
+        cfg = grouped.default_config(T, G, n, k, a.device)
         grouped.grouped_gemm(a, b, offs, out=out)  # compile + warm up
         ref = grouped.reference(a, b, offs)
         err = rel_err(out, ref, T)
@@ -243,7 +243,7 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
                                                                   validate=False)]
         launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
-        row["chosen"] = grouped.choose_config(T, G, n, k, grouped.pairs_from(a.device)).name
+        row["chosen"] = grouped.default_config(T, G, n, k, a.device).name
         row.update({f"{name}_ms": v["median_ms"] for name, v in t.items()})
         best = min(cfgs, key=lambda c: row[f"{c}_ms"])
         row["best"] = best

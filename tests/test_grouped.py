@@ -279,7 +279,7 @@ GPU_CASES = [
 def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
     a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes), extra=16)
     out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    chosen = grouped.choose_config(a.shape[0], len(sizes), n, k, grouped.pairs_from(a.device))
+    chosen = grouped.default_config(a.shape[0], len(sizes), n, k, a.device)
     cfg = getattr(grouped, cname) if cname else chosen
     by_size = not grouped.largest_first(cfg) if other_order else None
     grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size)

@@ -41,12 +41,14 @@ PAIRS_FROM = {"H100": 41, "H200": 512}
 
 def pairs_from(device) -> float:
     """:data:`PAIRS_FROM` for CUDA ``device``: the ``pairs_from`` argument of :func:`choose_config`."""
-    import torch
-
-    from . import hardware
-    index = torch.device(device).index
-    spec = hardware.device_spec(torch.cuda.current_device() if index is None else index)
+    from .hardware import spec_of
+    spec = spec_of(device)
     return PAIRS_FROM.get(spec.short, float("inf")) if spec is not None else float("inf")
+
+
+def default_config(tokens: int, groups: int, n: int, k: int, device) -> Sm90Config:
+    """The configuration the calls run on ``device`` when given none: :func:`choose_config` with its pairs."""
+    return choose_config(tokens, groups, n, k, pairs_from(device))
 
 
 def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = float("inf")) -> Sm90Config:
@@ -105,8 +107,12 @@ def _have_tvm_ffi() -> bool:
     return have()
 
 
-def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool = True):
-    """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached."""
+def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None):
+    """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
+
+    ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg``).
+    """
+    by_size = largest_first(cfg) if by_size is None else bool(by_size)
     key = (cfg, mode, b_major, fences, by_size)
     fn = _KERNELS.get(key)
     if fn is None:
@@ -283,10 +289,10 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     groups, _, n = b.shape
     if out is None:
         out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
-    cfg = config or choose_config(rows, groups, n, k, pairs_from(a.device))
+    cfg = config or default_config(rows, groups, n, k, a.device)
     sms = hardware.sm_count(a.device)
     grid = persistent_grid(cfg, sms, -(-rows // (cfg.tile_m * cfg.cluster[0])) + groups, -(-n // cfg.tile_n))
-    fn = compiled(cfg, "ragged", major, fences, largest_first(cfg) if by_size is None else bool(by_size))
+    fn = compiled(cfg, "ragged", major, fences, by_size)
     _, table = _dummies(a.device)
     workspace = _workspace(a.device, sms, cfg)
     if validate:
@@ -370,11 +376,10 @@ def grouped_gemm_list(pairs, outs=None, *, config: Sm90Config | None = None):
     table = table.to(a0.device, non_blocking=True)
     (a_0, b_0), c_0 = live[0]
     tokens = sum(p[0].shape[0] for p, _ in live)
-    cfg = config or choose_config(tokens, len(live), max(p[1].shape[1] for p, _ in live), 0,
-                                  pairs_from(a0.device))
+    cfg = config or default_config(tokens, len(live), max(p[1].shape[1] for p, _ in live), 0, a0.device)
     sms = hardware.sm_count(a0.device)
     units = sum(-(-p[0].shape[0] // (cfg.tile_m * cfg.cluster[0])) * -(-p[1].shape[1] // cfg.tile_n) for p, _ in live)
-    fn = compiled(cfg, "table", major, True, largest_first(cfg))
+    fn = compiled(cfg, "table", major)
     offs, _ = _dummies(a0.device)
     fn(a_0, b_0, c_0, offs, table, _workspace(a0.device, sms, cfg), len(live), persistent_grid(cfg, sms, units, 1))
     return outs

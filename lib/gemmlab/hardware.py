@@ -211,6 +211,18 @@ def device_spec(index: int = 0) -> GPUSpec | None:
     return spec_for(torch.cuda.get_device_name(index))
 
 
+def spec_of(device=None) -> GPUSpec | None:
+    """The datasheet spec of torch ``device`` (default: the current one); None where it is not one of the
+    course's GPUs, or without CUDA."""
+    try:
+        import torch
+
+        index = torch.device(device).index if device is not None else None
+        return device_spec(torch.cuda.current_device() if index is None else index)
+    except (RuntimeError, AssertionError, ValueError):  # no CUDA
+        return None
+
+
 def _check_dtype(dtype) -> str:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")

@@ -25,6 +25,7 @@ import functools
 import time
 
 from .. import tiers
+from ..hardware import spec_of as _spec_of
 from .configs import Sm90Config, Sm100Config, effective_splits
 from .problem import GemmProblem, canonical_operands, check_devices, pad_rows, problem_of
 
@@ -162,19 +163,6 @@ def make_plan(problem: GemmProblem, device=None, config=None) -> Plan:
         raise ValueError(f"config is for {cfg.dtype} -> {cfg.out_dtype}; the problem is "
                          f"{problem.dtype} -> {problem.out_dtype}")
     return Plan(problem, cfg, arch, sms)
-
-
-def _spec_of(device):
-    """The datasheet spec of ``device`` (None where it is not one of the course's GPUs, or on a CPU)."""
-    from .. import hardware
-
-    try:
-        import torch
-
-        index = torch.device(device).index if device is not None else None
-        return hardware.device_spec(torch.cuda.current_device() if index is None else index)
-    except (RuntimeError, AssertionError, ValueError):  # no CUDA: the model's H100 defaults
-        return None
 
 
 def prepare(a, b, out, config=None):
