@@ -2,6 +2,7 @@
 
     python benchmarks/grouped_gemm.py check      # ragged + list forms, edge cases, vs FP32 and torch._grouped_mm
     python benchmarks/grouped_gemm.py moe        # MoE sets: gemmlab vs torch._grouped_mm, a matmul loop, roofline
+    python benchmarks/grouped_gemm.py tail       # decode launches of 1 to 40 experts: fixed cost, the last wave
     python benchmarks/grouped_gemm.py all
 
 Results go to ``results/<device>/grouped_gemm*.json`` (``--out DIR`` writes there instead); the
@@ -180,8 +181,11 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         # The visiting order the heuristic did not choose (largest first or index order), for its gain.
         other = not grouped.largest_first(cfg)
         other_order = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, by_size=other)]
+        # The DSL's own L2 promotion (128 bytes) in place of ours (256), for its gain.
+        l2_128 = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, l2_promotion=None)]
         tg = bench.time_interleaved({"gemmlab_kernel": launches["gemmlab_novalidate"],
                                      "gemmlab_other_order_kernel": other_order,
+                                     "gemmlab_l2_128_kernel": l2_128,
                                      "torch_grouped_mm_kernel": launches["torch_grouped_mm"]},
                                     rounds=rounds, per_round=5, warmup=2, gpu_only=True)
         row.update({"config": cfg.name, "rel_err": err, "floor_ms": floor_ms,
@@ -190,7 +194,8 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
             row[f"{name}_ms"] = v["median_ms"]
         row["padded_flops_ratio"] = G * mmax / max(T, 1)
         for name in ("gemmlab", "gemmlab_novalidate", "torch_grouped_mm", "matmul_loop", "padded_bmm",
-                     "gemmlab_kernel", "gemmlab_other_order_kernel", "torch_grouped_mm_kernel"):
+                     "gemmlab_kernel", "gemmlab_other_order_kernel", "gemmlab_l2_128_kernel",
+                     "torch_grouped_mm_kernel"):
             row[f"{name}_tflops"] = flops / (row[f"{name}_ms"] * 1e-3) / 1e12
         row["vs_torch"] = row["torch_grouped_mm_ms"] / row["gemmlab_ms"]
         row["vs_torch_novalidate"] = row["torch_grouped_mm_ms"] / row["gemmlab_novalidate_ms"]
@@ -198,6 +203,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         row["vs_loop"] = row["matmul_loop_ms"] / row["gemmlab_ms"]
         row["largest_first"] = not other
         row["order_gain"] = row["gemmlab_other_order_kernel_ms"] / row["gemmlab_kernel_ms"]
+        row["l2_gain"] = row["gemmlab_l2_128_kernel_ms"] / row["gemmlab_kernel_ms"]
         row["vs_padded"] = row["padded_bmm_ms"] / row["gemmlab_ms"]
         row["of_roofline"] = floor_ms / row["gemmlab_kernel_ms"]
         rows.append(row)
@@ -205,6 +211,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
               f"ours={row['gemmlab_ms']:.3f} nov={row['gemmlab_novalidate_ms']:.3f} "
               f"torch={row['torch_grouped_mm_ms']:.3f} loop={row['matmul_loop_ms']:.3f} "
               f"x{row['vs_torch']:.2f} k{row['vs_torch_kernel']:.2f} order{row['order_gain']:.2f} "
+              f"l2{row['l2_gain']:.2f} "
               f"roof={row['of_roofline']:.2f}", flush=True)
         del a, b, out, out_t, a_pad, out_pad
     summary = grouped.summarize(rows)
@@ -254,13 +261,65 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
     _write(doc_name, {"rows": rows, "configs": {c: SWEEP_CONFIGS[c] for c in cfgs}}, out_dir)
 
 
+#: Decode launches for ``tail``: (N, K, live experts); 4 tokens each, so one 64 x 128 tile per 128 columns.
+#: The live counts straddle whole waves of tiles on 132 SMs (H100 SXM, H200): 56 or 32 tiles per expert.
+TAIL_FAMILIES = ((7168, 2048, (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 28, 32, 33, 34, 35, 36, 40)),
+                 (4096, 7168, (1, 2, 4, 8, 12, 16, 17, 20, 24, 32, 33, 34, 36, 40)))
+
+
+def tail(out_dir=None, rounds=5):
+    """What a decode launch costs beyond its weight bytes (GPU only): time against live experts.
+
+    Each family is one weight shape with 1 to 40 live experts of 4 tokens (the 64 x 128 tile, kernel time
+    back to back, ``torch._grouped_mm`` beside it). :func:`gemmlab.grouped.fit_launch_cost` fits a line:
+    the slope is the rate the weights stream at, the intercept the fixed cost of a launch. A streaming read
+    of 2 GiB (``torch.sum``) in the same run gives the practical ceiling of the memory.
+    """
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    x = torch.ones(1 << 30, dtype=torch.bfloat16, device="cuda")  # 2 GiB
+    t = bench.time_interleaved({"sum": [lambda: x.sum()]}, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+    stream_tbs = x.numel() * x.element_size() / (t["sum"]["median_ms"] * 1e-3) / 1e12
+    del x
+    print(f"streaming read (torch.sum over 2 GiB): {stream_tbs:.2f} TB/s", flush=True)
+    rows, fits = [], []
+    for n, k, lives in TAIL_FAMILIES:
+        G = max(lives)
+        b = torch.randn(G, n, k, device="cuda", dtype=torch.bfloat16).transpose(1, 2)  # as nn.Linear stores them
+        a = torch.randn(4 * G, k, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty((4 * G, n), device="cuda", dtype=torch.bfloat16)
+        fam = []
+        for live in lives:
+            sizes = [4] * live + [0] * (G - live)
+            offs = torch.tensor(torch.tensor(sizes).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+            ours = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, config=grouped.SMALL)]
+            ours[0]()
+            tt = bench.time_interleaved({"ours": ours, "torch": [lambda: torch._grouped_mm(a, b, offs=offs)]},
+                                        rounds=rounds, per_round=10, warmup=2, gpu_only=True)
+            tiles = live * -(-n // grouped.SMALL.tile_n)
+            r = {"n": n, "k": k, "live": live, "tiles": tiles, "waves": tiles / sms, "bytes_per_expert": n * k * 2,
+                 "us": tt["ours"]["median_ms"] * 1e3, "torch_us": tt["torch"]["median_ms"] * 1e3}
+            r["tbs"] = live * r["bytes_per_expert"] / (r["us"] * 1e-6) / 1e12
+            fam.append(r)
+            print(f"N={n} K={k} live={live:3d} tiles={tiles:5d} waves={r['waves']:6.2f} ours={r['us']:8.1f} us "
+                  f"({r['tbs']:.2f} TB/s) torch={r['torch_us']:8.1f} us", flush=True)
+        fit = {"n": n, "k": k, **grouped.fit_launch_cost(fam)}
+        fit["torch"] = grouped.fit_launch_cost([{**r, "us": r["torch_us"]} for r in fam])
+        print(f"N={n} K={k}: fixed {fit['fixed_us']:.1f} us per launch, weights at {fit['tbs']:.2f} TB/s "
+              f"(torch._grouped_mm: {fit['torch']['fixed_us']:.1f} us, {fit['torch']['tbs']:.2f} TB/s)", flush=True)
+        rows += fam
+        fits.append(fit)
+        del a, b, out
+        torch.cuda.empty_cache()
+    _write("grouped_gemm_tail", {"rows": rows, "fits": fits, "stream_read_tbs": stream_tbs, "sms": sms}, out_dir)
+
+
 def _write(name, doc, out_dir):
     return bench.write_doc(name, doc, out_dir)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "sweep_clusters", "all"))
+    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "sweep_clusters", "tail", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -274,6 +333,8 @@ def main(argv=None):
         sweep(args.out, tokens=(512, 4096, 16384), groups=GROUPS,
               configs=("64x128 s8", "128x192 s4", "128x256 s4", "128x192 c2 s4", "128x256 c2 s4"),
               doc_name="grouped_gemm_sweep_clusters")
+    if args.what == "tail":  # decode launches of 1 to 40 experts: fixed cost per launch, the last wave
+        tail(args.out)
     if args.what in ("moe", "all"):
         moe(args.out)
     return 0 if ok else 1

@@ -53,6 +53,39 @@ def test_tile_order_figures(tmp_path, monkeypatch):
         assert p.exists() and p.stat().st_size > 1000
 
 
+def _tail_rows(fixed, us_per_expert, n=7168, k=2048, lives=(1, 2, 8, 10, 12, 20)):
+    return [{"n": n, "k": k, "live": x, "tiles": 56 * x, "waves": 56 * x / 132, "bytes_per_expert": n * k * 2,
+             "us": fixed + us_per_expert * x, "torch_us": 2 * fixed + 1.3 * us_per_expert * x} for x in lives]
+
+
+def test_fit_launch_cost_on_a_line():
+    rows = _tail_rows(12.0, 7.0)
+    rows[0]["us"] += 50.0  # under 4 waves: left out of the fit
+    fit = grouped.fit_launch_cost(rows)
+    assert fit["fixed_us"] == pytest.approx(12.0) and fit["us_per_expert"] == pytest.approx(7.0)
+    assert fit["tbs"] == pytest.approx(7168 * 2048 * 2 / 7e-6 / 1e12)
+    with pytest.raises(ValueError, match="two launches"):
+        grouped.fit_launch_cost(rows[:3])
+
+
+def test_tail_figure_and_lines(tmp_path, monkeypatch):
+    import gemmlab.figures as figs
+    from gemmlab import grouped_tables as gt
+
+    monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
+    rows = _tail_rows(12.0, 7.0) + _tail_rows(8.0, 14.0, n=4096, k=7168)
+    fits = []
+    for n, k in ((7168, 2048), (4096, 7168)):
+        fam = [r for r in rows if r["n"] == n]
+        fits.append({"n": n, "k": k, **grouped.fit_launch_cost(fam),
+                     "torch": grouped.fit_launch_cost([{**r, "us": r["torch_us"]} for r in fam])})
+    doc = {"device": "test GPU", "rows": rows, "fits": fits, "stream_read_tbs": 3.0, "sms": 132}
+    p = gt.draw_tail([doc, doc], name="tail")
+    assert p.exists() and p.stat().st_size > 1000
+    text = gt.tail_lines(doc)
+    assert "fixed  12.0 us" in text and "torch._grouped_mm  24.0 us" in text and "3.00 TB/s" in text
+
+
 def test_visit_order_ranks_sizes_ties_by_index():
     assert grouped.visit_order([5, 9, 0, 9, 5]) == [1, 3, 0, 4, 2]
     assert grouped.visit_order([5, 9, 0], by_size=False) == [0, 1, 2]
@@ -222,6 +255,22 @@ def test_store_waits_for_earlier_stores_before_rewriting_c(ragged_ptx):
     assert store > c_pub
 
 
+def test_l2_promotion_written_into_the_templates_before_the_first_rewrite(ragged_ptx):
+    from gemmlab.grouped_sm90 import L2_PROMOTION_SHIFT
+    lines = _lines(ragged_ptx)
+    value = 3 << L2_PROMOTION_SHIFT  # 256 bytes
+    sets = [i for i, l in enumerate(lines) if re.match(rf"or\.b64\s.*,\s*{value};", l)]
+    assert len(sets) == 2, "A's and B's template each get the 256-byte promotion"
+    # each is stored back to byte 8 of its shared-memory copy, before the first tensormap.replace
+    stores = [i for i, l in enumerate(lines) if re.match(r"st\.shared\.b64\s+\[%r\d+\+8\]", l)]
+    first_replace = next(i for i, l in enumerate(lines) if l.startswith("tensormap.replace"))
+    assert len(stores) == 2 and all(s < first_replace for s in stores) and sets[-1] < stores[-1]
+    kept = _lines(ptx_of(compile_grouped(grouped.SMALL, "ragged", "k", l2_promotion=None)))
+    assert not any(re.match(r"st\.shared\.b64\s+\[%r\d+\+8\]", l) for l in kept)
+    with pytest.raises(ValueError, match="l2_promotion"):
+        compile_grouped(grouped.SMALL, l2_promotion=4)
+
+
 @pytest.mark.parametrize("mode", ["ragged", "table"])
 @pytest.mark.parametrize("b_major", ["k", "n"])
 @pytest.mark.parametrize("cfg", [grouped.SMALL, grouped.LARGE, grouped.LARGE_C2], ids=["small", "large", "large-c2"])
@@ -311,6 +360,37 @@ def test_list_form_matches_reference(major):
         if a.shape[0]:
             ref = a.float() @ b.float()
             assert ((c.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.sm90
+def test_l2_promotion_where_the_driver_puts_it():
+    """The driver's own encoding differs only in bits 17-18 of word 1; our published descriptors carry 256 B."""
+    import cuda.bindings.driver as drv
+    from gemmlab.grouped_sm90 import L2_PROMOTION_SHIFT, L2_PROMOTION_WORD
+    t = torch.empty((256, 256), dtype=torch.bfloat16, device="cuda")
+    words = []
+    for promo in range(4):
+        res, tmap = drv.cuTensorMapEncodeTiled(
+            drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, drv.cuuint32_t(2), t.data_ptr(),
+            [drv.cuuint64_t(256)] * 2, [drv.cuuint64_t(512)], [drv.cuuint32_t(64), drv.cuuint32_t(128)],
+            [drv.cuuint32_t(1)] * 2, drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, drv.CUtensorMapL2promotion(promo),
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        assert res == drv.CUresult.CUDA_SUCCESS
+        words.append([int(w) for w in tmap.opaque])
+    for promo in range(4):
+        diff = [i for i in range(16) if words[promo][i] != words[0][i]]
+        assert diff == ([L2_PROMOTION_WORD] if promo else [])
+        assert (words[promo][L2_PROMOTION_WORD] >> L2_PROMOTION_SHIFT) & 3 == promo
+
+    a, b, offs = _ragged([40, 0, 70], 256, 256)
+    for promo, expect in ((grouped.L2_PROMOTION, 3), (None, 2)):  # None: the DSL's template (128 B)
+        grouped._WORKSPACES.clear()
+        grouped.grouped_gemm(a, b, offs, l2_promotion=promo)
+        torch.cuda.synchronize()
+        (ws,) = grouped._WORKSPACES.values()
+        published = [w for w in ws[:, :4, L2_PROMOTION_WORD].flatten().tolist() if w]  # A and B slots in use
+        assert published and {(w >> L2_PROMOTION_SHIFT) & 3 for w in published} == {expect}
 
 
 @pytest.mark.sm90

@@ -107,18 +107,30 @@ def _have_tvm_ffi() -> bool:
     return have()
 
 
-def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None):
+#: The L2 promotion of the A and B descriptors (:data:`gemmlab.grouped_sm90.L2_PROMOTIONS`): 3, 256 bytes.
+#: Each row of a K-major tile is one 128-byte line per k-block; fetching 256 bytes per miss brings in
+#: the next k-block's line too. Measured (``benchmarks/grouped_gemm.py moe``, the ``l2_gain`` column: time
+#: with the DSL's 128 bytes over time with 256): on an H100 1.04x geomean with the 64-row decode tile,
+#: 1.05x with 128 x 192, 1.01x with the 2-CTA pairs; on an H200 1.00x with the 64-row tile, 1.01x with the
+#: 128-row ones. One setting for both: it never cost more than 1.3 % on a set.
+L2_PROMOTION = 3
+
+
+def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None,
+             l2_promotion: int | None = L2_PROMOTION):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
 
     ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg``).
+    ``l2_promotion``: the A and B descriptors' L2 promotion (None: the DSL's, 128 bytes).
     """
     by_size = largest_first(cfg) if by_size is None else bool(by_size)
-    key = (cfg, mode, b_major, fences, by_size)
+    key = (cfg, mode, b_major, fences, by_size, l2_promotion)
     fn = _KERNELS.get(key)
     if fn is None:
         from .grouped_sm90 import compile_grouped
         t0 = time.perf_counter()
-        fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size)
+        fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size,
+                             l2_promotion=l2_promotion)
         COMPILE_SECONDS[key] = time.perf_counter() - t0
         if hasattr(fn, "__tvm_ffi_object__"):
             fn = fn.__tvm_ffi_object__()
@@ -270,7 +282,7 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
 
 
 def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True,
-                 fences: bool = True, by_size: bool | None = None):
+                 fences: bool = True, by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION):
     """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
 
     ``validate=False`` skips the one check that reads ``offs`` back to the host
@@ -279,7 +291,8 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     runs the broken variant without the descriptor release/acquire (chapter 08
     uses it to show what the fences are for; never use it for results).
     ``by_size``: visit the groups largest first (see :func:`largest_first`;
-    default: as that function decides for the tile). Calls on one stream at a
+    default: as that function decides for the tile). ``l2_promotion``: see
+    :data:`L2_PROMOTION` (None: the DSL's 128 bytes). Calls on one stream at a
     time only: the per-CTA descriptor slots are shared.
     """
     import torch
@@ -292,7 +305,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     cfg = config or default_config(rows, groups, n, k, a.device)
     sms = hardware.sm_count(a.device)
     grid = persistent_grid(cfg, sms, -(-rows // (cfg.tile_m * cfg.cluster[0])) + groups, -(-n // cfg.tile_n))
-    fn = compiled(cfg, "ragged", major, fences, by_size)
+    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion)
     _, table = _dummies(a.device)
     workspace = _workspace(a.device, sms, cfg)
     if validate:
@@ -539,6 +552,29 @@ def summarize(rows) -> dict:
     if all("order_gain" in r for r in rows):
         out["geomean_order_gain"] = geomean([r["order_gain"] for r in rows])
         out["min_order_gain"] = min(r["order_gain"] for r in rows)
+    if all("l2_gain" in r for r in rows):
+        out["geomean_l2_gain"] = geomean([r["l2_gain"] for r in rows])
+        out["min_l2_gain"] = min(r["l2_gain"] for r in rows)
     if all("vs_padded" in r for r in rows):
         out["geomean_vs_padded"] = geomean([r["vs_padded"] for r in rows])
     return out
+
+
+def fit_launch_cost(rows, min_waves: float = 4.0) -> dict:
+    """A straight line through decode launches of growing size: ``{"fixed_us", "us_per_expert", "tbs"}``.
+
+    ``rows``: ``{"live", "waves", "us", "bytes_per_expert"}`` each (``benchmarks/grouped_gemm.py tail``),
+    one family (one N, K). Least squares over the rows of at least ``min_waves`` waves of tiles: the
+    slope is what one more expert's weights cost (``tbs``: the rate they stream at), the intercept the
+    launch's fixed cost (start, pipeline fill, drain, and the last wave's tail on average).
+    """
+    pts = [(r["live"], r["us"]) for r in rows if r["waves"] >= min_waves]
+    if len(pts) < 2:
+        raise ValueError(f"rows: need two launches of at least {min_waves} waves to fit a line; got {len(pts)}")
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    per_expert = rows[0]["bytes_per_expert"]
+    return {"fixed_us": my - slope * mx, "us_per_expert": slope, "tbs": per_expert / (slope * 1e-6) / 1e12}
+

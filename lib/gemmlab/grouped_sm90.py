@@ -24,6 +24,10 @@ changes:
   ``fence.proxy.tensormap::generic.acquire`` before the first TMA that uses it.
   A group's edge is then an edge of its tensors: TMA zero-fills the rows a
   tile reads past the group's end and drops the rows it would store there.
+* **256-byte L2 promotion** for A and B. Each TMA box row of a K-major
+  tile is one 128-byte line; the descriptors ask L2 to fetch 256 bytes per
+  miss, so the next k-block's line of each row comes with it. The field is
+  written once into the shared-memory template (:func:`set_l2_promotion`).
 * **Clusters inside a group** (``cfg.cluster = (2, 1)``). A unit of work is
   two M-tiles of one group and one N-tile; the cluster's two CTAs take one
   each and share the weight tile by multicast. Units never straddle groups,
@@ -103,6 +107,32 @@ def start_descriptor(atom: cute.CopyAtom, smem_slot):
     with cute.arch.elect_one():
         cpasync.copy_tensormap(atom, smem_slot)
     cute.arch.sync_warp()
+
+
+#: A tensor map's L2 promotion: how many bytes L2 fetches from memory for a TMA request that misses
+#: (the driver's ``CUtensorMapL2promotion``: 0 none, 1 64 B, 2 128 B, 3 256 B). The CuTe DSL encodes its
+#: templates with 128 B and ``tensormap.replace`` has no field for it, so :func:`set_l2_promotion` writes it
+#: into the shared-memory copy: bits 17-18 of the descriptor's third 32-bit word (bytes 8-11), where
+#: ``cuTensorMapEncodeTiled`` puts it (checked on the GPU by ``tests/test_grouped.py``).
+L2_PROMOTIONS = (None, 0, 1, 2, 3)  # None: keep the template's
+L2_PROMOTION_WORD, L2_PROMOTION_SHIFT = 1, 17  # 64-bit word 1 (bytes 8-15), bits 17-18
+
+
+@cute.jit
+def set_l2_promotion(smem_slot, promotion: cutlass.Constexpr):
+    """Rewrite the L2 promotion of a descriptor's shared-memory copy (once, before the first group's rewrite).
+
+    A plain shared-memory store by one lane, ordered before the warp's later
+    ``tensormap.replace`` and publish by ``__syncwarp``: the field is then part of
+    every descriptor this CTA publishes.
+    """
+    if cutlass.const_expr(promotion is not None):
+        words = cute.make_tensor(smem_slot, cute.make_layout(DESC_WORDS))
+        if cute.arch.lane_idx() == 0:
+            w = words[L2_PROMOTION_WORD]
+            w = (w & Int64(~(3 << L2_PROMOTION_SHIFT))) | Int64(promotion << L2_PROMOTION_SHIFT)
+            words[L2_PROMOTION_WORD] = w
+        cute.arch.sync_warp()
 
 
 @cute.jit
@@ -319,6 +349,7 @@ def grouped_kernel(
     a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
     ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
+    l2_promotion: cutlass.Constexpr = None,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -392,6 +423,8 @@ def grouped_kernel(
             smem_b = smem_slot(sDesc, 1)
             start_descriptor(tma_a, smem_a)
             start_descriptor(tma_b, smem_b)
+            set_l2_promotion(smem_a, l2_promotion)
+            set_l2_promotion(smem_b, l2_promotion)
             state = DevicePipelineState.producer(stages)
             cur = first_group(sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             last = Int32(-1)
@@ -505,7 +538,7 @@ def grouped_kernel(
 def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                    workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
-                   by_size: cutlass.Constexpr = True):
+                   by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -537,18 +570,19 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size).launch(
+                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True):
+def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
-        launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size)
+        launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
+                       l2_promotion)
 
     return grouped_sm90_host
 
@@ -558,13 +592,16 @@ MODES = ("ragged", "table")
 
 
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
-                    target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True):
+                    target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
+                    l2_promotion: int | None = 3):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
     one compiled kernel per (configuration, mode, B's layout) serves every call.
     ``fences=False`` compiles the broken variant: descriptors published with
     plain stores, no release, no acquire (chapter 08's "break it" exercise).
+    ``l2_promotion``: the A and B descriptors' L2 promotion (:data:`L2_PROMOTIONS`;
+    default 3, 256 bytes; None keeps the DSL's 128).
     """
     from .checks import check_choice
     from .compile import check_target, compile_for, fake_stream, fake_tensor
@@ -580,6 +617,7 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
                          f"(2, 1)), no swap, no split-K; got {cfg.name}")
     check_choice("mode", mode, MODES)
     check_choice("b_major", b_major, ("k", "n"))
+    check_choice("l2_promotion", l2_promotion, L2_PROMOTIONS)
     dt, ct = _CUTLASS_TYPES[cfg.dtype], _CUTLASS_TYPES[cfg.out_dtype]
     t, n, k = cute.sym_int(), cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
     a = fake_tensor(dt, (t, k), stride_order=(1, 0))
@@ -592,6 +630,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size))
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion)
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)

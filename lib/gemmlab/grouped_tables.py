@@ -79,6 +79,56 @@ def draw_moe(docs: list[dict], name: str = "08_moe"):
     return save(fig, name)
 
 
+def draw_tail(docs: list[dict], name: str = "08_tail"):
+    """Decode launch time against live experts (``benchmarks/grouped_gemm.py tail``), a column per device.
+
+    Top: filled ours, open ``torch._grouped_mm``, lines the fits of :func:`gemmlab.grouped.fit_launch_cost`
+    (intercept = fixed cost per launch). Bottom: our time minus the fit against the waves of tiles (tiles /
+    SMs), dotted at whole waves: a step just past one is the cost of a last wave with few tiles.
+    """
+    from .figures import new_figure, save
+
+    fig, axes = new_figure(2, len(docs), figsize=(6.4 * len(docs), 7.2), squeeze=False,
+                           gridspec_kw={"height_ratios": [3, 2]})
+    colors = ("tab:blue", "tab:green")
+    for col, doc in enumerate(docs):
+        top, bottom = axes[0][col], axes[1][col]
+        for fit, color in zip(doc["fits"], colors):
+            fam = [r for r in doc["rows"] if (r["n"], r["k"]) == (fit["n"], fit["k"])]
+            live = [r["live"] for r in fam]
+            label = f"N = {fit['n']}, K = {fit['k']}"
+            top.plot(live, [r["us"] for r in fam], "o", ms=4, color=color, label=f"ours, {label}")
+            top.plot(live, [r["torch_us"] for r in fam], "s", ms=4, mfc="none", color=color, alpha=0.6,
+                     label=f"torch._grouped_mm, {label}")
+            xs = [0, max(live)]
+            top.plot(xs, [fit["fixed_us"] + fit["us_per_expert"] * x for x in xs], "-", lw=0.8, color=color)
+            bottom.plot([r["waves"] for r in fam],
+                        [r["us"] - fit["fixed_us"] - fit["us_per_expert"] * r["live"] for r in fam],
+                        "o-", ms=4, lw=0.6, color=color, label=label)
+        top.set_xlabel("live experts (4 tokens each; 64 x 128 tiles)")
+        top.set_title(f"{doc['device']}: fixed cost per launch = intercept", fontsize=10)
+        top.grid(True, alpha=0.3)
+        for w in range(1, int(max(r["waves"] for r in doc["rows"])) + 1):
+            bottom.axvline(w, ls=":", lw=0.6, color="gray")
+        bottom.axhline(0, lw=0.6, color="black")
+        bottom.set_xlabel(f"waves of tiles (tiles / {doc['sms']} SMs)")
+        bottom.grid(True, axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("kernel time (us), back to back")
+    axes[1][0].set_ylabel("ours minus the fit (us)")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    return save(fig, name)
+
+
+def tail_lines(doc: dict) -> str:
+    """The tail benchmark's fits, one line per weight shape."""
+    lines = [f"{doc['device']}: streaming read (torch.sum over 2 GiB) {doc['stream_read_tbs']:.2f} TB/s"]
+    for f in doc["fits"]:
+        lines.append(f"  N = {f['n']:5d}, K = {f['k']:5d}: fixed {f['fixed_us']:5.1f} us per launch, weights at "
+                     f"{f['tbs']:.2f} TB/s; torch._grouped_mm {f['torch']['fixed_us']:5.1f} us, "
+                     f"{f['torch']['tbs']:.2f} TB/s")
+    return "\n".join(lines)
+
+
 def moe_table(doc: dict) -> str:
     """One line per MoE set: tokens, groups, our tile, the times (ms) and ratios."""
     head = (f"{'set':22s} {'G':>4s} {'T':>6s} {'live':>4s} {'tile':>8s} {'ours':>7s} {'torch':>7s} "
@@ -107,5 +157,8 @@ def summary_lines(doc: dict) -> str:
         lines.append(f"  vs a padded batched GEMM (torch.bmm, padding not timed): {s['geomean_vs_padded']:.3f}x")
     lines.append(f"  decode sets (<= 16 tokens per expert, {s['decode_sets']}): {s['decode_of_roofline_geomean']:.2f} "
                  f"of the roofline (geomean), lowest {s['decode_of_roofline_min']:.2f}")
+    if "geomean_l2_gain" in s:
+        lines.append(f"  256-byte L2 promotion vs the DSL's 128: {s['geomean_l2_gain']:.3f}x geomean, "
+                     f"lowest {s['min_l2_gain']:.3f}x")
     lines.append(f"  largest relative error against FP32: {s['max_rel_err']:.1e}")
     return "\n".join(lines)
