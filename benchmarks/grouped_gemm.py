@@ -183,10 +183,13 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         other_order = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, by_size=other)]
         # The DSL's own L2 promotion (128 bytes) in place of ours (256), for its gain.
         l2_128 = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, l2_promotion=None)]
-        tg = bench.time_interleaved({"gemmlab_kernel": launches["gemmlab_novalidate"],
-                                     "gemmlab_other_order_kernel": other_order,
-                                     "gemmlab_l2_128_kernel": l2_128,
-                                     "torch_grouped_mm_kernel": launches["torch_grouped_mm"]},
+        kernels = {"gemmlab_kernel": launches["gemmlab_novalidate"], "gemmlab_other_order_kernel": other_order,
+                   "gemmlab_l2_128_kernel": l2_128, "torch_grouped_mm_kernel": launches["torch_grouped_mm"]}
+        if cfg.cluster == (1, 1):  # the tile scheduling the heuristic did not choose (dynamic or static)
+            dyn = not grouped.dynamic_schedule(cfg)
+            kernels["gemmlab_other_sched_kernel"] = [
+                lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, dynamic=dyn)]
+        tg = bench.time_interleaved(kernels,
                                     rounds=rounds, per_round=5, warmup=2, gpu_only=True)
         row.update({"config": cfg.name, "rel_err": err, "floor_ms": floor_ms,
                     "weight_bound": nbytes / hbm > flops / peak})
@@ -204,6 +207,9 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         row["largest_first"] = not other
         row["order_gain"] = row["gemmlab_other_order_kernel_ms"] / row["gemmlab_kernel_ms"]
         row["l2_gain"] = row["gemmlab_l2_128_kernel_ms"] / row["gemmlab_kernel_ms"]
+        row["dynamic"] = grouped.dynamic_schedule(cfg)
+        row["sched_gain"] = (row["gemmlab_other_sched_kernel_ms"] / row["gemmlab_kernel_ms"]
+                             if "gemmlab_other_sched_kernel_ms" in row else None)
         row["vs_padded"] = row["padded_bmm_ms"] / row["gemmlab_ms"]
         row["of_roofline"] = floor_ms / row["gemmlab_kernel_ms"]
         rows.append(row)
@@ -211,7 +217,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
               f"ours={row['gemmlab_ms']:.3f} nov={row['gemmlab_novalidate_ms']:.3f} "
               f"torch={row['torch_grouped_mm_ms']:.3f} loop={row['matmul_loop_ms']:.3f} "
               f"x{row['vs_torch']:.2f} k{row['vs_torch_kernel']:.2f} order{row['order_gain']:.2f} "
-              f"l2{row['l2_gain']:.2f} "
+              f"l2{row['l2_gain']:.2f} sched{row['sched_gain'] or 1:.2f} "
               f"roof={row['of_roofline']:.2f}", flush=True)
         del a, b, out, out_t, a_pad, out_pad
     summary = grouped.summarize(rows)

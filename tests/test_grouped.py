@@ -37,6 +37,23 @@ def test_tile_order_in_cluster_pairs():
     assert grouped.tile_order([130, 300], 256, 128, 128, 4, cluster=1) == one
 
 
+def test_dynamic_scheduling_only_for_single_cta_128x256():
+    assert grouped.dynamic_schedule(grouped.LARGE)
+    assert not any(grouped.dynamic_schedule(c) for c in (grouped.SMALL, grouped.MEDIUM, grouped.LARGE_C2,
+                                                          grouped.MEDIUM_C2))
+
+
+def test_dynamic_variant_claims_tiles_and_resets_its_counters():
+    dyn = ptx_of(compile_grouped(grouped.LARGE, "ragged", "k", dynamic=True))
+    # two claims (one before the first tile, one per later tile), the acq_rel "done" count, two resets
+    assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 2
+    assert len(re.findall(r"atom\.global\.acq_rel\.add\.u64", dyn)) == 1
+    assert len(re.findall(r"atom\.global\.exch\.b64", dyn)) == 2
+    assert "atom." not in ptx_of(compile_grouped(grouped.LARGE, "ragged", "k"))
+    with pytest.raises(ValueError, match="clusters of 1 only"):
+        compile_grouped(grouped.LARGE_C2, dynamic=True)
+
+
 def test_largest_first_only_for_single_cta_128_row_tiles():
     assert grouped.largest_first(grouped.MEDIUM) and grouped.largest_first(grouped.LARGE)
     assert not grouped.largest_first(grouped.SMALL)
@@ -84,6 +101,30 @@ def test_tail_figure_and_lines(tmp_path, monkeypatch):
     assert p.exists() and p.stat().st_size > 1000
     text = gt.tail_lines(doc)
     assert "fixed  12.0 us" in text and "torch._grouped_mm  24.0 us" in text and "3.00 TB/s" in text
+
+
+def test_timeline_from_hand_made_traces():
+    pts = grouped_sm90_points()
+    def launch(t0):
+        rows = [[0, 2000, 5000, 6000, 20000, 19000, 22000, 3], [1000, 3000, 7000, 8000, 14000, 13000, 15000, 2]]
+        return torch.tensor([[v + t0 if i < len(pts) - 1 else v for i, v in enumerate(r)] for r in rows])
+    t = grouped.timeline({"points": pts, "launches": [launch(0), launch(30000)]})
+    assert t["span"] == 22 and t["entry_skew"] == 1 and t["gap"] == 8
+    assert t["to_first_load"] == 2 and t["first_tile"] == 5.5 and t["drain"] == 1.5 and t["tail"] == 3.5
+    assert (t["tiles_min"], t["tiles_max"]) == (2, 3)
+
+
+def grouped_sm90_points():
+    from gemmlab.grouped_sm90 import TRACE_POINTS
+    assert TRACE_POINTS[-1] == "tiles" and TRACE_POINTS[0] == "entry"
+    return TRACE_POINTS
+
+
+def test_traced_kernel_stamps_only_when_asked():
+    traced = ptx_of(compile_grouped(grouped.SMALL, "ragged", "k", trace=True))
+    from gemmlab.grouped_sm90 import TRACE_POINTS
+    assert len(re.findall(r"%globaltimer", traced)) == len(TRACE_POINTS) - 1  # every point but the tile count
+    assert "%globaltimer" not in ptx_of(compile_grouped(grouped.SMALL, "ragged", "k"))
 
 
 def test_visit_order_ranks_sizes_ties_by_index():
@@ -319,6 +360,7 @@ GPU_CASES = [
     ([2, 0, 150] * 100, 256, 128, "k", "LARGE"),  # more groups than the ranked list holds: index order
     ([0, 300, 0, 77, 129, 5], 384, 256, "k", "LARGE_C2"),  # 2x1 clusters: odd m-tile counts, empty groups
     ([1, 7, 333, 63, 65, 2], 264, 136, "n", "MEDIUM_C2"),
+    ([0, 700, 3, 0, 200, 1] * 3, 512, 256, "k", "LARGE"),  # dynamic scheduling (chosen for this tile)
 ]
 
 
@@ -339,6 +381,27 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
     err = ((got - ref[:rows]).norm() / ref[:rows].norm()).item()
     assert err < 1e-2
     assert torch.isnan(out[rows:]).all(), "rows past offs[-1] were written"
+
+
+@pytest.mark.sm90
+@pytest.mark.parametrize("cname", ["SMALL", "MEDIUM", "LARGE"])
+def test_dynamic_scheduling_many_launches_in_a_row(cname):
+    """The tile counter must be back at 0 after every launch: 20 launches in a row, each checked."""
+    from gemmlab.grouped_sm90 import sched_slot
+    cfg = getattr(grouped, cname)
+    sizes = [1, 7, 33, 63, 65, 2] * 5
+    a, b, offs = _ragged(sizes, 512, 256, seed=3, extra=16)
+    ref = grouped.reference(a, b, offs)
+    outs = [torch.full((a.shape[0], 512), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(20)]
+    for o in outs:
+        grouped.grouped_gemm(a, b, offs, out=o, config=cfg, dynamic=True)
+    torch.cuda.synchronize()
+    rows = sum(sizes)
+    for o in outs:
+        assert torch.isfinite(o[:rows]).all() and torch.isnan(o[rows:]).all()
+        assert ((o[:rows].float() - ref[:rows]).norm() / ref[:rows].norm()).item() < 1e-2
+    (ws,) = [w for key, w in grouped._WORKSPACES.items() if key[0] == a.device and w.shape[1] == sched_slot(cfg) + 1]
+    assert ws[0, sched_slot(cfg), :2].tolist() == [0, 0]
 
 
 @pytest.mark.sm90

@@ -85,6 +85,12 @@ def persistent_grid(cfg: Sm90Config, sms: int, m_units: int, n_tiles: int) -> in
     return cm * max(1, min(sms // cm, m_units * n_tiles))
 
 
+def ragged_grid(cfg: Sm90Config, sms: int, rows: int, groups: int, n: int) -> int:
+    """:func:`persistent_grid` for the ragged form: at most ``ceil(T / unit rows) + G`` units of rows (each group
+    may end in a partial one) times the column tiles."""
+    return persistent_grid(cfg, sms, -(-rows // (cfg.tile_m * cfg.cluster[0])) + groups, -(-n // cfg.tile_n))
+
+
 def largest_first(cfg: Sm90Config) -> bool:
     """Whether the kernel visits the groups largest first with tile ``cfg`` (else in index order).
 
@@ -102,6 +108,23 @@ def largest_first(cfg: Sm90Config) -> bool:
     return cfg.tile_m > 64 and cfg.cluster == (1, 1)
 
 
+def dynamic_schedule(cfg: Sm90Config) -> bool:
+    """Whether the kernel hands out tiles dynamically with tile ``cfg`` (else CTA ``b`` takes ``b, b + grid, ...``).
+
+    A traced launch (:func:`trace_launches`) shows why it can matter: on an H200, DeepSeek-V3 gate/up with 32
+    experts and 64 tokens, every CTA has 4 or 5 tiles, yet the CTAs left 178 to 268 us after the first
+    started: some SMs draw less bandwidth than others. Claiming tiles from a counter
+    (:func:`gemmlab.grouped_sm90.claim_tile`) evens that out (there: 218 to 254 us). That trace was one
+    experiment; the benchmark (``benchmarks/grouped_gemm.py moe``, the ``sched_gain`` column: the other
+    scheduling's time over the chosen one's) says: with 128 x 256 tiles run one CTA each, dynamic wins on all
+    16 such H200 sets (1.01-1.17x); with 128 x 192 static wins (geomean 1.10x on an H200, 1.03x on an H100),
+    for reasons we have not found; with the 64-row decode tile the H200 shows no difference (0.995x) and an
+    H100 ran dynamic 3 % faster (0.95-1.02x), not yet confirmed by a second run. Pairs (2-CTA clusters) keep
+    the static order.
+    """
+    return cfg.cluster == (1, 1) and cfg.tile_m == 128 and cfg.tile_n == 256
+
+
 def _have_tvm_ffi() -> bool:
     from .family.plan import _have_tvm_ffi as have
     return have()
@@ -110,27 +133,29 @@ def _have_tvm_ffi() -> bool:
 #: The L2 promotion of the A and B descriptors (:data:`gemmlab.grouped_sm90.L2_PROMOTIONS`): 3, 256 bytes.
 #: Each row of a K-major tile is one 128-byte line per k-block; fetching 256 bytes per miss brings in
 #: the next k-block's line too. Measured (``benchmarks/grouped_gemm.py moe``, the ``l2_gain`` column: time
-#: with the DSL's 128 bytes over time with 256): on an H100 1.04x geomean with the 64-row decode tile,
-#: 1.05x with 128 x 192, 1.01x with the 2-CTA pairs; on an H200 1.00x with the 64-row tile, 1.01x with the
-#: 128-row ones. One setting for both: it never cost more than 1.3 % on a set.
+#: with the DSL's 128 bytes over time with 256): on an H100 1.04x geomean with the 64-row decode tile and
+#: with 128 x 192, 1.01x with the 2-CTA pairs; on an H200 1.00x with the 64-row tile, 1.01-1.02x with the
+#: 128-row ones (0.96-1.06x on single sets). One setting for both GPUs.
 L2_PROMOTION = 3
 
 
 def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None,
-             l2_promotion: int | None = L2_PROMOTION):
+             l2_promotion: int | None = L2_PROMOTION, trace: bool = False, dynamic: bool | None = None):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
 
     ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg``).
     ``l2_promotion``: the A and B descriptors' L2 promotion (None: the DSL's, 128 bytes).
+    ``dynamic``: hand out tiles from a counter (None: :func:`dynamic_schedule` decides for ``cfg``).
     """
     by_size = largest_first(cfg) if by_size is None else bool(by_size)
-    key = (cfg, mode, b_major, fences, by_size, l2_promotion)
+    dynamic = dynamic_schedule(cfg) if dynamic is None else bool(dynamic)
+    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic)
     fn = _KERNELS.get(key)
     if fn is None:
         from .grouped_sm90 import compile_grouped
         t0 = time.perf_counter()
         fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size,
-                             l2_promotion=l2_promotion)
+                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic)
         COMPILE_SECONDS[key] = time.perf_counter() - t0
         if hasattr(fn, "__tvm_ffi_object__"):
             fn = fn.__tvm_ffi_object__()
@@ -282,7 +307,8 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
 
 
 def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True,
-                 fences: bool = True, by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION):
+                 fences: bool = True, by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION,
+                 dynamic: bool | None = None):
     """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
 
     ``validate=False`` skips the one check that reads ``offs`` back to the host
@@ -292,8 +318,9 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     uses it to show what the fences are for; never use it for results).
     ``by_size``: visit the groups largest first (see :func:`largest_first`;
     default: as that function decides for the tile). ``l2_promotion``: see
-    :data:`L2_PROMOTION` (None: the DSL's 128 bytes). Calls on one stream at a
-    time only: the per-CTA descriptor slots are shared.
+    :data:`L2_PROMOTION` (None: the DSL's 128 bytes). ``dynamic``: see
+    :func:`dynamic_schedule` (None: as it decides). Calls on one stream at a
+    time only: the per-CTA descriptor slots and the tile counter are shared.
     """
     import torch
     from . import hardware
@@ -304,8 +331,8 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
         out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
     cfg = config or default_config(rows, groups, n, k, a.device)
     sms = hardware.sm_count(a.device)
-    grid = persistent_grid(cfg, sms, -(-rows // (cfg.tile_m * cfg.cluster[0])) + groups, -(-n // cfg.tile_n))
-    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion)
+    grid = ragged_grid(cfg, sms, rows, groups, n)
+    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic)
     _, table = _dummies(a.device)
     workspace = _workspace(a.device, sms, cfg)
     if validate:
@@ -552,6 +579,10 @@ def summarize(rows) -> dict:
     if all("order_gain" in r for r in rows):
         out["geomean_order_gain"] = geomean([r["order_gain"] for r in rows])
         out["min_order_gain"] = min(r["order_gain"] for r in rows)
+    sched = [r["sched_gain"] for r in rows if r.get("sched_gain") is not None]
+    if sched:
+        out["geomean_sched_gain"] = geomean(sched)
+        out["min_sched_gain"] = min(sched)
     if all("l2_gain" in r for r in rows):
         out["geomean_l2_gain"] = geomean([r["l2_gain"] for r in rows])
         out["min_l2_gain"] = min(r["l2_gain"] for r in rows)
@@ -577,4 +608,66 @@ def fit_launch_cost(rows, min_waves: float = 4.0) -> dict:
     slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
     per_expert = rows[0]["bytes_per_expert"]
     return {"fixed_us": my - slope * mx, "us_per_expert": slope, "tbs": per_expert / (slope * 1e-6) / 1e12}
+
+
+def trace_launches(a, b, offs, *, launches: int = 3, config: Sm90Config | None = None,
+                   dynamic: bool | None = None) -> dict:
+    """Run the ragged call ``launches`` times back to back with the traced kernel; return each CTA's timeline.
+
+    ``{"points": TRACE_POINTS, "launches": [(grid, len(points)) int64 tensors on the CPU], "grid", "config"}``:
+    ``%globaltimer`` nanoseconds (a clock shared by all SMs) and the tile count, one row per CTA, one
+    workspace per launch so that nothing is overwritten. :func:`timeline` reads them.
+    """
+    import torch
+    from . import hardware
+    from .grouped_sm90 import DESC_WORDS, TRACE_POINTS, slots_per_cta
+    major = check_ragged(a, b, offs, None)
+    rows, k = a.shape
+    groups, _, n = b.shape
+    cfg = config or default_config(rows, groups, n, k, a.device)
+    sms = hardware.sm_count(a.device)
+    grid = ragged_grid(cfg, sms, rows, groups, n)
+    fn = compiled(cfg, "ragged", major, trace=True, dynamic=dynamic)
+    out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
+    _, table = _dummies(a.device)
+    spaces = [torch.zeros((sms, slots_per_cta(cfg, True), DESC_WORDS), dtype=torch.int64, device=a.device)
+              for _ in range(launches)]
+    fn(a, b, out, offs, table, spaces[0], groups, grid)  # warm: the descriptor cache and the clocks
+    torch.cuda.synchronize()
+    for ws in spaces:
+        fn(a, b, out, offs, table, ws, groups, grid)
+    torch.cuda.synchronize()
+    return {"points": TRACE_POINTS, "grid": grid, "config": cfg.name,
+            "launches": [ws[:grid, -1, :len(TRACE_POINTS)].cpu() for ws in spaces]}
+
+
+def timeline(traced: dict) -> dict:
+    """Where a launch's time goes, in microseconds, from :func:`trace_launches` (medians over launches).
+
+    ``span``: first CTA entry to last CTA exit. ``gap``: last exit of one launch to the first entry of
+    the next. ``entry_skew``: last CTA entry minus first. ``to_first_load``: a CTA's entry to its first TMA
+    load (median over CTAs). ``first_tile``: entry to the end of its first tile's main loop (median).
+    ``drain``: last main loop's end to exit (median). ``tail``: last exit minus the median CTA's exit.
+    """
+    import statistics
+    pts = list(traced["points"])
+    col = {p: pts.index(p) for p in pts}
+    runs = [t.tolist() for t in traced["launches"]]
+    us = lambda ns: ns / 1e3
+    per = []
+    for i, rows in enumerate(runs):
+        live = [r for r in rows if r[col["tiles"]] > 0]
+        entry = [r[col["entry"]] for r in rows]
+        exits = [r[col["exit"]] for r in rows]
+        d = {"span": us(max(exits) - min(entry)), "entry_skew": us(max(entry) - min(entry)),
+             "to_first_load": us(statistics.median(r[col["first_load"]] - r[col["entry"]] for r in live)),
+             "first_tile": us(statistics.median(r[col["first_mainloop_end"]] - r[col["entry"]] for r in live)),
+             "drain": us(statistics.median(r[col["exit"]] - r[col["last_mainloop_end"]] for r in live)),
+             "tail": us(max(exits) - statistics.median(exits)),
+             "tiles_max": max(r[col["tiles"]] for r in rows), "tiles_min": min(r[col["tiles"]] for r in rows)}
+        if i + 1 < len(runs):
+            d["gap"] = us(min(r[col["entry"]] for r in runs[i + 1]) - max(exits))
+        per.append(d)
+    keys = per[0].keys() | {"gap"}
+    return {k: statistics.median(d[k] for d in per if k in d) for k in sorted(keys) if any(k in d for d in per)}
 

@@ -28,6 +28,11 @@ changes:
   tile is one 128-byte line; the descriptors ask L2 to fetch 256 bytes per
   miss, so the next k-block's line of each row comes with it. The field is
   written once into the shared-memory template (:func:`set_l2_promotion`).
+* **Dynamic tile scheduling** (``dynamic``, single-CTA tiles): after its first
+  tile a CTA claims the next unclaimed tile with an atomic add on a counter in
+  the workspace and tells its consumers which one through shared memory beside
+  the stage's barrier, so CTAs that get less memory bandwidth take fewer tiles
+  and the CTAs finish together; a last empty stage says the tiles ran out.
 * **Clusters inside a group** (``cfg.cluster = (2, 1)``). A unit of work is
   two M-tiles of one group and one N-tile; the cluster's two CTAs take one
   each and share the weight tile by multicast. Units never straddle groups,
@@ -65,7 +70,7 @@ from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .family.configs import Sm90Config
 from .gemm_sm90 import (CONSUMER_REGS, PRODUCER_REGS, WG_ROWS, epilogue_operands, mma_and_smem_layouts,
-                        mma_operands, mma_tile, store_tile)
+                        mma_operands, mma_tile, release_stage, store_tile)
 from .pipeline import DevicePipelineState
 
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
@@ -74,9 +79,36 @@ TABLE_COLUMNS = ("a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc")  # mode "tab
 A_SLOTS, B_SLOTS = 2, 2
 
 
-def slots_per_cta(cfg: Sm90Config) -> int:
-    """Descriptor slots one CTA owns in the workspace: 2 for A, 2 for B, 1 per consumer warpgroup for C."""
+def slots_per_cta(cfg: Sm90Config, trace: bool = False) -> int:
+    """Slots one CTA owns in the workspace: 2 for A, 2 for B, 1 per consumer warpgroup for C, then one for
+    the tile counters (CTA 0's holds them: :func:`claim_tile`).
+
+    ``trace``: one more, the CTA's timeline (:data:`TRACE_POINTS`).
+    """
+    return sched_slot(cfg) + 1 + int(bool(trace))
+
+
+def sched_slot(cfg: Sm90Config) -> int:
+    """The workspace slot after the descriptors: in CTA 0's row, word 0 counts the tiles handed out, word 1 the
+    CTAs done with fetching."""
     return A_SLOTS + B_SLOTS + cfg.consumers
+
+
+#: What a traced launch (``trace=True``) records per CTA in its last workspace slot: ``%globaltimer``
+#: nanoseconds at each point, then the CTA's tile count. Producer: entry (thread 0, the kernel's first
+#: instruction), first_load (before its first TMA load), producer_done (after its last). Consumer warpgroup 0's
+#: first thread: first_mainloop_end and first_tile_end (its first tile's main loop, then its store issued),
+#: last_mainloop_end, exit (its last stores have read shared memory).
+TRACE_POINTS = ("entry", "first_load", "first_mainloop_end", "first_tile_end", "last_mainloop_end",
+                "producer_done", "exit", "tiles")
+
+
+@cute.jit
+def stamp(workspace: cute.Tensor, cta: Int32, point: str, trace: cutlass.Constexpr, value=None):
+    """Write ``%globaltimer`` (or ``value``) at ``point`` of this CTA's trace slot; nothing unless tracing."""
+    if cutlass.const_expr(trace):
+        slot = cute.size(workspace, mode=[1]) - 1
+        workspace[(cta, slot, TRACE_POINTS.index(point))] = cute.arch.globaltimer() if value is None else Int64(value)
 
 
 # --------------------------------------------------------------------------------------
@@ -277,6 +309,57 @@ def group_at(i: Int32, order, groups: Int32, by_size: cutlass.Constexpr):
     return g
 
 
+NO_MORE_TILES = -1  # what the producer writes in place of a tile number when the tiles have run out
+
+
+@cute.jit
+def claim_tile(counter):
+    """Dynamic scheduling: lane 0 claims the next unclaimed tile with one atomic add on a global counter.
+
+    Every CTA starts with tile ``bid``; after that a CTA that finishes early takes the next unclaimed tile,
+    so the CTAs finish within about a tile of each other whatever bandwidth each SM happens to get. The
+    claim is made one tile ahead (while the current tile's loads are issued) and read by
+    :func:`claimed_tile` only when it is needed, so the atomic's round trip is off the producer's path.
+    """
+    got = Int32(0)
+    if cute.arch.lane_idx() == 0:
+        got = Int32(cute.arch.atomic_add(counter, Int64(1), sem="relaxed", scope="gpu"))
+    return got
+
+
+@cute.jit
+def claimed_tile(claim: Int32, grid: Int32):
+    """The tile number a :func:`claim_tile` got (lane 0's), for the whole warp. Numbers only grow, so each
+    CTA's tiles come in increasing order and :func:`seek` still only moves forward."""
+    return cute.arch.shuffle_sync(claim, 0) + grid
+
+
+@cute.jit
+def reset_counters(counter, grid: Int32):
+    """The last CTA to stop fetching sets both counters back to 0 for the next launch.
+
+    The increment is acq_rel: every other CTA's last fetch happens before it, so no fetch can land after
+    the reset.
+    """
+    if cute.arch.lane_idx() == 0:
+        done = cute.arch.atomic_add(counter + 1, Int64(1), sem="acq_rel", scope="gpu")
+        if done == Int64(grid) - 1:
+            cute.arch.atomic_exch(counter, Int64(0), sem="relaxed", scope="gpu")
+            cute.arch.atomic_exch(counter + 1, Int64(0), sem="relaxed", scope="gpu")
+
+
+@cute.jit
+def put_tile_of(ring, stages: cutlass.Constexpr, stage: Int32, tile: Int32):
+    """Shared memory ``ring[stage] = tile``: the tile whose first k-block stage ``stage`` holds."""
+    cute.make_tensor(ring, cute.make_layout(stages))[stage] = tile
+
+
+@cute.jit
+def tile_of(ring, stages: cutlass.Constexpr, stage: Int32):
+    """``ring[stage]``: read by the consumers once stage ``stage``'s barrier has completed."""
+    return cute.make_tensor(ring, cute.make_layout(stages))[stage]
+
+
 class GroupCursor:
     """Where a CTA is in the list of groups: the group, its first tile's number, its shape.
 
@@ -349,16 +432,19 @@ def grouped_kernel(
     a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
     ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
-    l2_promotion: cutlass.Constexpr = None,
+    l2_promotion: cutlass.Constexpr = None, trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
     consumers = cfg.consumers
 
     tidx, _, _ = cute.arch.thread_idx()
+    bid, _, _ = cute.arch.block_idx()
+    if cutlass.const_expr(trace):
+        if tidx == 0:
+            stamp(workspace, bid, "entry", trace)
     warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     wg = warp // 4
-    bid, _, _ = cute.arch.block_idx()
     grid, _, _ = cute.arch.grid_dim()
     # Clusters of CM CTAs along M (cfg.cluster = (2, 1)): the CTAs of a cluster take the
     # CM m-tiles of one unit (group, m-tile pair, n-tile) and share its B (the expert's
@@ -384,6 +470,10 @@ def grouped_kernel(
     order_len = ORDER_MAX if by_size else 1
     sOrder = cute.make_tensor(smem.allocate_array(Int32, order_len, byte_alignment=4), cute.make_layout(order_len))
     sSizes = cute.make_tensor(smem.allocate_array(Int32, order_len, byte_alignment=4), cute.make_layout(order_len))
+    # Dynamic scheduling: the tile each ring stage's first k-block belongs to, written by the producer before
+    # it arms the stage's barrier, read by the consumers after they waited on it (the barrier orders the two).
+    ring = smem.allocate_array(Int32, stages if dynamic else 1, byte_alignment=4)
+    counter = workspace[(0, sched_slot(cfg), None)].iterator  # CTA 0's scheduler slot: the two counters
 
     if warp == 0:
         with cute.arch.elect_one():
@@ -430,6 +520,9 @@ def grouped_kernel(
             last = Int32(-1)
             flips = Int32(0)  # group changes so far: which of the two A/B slots is current
             linear = Int32(cluster_id)
+            claim = Int32(0)
+            if cutlass.const_expr(dynamic):
+                claim = claim_tile(counter)  # the tile after the first, claimed now, used later
             cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             while cur.g < groups:
                 slot = flips % 2
@@ -455,10 +548,17 @@ def grouped_kernel(
                 desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, A_SLOTS + slot),
                                                  cute.AddressSpace.generic)
                 m_unit, n_tile, k_tiles = cur.tile(linear, BK)
+                if cutlass.const_expr(trace):
+                    if linear == cluster_id:
+                        if cute.arch.lane_idx() == 0:
+                            stamp(workspace, bid, "first_load", trace)
                 m_tile = m_unit * CM + rank  # past the group's rows for the second CTA of an odd pair:
                 for kt in cutlass.range(k_tiles, unroll=1):  # TMA zero-fills that A, the store drops it
                     cute.arch.mbarrier_wait(empty + state.index, state.phase)
                     with cute.arch.elect_one():
+                        if cutlass.const_expr(dynamic):
+                            if kt == 0:
+                                put_tile_of(ring, stages, state.index, linear)
                         cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)
                     cute.copy(tma_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
                               tma_bar_ptr=full + state.index, tma_desc_ptr=desc_a)
@@ -469,8 +569,25 @@ def grouped_kernel(
                         cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
                                   tma_bar_ptr=full + state.index, tma_desc_ptr=desc_b)
                     state.advance()
-                linear = linear + num_clusters
+                if cutlass.const_expr(dynamic):
+                    linear = claimed_tile(claim, grid)
+                else:
+                    linear = linear + num_clusters
                 cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+                if cutlass.const_expr(dynamic):
+                    if cur.g < groups:
+                        claim = claim_tile(counter)
+            if cutlass.const_expr(dynamic):
+                # One more stage, with no data: it tells the consumers the tiles have run out.
+                cute.arch.mbarrier_wait(empty + state.index, state.phase)
+                with cute.arch.elect_one():
+                    put_tile_of(ring, stages, state.index, Int32(NO_MORE_TILES))
+                    cute.arch.mbarrier_arrive(full + state.index)
+                state.advance()
+                reset_counters(counter, grid)
+            if cutlass.const_expr(trace):
+                if cute.arch.lane_idx() == 0:
+                    stamp(workspace, bid, "producer_done", trace)
             # Tail: every stage must be released (by every consumer of the cluster) before the CTA may exit.
             for _ in cutlass.range_constexpr(stages):
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)
@@ -494,6 +611,7 @@ def grouped_kernel(
         cur = first_group(sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         last = Int32(-1)
         linear = Int32(cluster_id)
+        ntiles = Int32(0)
         cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         while cur.g < groups:
             m_unit, n_tile, kc = cur.tile(linear, BK)
@@ -503,6 +621,11 @@ def grouped_kernel(
             acc.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
             read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM)
+            if cutlass.const_expr(trace):
+                if tidx == 128:
+                    if linear == cluster_id:
+                        stamp(workspace, bid, "first_mainloop_end", trace)
+                    stamp(workspace, bid, "last_mainloop_end", trace)
 
             # ---- a new group: this warpgroup's C descriptor describes the group's C
             if cur.g != last:
@@ -523,10 +646,30 @@ def grouped_kernel(
             # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
             store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
                        half, store_warp, cfg, c_type, desc_c)
-            linear = linear + num_clusters
+            if cutlass.const_expr(trace):
+                if tidx == 128:
+                    if linear == cluster_id:
+                        stamp(workspace, bid, "first_tile_end", trace)
+                    stamp(workspace, bid, "tiles", trace, ntiles + 1)
+            ntiles = ntiles + 1
+            if cutlass.const_expr(dynamic):
+                # The next tile is the one the producer wrote beside the next stage's first k-block.
+                cute.arch.mbarrier_wait(full + read.index, read.phase)
+                linear = tile_of(ring, stages, read.index)
+                if linear == NO_MORE_TILES:
+                    linear = Int32(2**31 - 1)  # past every group: seek ends the loop
+            else:
+                linear = linear + num_clusters
             cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+        if cutlass.const_expr(dynamic):
+            # Free the stage that said "no more tiles" (it may be the first this consumer sees).
+            cute.arch.mbarrier_wait(full + read.index, read.phase)
+            release_stage(empty, release.index, CM)
         if store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
+        if cutlass.const_expr(trace):
+            if tidx == 128:
+                stamp(workspace, bid, "exit", trace)
 
 
 # --------------------------------------------------------------------------------------
@@ -538,7 +681,8 @@ def grouped_kernel(
 def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                    workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
-                   by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None):
+                   by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None,
+                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -570,19 +714,20 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion).launch(
+                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None):
+def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None,
+                 trace: bool = False, dynamic: bool = False):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
         launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
-                       l2_promotion)
+                       l2_promotion, trace, dynamic)
 
     return grouped_sm90_host
 
@@ -593,7 +738,7 @@ MODES = ("ragged", "table")
 
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
                     target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
-                    l2_promotion: int | None = 3):
+                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
@@ -601,7 +746,10 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     ``fences=False`` compiles the broken variant: descriptors published with
     plain stores, no release, no acquire (chapter 08's "break it" exercise).
     ``l2_promotion``: the A and B descriptors' L2 promotion (:data:`L2_PROMOTIONS`;
-    default 3, 256 bytes; None keeps the DSL's 128).
+    default 3, 256 bytes; None keeps the DSL's 128). ``trace``: record each CTA's timeline in one more
+    workspace slot (:data:`TRACE_POINTS`; :func:`gemmlab.grouped.trace_launches`). ``dynamic``: after its
+    first tile a CTA claims the next one from a global counter (:func:`claim_tile`) instead of taking every
+    ``grid``-th; single-CTA tiles only.
     """
     from .checks import check_choice
     from .compile import check_target, compile_for, fake_stream, fake_tensor
@@ -628,8 +776,11 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
         b = fake_tensor(dt, (k, n), stride_order=(1, 0) if b_major == "n" else (0, 1))
     offs = fake_tensor(Int32, (cute.sym_int(),), align=4, stride_order=(0,))
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
-    workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg), DESC_WORDS), align=DESC_BYTES,
+    workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion)
+    dynamic = bool(dynamic)
+    if dynamic and cfg.cluster != (1, 1):
+        raise ValueError(f"dynamic: tiles are handed out one CTA at a time, so clusters of 1 only; got {cfg.name}")
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic)
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)
