@@ -480,3 +480,5 @@ def test_exercise_solutions_by_hand(ragged_ptx):
     assert ch08.solution_decode_floor_us() == round(23 * 4096 * 7168 * 2 / 3.35e12 * 1e6)
     assert ch08.solution_pair_waste() == (1 + 1 + 1) * 4  # 520, 70 and 300 rows: an odd count of M-tiles each
     assert sum(len(t) for t in grouped.tile_order(**ch08.PAIR_PROBLEM)) == (3 + 1 + 2) * 2 * 4
+    assert ch08.solution_roofline_launch_us() == 288  # 16 + (0.85 * 16 / (1 - 0.85 / 0.9)) / 0.9, by hand
+    assert ch08.check_roofline_launch_us(287) and not ch08.check_roofline_launch_us(245)

@@ -75,3 +75,28 @@ def solution_pair_waste():
     p = PAIR_PROBLEM
     handed = [t for cta in tile_order(**p) for t in cta]
     return sum(1 for g, m_tile, _ in handed if m_tile * p["tile_m"] >= p["m_sizes"][g])  # 12
+
+
+#: Exercise 5: a decode launch's fixed cost (us), the rate its weights stream at (a fraction of the datasheet
+#: bandwidth) and the fraction of the datasheet roofline asked for (section 7's tail benchmark, H200-like).
+LAUNCH_PROBLEM = dict(fixed_us=16.0, stream_fraction=0.90, target=0.85)
+
+
+def check_roofline_launch_us(answer) -> bool:
+    """Long enough for the roofline: the shortest launch (us, kernel time) of :data:`LAUNCH_PROBLEM` that reaches
+    ``target`` of the datasheet roofline."""
+    ok = answer is not None and isinstance(answer, (int, float)) and abs(answer - solution_roofline_launch_us()) <= 3
+    return verdict("shortest launch (us)", solution_roofline_launch_us() if ok else answer,
+                   solution_roofline_launch_us(),
+                   "Call x the time the bytes take at the datasheet bandwidth. The launch takes fixed + x / "
+                   "stream_fraction and reaches x / (fixed + x / stream_fraction) of the roofline; solve that "
+                   "= target for x, then give the launch's time.")
+
+
+def solution_roofline_launch_us():
+    # x / (F + x / s) = f  =>  x (1 - f / s) = f F  =>  x = 0.85 * 16 / (1 - 0.85 / 0.90) = 244.8 us of bytes,
+    # and the launch takes 16 + 244.8 / 0.90 = 288 us.
+    p = LAUNCH_PROBLEM
+    f, s, fixed = p["target"], p["stream_fraction"], p["fixed_us"]
+    x = f * fixed / (1 - f / s)
+    return round(fixed + x / s)  # 288
