@@ -85,6 +85,15 @@ def test_fit_launch_cost_on_a_line():
         grouped.fit_launch_cost(rows[:3])
 
 
+def test_finish_times_figure(tmp_path, monkeypatch):
+    import gemmlab.figures as figs
+    from gemmlab import grouped_tables as gt
+
+    monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
+    p = gt.draw_finish_times(tiles=40, grid=8, name="finish")
+    assert p.exists() and p.stat().st_size > 1000
+
+
 def test_tail_figure_and_lines(tmp_path, monkeypatch):
     import gemmlab.figures as figs
     from gemmlab import grouped_tables as gt
@@ -125,6 +134,19 @@ def test_traced_kernel_stamps_only_when_asked():
     from gemmlab.grouped_sm90 import TRACE_POINTS
     assert len(re.findall(r"%globaltimer", traced)) == len(TRACE_POINTS) - 1  # every point but the tile count
     assert "%globaltimer" not in ptx_of(compile_grouped(grouped.SMALL, "ragged", "k"))
+
+
+def test_finish_times_model_by_hand():
+    # 2 CTAs at speeds 1 and 2, six unit tiles. Static: CTA 0 runs tiles 0, 2, 4 (3.0), CTA 1 tiles 1, 3, 5 (1.5).
+    assert grouped.finish_times([1] * 6, [1, 2], dynamic=False) == [3.0, 1.5]
+    # Dynamic, claiming one ahead: CTA 0 starts 0 (claims 2), CTA 1 starts 1 (claims 3); CTA 1 starts 3 at 0.5
+    # (claims 4), CTA 0 starts 2 at 1 (claims 5), CTA 1 starts 4 at 1.0 and ends at 1.5; CTA 0 runs 5 from 2 to 3.
+    assert grouped.finish_times([1] * 6, [1, 2], dynamic=True) == [3.0, 1.5]
+    # With more tiles dynamic wins: 24 unit tiles, static ends at 12, dynamic between the even split (8) and 9
+    # (the slow CTA may still hold one claimed tile when the fast one runs out).
+    static = grouped.finish_times([1] * 24, [1, 2], dynamic=False)
+    dynamic = grouped.finish_times([1] * 24, [1, 2], dynamic=True)
+    assert static == [12.0, 6.0] and 8.0 <= max(dynamic) <= 9.0
 
 
 def test_visit_order_ranks_sizes_ties_by_index():

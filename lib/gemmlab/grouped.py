@@ -475,6 +475,38 @@ def tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, by_size: bo
             for b in range(clusters * cluster)]
 
 
+def finish_times(tile_costs, speeds, dynamic: bool) -> list[float]:
+    """CPU model of when each CTA finishes: static (CTA ``b`` takes ``b, b + grid, ...``) or dynamic scheduling.
+
+    ``tile_costs``: each tile's work, in the order tiles are numbered; ``speeds``: each CTA's rate (work per
+    unit of time, e.g. the memory bandwidth its SM happens to get); ``len(speeds)`` is the grid. Dynamic is
+    the kernel's scheme: tile ``b`` first, and a CTA claims its next tile from the counter when it *starts*
+    a tile (one ahead, :func:`gemmlab.grouped_sm90.claim_tile`), so a claimed tile waits for the tile in
+    hand. A model: the rates are constant and independent of how many CTAs are still running.
+    """
+    grid = len(speeds)
+    if not dynamic:
+        return [sum(tile_costs[b::grid]) / speeds[b] for b in range(grid)]
+    import heapq
+    nxt = grid  # the counter: the next unclaimed tile
+    # (time the CTA starts a tile, CTA, the tile it starts)
+    events = [(0.0, b, b) for b in range(min(grid, len(tile_costs)))]
+    heapq.heapify(events)
+    done = [0.0] * grid
+    claimed = [None] * grid
+    while events:
+        t, b, tile = heapq.heappop(events)
+        if nxt < len(tile_costs):  # claim the following tile now, work on it after this one
+            claimed[b], nxt = nxt, nxt + 1
+        else:
+            claimed[b] = None
+        end = t + tile_costs[tile] / speeds[b]
+        done[b] = end
+        if claimed[b] is not None:
+            heapq.heappush(events, (end, b, claimed[b]))
+    return done
+
+
 def descriptor_updates(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, by_size: bool = True) -> list[int]:
     """For each CTA, how many times its producer rewrites the A/B descriptors (once per group it enters)."""
     counts = []

@@ -119,6 +119,35 @@ def draw_tail(docs: list[dict], name: str = "08_tail"):
     return save(fig, name)
 
 
+def draw_finish_times(tiles: int = 576, grid: int = 132, spread: float = 0.2, seed: int = 0,
+                      name: str = "08_finish_times"):
+    """CPU model (:func:`gemmlab.grouped.finish_times`): when each CTA finishes, static against dynamic.
+
+    ``tiles`` equal tiles on ``grid`` CTAs whose rates are drawn uniformly within ``1 +- spread`` (seeded):
+    an assumption standing in for SMs that get unequal memory bandwidth, not a measurement.
+    """
+    import random
+    from .figures import new_figure, save
+    from .grouped import finish_times
+
+    rng = random.Random(seed)
+    speeds = [1 + spread * (2 * rng.random() - 1) for _ in range(grid)]
+    even = tiles / sum(speeds)  # every CTA busy until the same moment
+    fig, ax = new_figure(figsize=(7.2, 3.8))
+    for dynamic, color, label in ((False, "tab:orange", "static: CTA b takes b, b + grid, ..."),
+                                  (True, "tab:blue", "dynamic: claim the next tile, one ahead")):
+        t = sorted(finish_times([1.0] * tiles, speeds, dynamic))
+        ax.step(range(grid), [x / even for x in t], where="post", color=color,
+                label=f"{label} (last: {max(t) / even:.2f})")
+    ax.axhline(1.0, color="black", lw=0.8, ls="--", label="even split of the work")
+    ax.set_xlabel(f"CTAs, sorted by finish time ({tiles} equal tiles, {grid} CTAs, rates 1 +- {spread:.0%})")
+    ax.set_ylabel("finish time / even split")
+    ax.set_title("CPU model: when the CTAs finish", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(True, alpha=0.3)
+    return save(fig, name)
+
+
 def tail_lines(doc: dict) -> str:
     """The tail benchmark's fits, one line per weight shape."""
     lines = [f"{doc['device']}: streaming read (torch.sum over 2 GiB) {doc['stream_read_tbs']:.2f} TB/s"]
