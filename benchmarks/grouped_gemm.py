@@ -281,7 +281,7 @@ def tail(out_dir=None, rounds=5):
     the slope is the rate the weights stream at, the intercept the fixed cost of a launch. A streaming read
     of 2 GiB (``torch.sum``) in the same run gives the practical ceiling of the memory.
     """
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sms = hardware.sm_count()
     x = torch.ones(1 << 30, dtype=torch.bfloat16, device="cuda")  # 2 GiB
     t = bench.time_interleaved({"sum": [lambda: x.sum()]}, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
     stream_tbs = x.numel() * x.element_size() / (t["sum"]["median_ms"] * 1e-3) / 1e12
@@ -296,7 +296,7 @@ def tail(out_dir=None, rounds=5):
         fam = []
         for live in lives:
             sizes = [4] * live + [0] * (G - live)
-            offs = torch.tensor(torch.tensor(sizes).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+            offs = grouped.offsets_of(sizes)
             ours = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, config=grouped.SMALL)]
             ours[0]()
             tt = bench.time_interleaved({"ours": ours, "torch": [lambda: torch._grouped_mm(a, b, offs=offs)]},

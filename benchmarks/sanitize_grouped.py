@@ -21,7 +21,7 @@ def main():
         n, k = 264, 200
         a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16, generator=gen)
         b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
-        offs = torch.tensor(torch.tensor(sizes).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+        offs = grouped.offsets_of(sizes)
         out = grouped.grouped_gemm(a, b, offs, config=cfg)
         ref = grouped.reference(a, b, offs)
         print(f"ragged {cfg.name}: rel. Frobenius error {((out.float() - ref).norm() / ref.norm()).item():.2e}")

@@ -170,14 +170,20 @@ def _workspace(device, grid: int, cfg: Sm90Config):
     ended). Calls that run at the same time on two streams of one device would
     rewrite each other's descriptors: that is not supported.
     """
-    import torch
-    from .grouped_sm90 import DESC_WORDS, slots_per_cta
+    from .grouped_sm90 import slots_per_cta
     key = (device, grid, slots_per_cta(cfg))
     ws = _WORKSPACES.get(key)
     if ws is None:
-        ws = torch.zeros((grid, slots_per_cta(cfg), DESC_WORDS), dtype=torch.int64, device=device)
+        ws = _new_workspace(device, grid, cfg)
         _WORKSPACES[key] = ws
     return ws
+
+
+def _new_workspace(device, grid: int, cfg: Sm90Config, trace: bool = False):
+    """A zeroed workspace: (grid, slots, 16) int64 (the tile counters at 0), one more slot with ``trace``."""
+    import torch
+    from .grouped_sm90 import DESC_WORDS, slots_per_cta
+    return torch.zeros((grid, slots_per_cta(cfg, trace), DESC_WORDS), dtype=torch.int64, device=device)
 
 
 def _dummies(device):
@@ -652,7 +658,7 @@ def trace_launches(a, b, offs, *, launches: int = 3, config: Sm90Config | None =
     """
     import torch
     from . import hardware
-    from .grouped_sm90 import DESC_WORDS, TRACE_POINTS, slots_per_cta
+    from .grouped_sm90 import TRACE_POINTS
     major = check_ragged(a, b, offs, None)
     rows, k = a.shape
     groups, _, n = b.shape
@@ -662,8 +668,7 @@ def trace_launches(a, b, offs, *, launches: int = 3, config: Sm90Config | None =
     fn = compiled(cfg, "ragged", major, trace=True, dynamic=dynamic)
     out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
     _, table = _dummies(a.device)
-    spaces = [torch.zeros((sms, slots_per_cta(cfg, True), DESC_WORDS), dtype=torch.int64, device=a.device)
-              for _ in range(launches)]
+    spaces = [_new_workspace(a.device, sms, cfg, trace=True) for _ in range(launches)]
     fn(a, b, out, offs, table, spaces[0], groups, grid)  # warm: the descriptor cache and the clocks
     torch.cuda.synchronize()
     for ws in spaces:
@@ -700,6 +705,6 @@ def timeline(traced: dict) -> dict:
         if i + 1 < len(runs):
             d["gap"] = us(min(r[col["entry"]] for r in runs[i + 1]) - max(exits))
         per.append(d)
-    keys = per[0].keys() | {"gap"}
-    return {k: statistics.median(d[k] for d in per if k in d) for k in sorted(keys) if any(k in d for d in per)}
+    keys = set().union(*per)  # "gap" is missing from the last launch
+    return {k: statistics.median(d[k] for d in per if k in d) for k in sorted(keys)}
 

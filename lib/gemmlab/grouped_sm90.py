@@ -650,7 +650,6 @@ def grouped_kernel(
                 if tidx == 128:
                     if linear == cluster_id:
                         stamp(workspace, bid, "first_tile_end", trace)
-                    stamp(workspace, bid, "tiles", trace, ntiles + 1)
             ntiles = ntiles + 1
             if cutlass.const_expr(dynamic):
                 # The next tile is the one the producer wrote beside the next stage's first k-block.
@@ -670,6 +669,7 @@ def grouped_kernel(
         if cutlass.const_expr(trace):
             if tidx == 128:
                 stamp(workspace, bid, "exit", trace)
+                stamp(workspace, bid, "tiles", trace, ntiles)
 
 
 # --------------------------------------------------------------------------------------
@@ -766,6 +766,9 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     check_choice("mode", mode, MODES)
     check_choice("b_major", b_major, ("k", "n"))
     check_choice("l2_promotion", l2_promotion, L2_PROMOTIONS)
+    dynamic = bool(dynamic)
+    if dynamic and cfg.cluster != (1, 1):
+        raise ValueError(f"dynamic: tiles are handed out one CTA at a time, so clusters of 1 only; got {cfg.name}")
     dt, ct = _CUTLASS_TYPES[cfg.dtype], _CUTLASS_TYPES[cfg.out_dtype]
     t, n, k = cute.sym_int(), cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
     a = fake_tensor(dt, (t, k), stride_order=(1, 0))
@@ -778,9 +781,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    dynamic = bool(dynamic)
-    if dynamic and cfg.cluster != (1, 1):
-        raise ValueError(f"dynamic: tiles are handed out one CTA at a time, so clusters of 1 only; got {cfg.name}")
     host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic)
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)
