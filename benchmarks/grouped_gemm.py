@@ -236,6 +236,11 @@ SWEEP_CONFIGS = {
     "128x256 s4": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2),
     "128x192 c2 s4": dict(tile_m=128, tile_n=192, stages=4, cluster=(2, 1)),
     "128x256 c2 s4": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, cluster=(2, 1)),
+    # The same tiles with tiles handed out from a counter (grouped.dynamic_schedule), one CTA each.
+    "64x128 s8 dyn": dict(tile_m=64, tile_n=128, stages=8, dynamic=True),
+    "64x256 s5 dyn": dict(tile_m=64, tile_n=256, stages=5, dynamic=True),
+    "128x192 s4 dyn": dict(tile_m=128, tile_n=192, stages=4, dynamic=True),
+    "128x256 s4 dyn": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, dynamic=True),
 }
 
 
@@ -243,17 +248,19 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
           doc_name="grouped_gemm_sweep"):
     """Kernel time of every swept configuration on the MoE sets (GPU only): the heuristic's data."""
     from gemmlab.family.configs import Sm90Config
-    cfgs = {name: Sm90Config(**{"cluster": (1, 1), **kw}) for name, kw in SWEEP_CONFIGS.items()
-            if configs is None or name in configs}
+    chosen = [name for name in SWEEP_CONFIGS if configs is None or name in configs]
+    cfgs = {name: Sm90Config(**{"cluster": (1, 1), **{key: v for key, v in SWEEP_CONFIGS[name].items()
+                                                       if key != "dynamic"}}) for name in chosen}
+    dyn = {name: SWEEP_CONFIGS[name].get("dynamic", False) for name in chosen}
     rows = []
     for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
         label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
         out = torch.empty((T, n), device="cuda", dtype=a.dtype)
         launches = {}
         for name, cfg in cfgs.items():
-            grouped.grouped_gemm(a, b, offs, out=out, config=cfg, validate=False)
-            launches[name] = [lambda cfg=cfg: grouped.grouped_gemm(a, b, offs, out=out, config=cfg,
-                                                                  validate=False)]
+            grouped.grouped_gemm(a, b, offs, out=out, config=cfg, validate=False, dynamic=dyn[name])
+            launches[name] = [lambda cfg=cfg, d=dyn[name]: grouped.grouped_gemm(a, b, offs, out=out, config=cfg,
+                                                                               validate=False, dynamic=d)]
         launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
         row["chosen"] = grouped.default_config(T, G, n, k, a.device).name
@@ -267,8 +274,8 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
     _write(doc_name, {"rows": rows, "configs": {c: SWEEP_CONFIGS[c] for c in cfgs}}, out_dir)
 
 
-#: Decode launches for ``tail``: (N, K, live experts); 4 tokens each, so one 64 x 128 tile per 128 columns.
-#: The live counts straddle whole waves of tiles on 132 SMs (H100 SXM, H200): 56 or 32 tiles per expert.
+#: Decode launches for ``tail``: (N, K, live experts); 4 tokens each, so one 64-row tile per tile width of
+#: columns. With the 128-wide tile the live counts straddle whole waves on 132 SMs (56 or 32 tiles per expert).
 TAIL_FAMILIES = ((7168, 2048, (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 28, 32, 33, 34, 35, 36, 40)),
                  (4096, 7168, (1, 2, 4, 8, 12, 16, 17, 20, 24, 32, 33, 34, 36, 40)))
 
@@ -276,12 +283,14 @@ TAIL_FAMILIES = ((7168, 2048, (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 28, 32, 33, 34,
 def tail(out_dir=None, rounds=5):
     """What a decode launch costs beyond its weight bytes (GPU only): time against live experts.
 
-    Each family is one weight shape with 1 to 40 live experts of 4 tokens (the 64 x 128 tile, kernel time
-    back to back, ``torch._grouped_mm`` beside it). :func:`gemmlab.grouped.fit_launch_cost` fits a line:
+    Each family is one weight shape with 1 to 40 live experts of 4 tokens (this GPU's decode tile as the
+    library runs it, :func:`gemmlab.grouped.decode_tile`; kernel time back to back, ``torch._grouped_mm``
+    beside it). :func:`gemmlab.grouped.fit_launch_cost` fits a line:
     the slope is the rate the weights stream at, the intercept the fixed cost of a launch. A streaming read
     of 2 GiB (``torch.sum``) in the same run gives the practical ceiling of the memory.
     """
     sms = hardware.sm_count()
+    cfg = grouped.decode_tile(torch.device("cuda"))
     x = torch.ones(1 << 30, dtype=torch.bfloat16, device="cuda")  # 2 GiB
     t = bench.time_interleaved({"sum": [lambda: x.sum()]}, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
     stream_tbs = x.numel() * x.element_size() / (t["sum"]["median_ms"] * 1e-3) / 1e12
@@ -297,11 +306,11 @@ def tail(out_dir=None, rounds=5):
         for live in lives:
             sizes = [4] * live + [0] * (G - live)
             offs = grouped.offsets_of(sizes)
-            ours = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, config=grouped.SMALL)]
+            ours = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, config=cfg)]
             ours[0]()
             tt = bench.time_interleaved({"ours": ours, "torch": [lambda: torch._grouped_mm(a, b, offs=offs)]},
                                         rounds=rounds, per_round=10, warmup=2, gpu_only=True)
-            tiles = live * -(-n // grouped.SMALL.tile_n)
+            tiles = live * -(-n // cfg.tile_n)
             r = {"n": n, "k": k, "live": live, "tiles": tiles, "waves": tiles / sms, "bytes_per_expert": n * k * 2,
                  "us": tt["ours"]["median_ms"] * 1e3, "torch_us": tt["torch"]["median_ms"] * 1e3}
             r["tbs"] = live * r["bytes_per_expert"] / (r["us"] * 1e-6) / 1e12
@@ -316,7 +325,8 @@ def tail(out_dir=None, rounds=5):
         fits.append(fit)
         del a, b, out
         torch.cuda.empty_cache()
-    _write("grouped_gemm_tail", {"rows": rows, "fits": fits, "stream_read_tbs": stream_tbs, "sms": sms}, out_dir)
+    _write("grouped_gemm_tail", {"rows": rows, "fits": fits, "stream_read_tbs": stream_tbs, "sms": sms,
+                                 "config": cfg.name, "dynamic": grouped.dynamic_schedule(cfg)}, out_dir)
 
 
 def _write(name, doc, out_dir):
@@ -325,7 +335,8 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "sweep_clusters", "tail", "all"))
+    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "sweep_clusters", "sweep_sched", "tail",
+                                    "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -339,6 +350,11 @@ def main(argv=None):
         sweep(args.out, tokens=(512, 4096, 16384), groups=GROUPS,
               configs=("64x128 s8", "128x192 s4", "128x256 s4", "128x192 c2 s4", "128x256 c2 s4"),
               doc_name="grouped_gemm_sweep_clusters")
+    if args.what == "sweep_sched":  # static against dynamic tile scheduling, every tile the heuristic may pick
+        sweep(args.out, groups=GROUPS,
+              configs=("64x128 s8", "64x128 s8 dyn", "64x256 s5", "64x256 s5 dyn", "128x192 s4", "128x192 s4 dyn",
+                       "128x256 s4 dyn", "128x256 c2 s4"),
+              doc_name="grouped_gemm_sweep_sched")
     if args.what == "tail":  # decode launches of 1 to 40 experts: fixed cost per launch, the last wave
         tail(args.out)
     if args.what in ("moe", "all"):

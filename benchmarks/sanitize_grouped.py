@@ -1,4 +1,4 @@
-"""Small grouped GEMMs for compute-sanitizer (memcheck, racecheck): every tile, both forms, the three tiles.
+"""Small grouped GEMMs for compute-sanitizer (memcheck, racecheck): every tile, both forms, both schedulings.
 
     compute-sanitizer --tool memcheck python benchmarks/sanitize_grouped.py
 """
@@ -16,15 +16,17 @@ from gemmlab import grouped  # noqa: E402
 
 def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for cfg in (grouped.SMALL, grouped.MEDIUM, grouped.LARGE, grouped.MEDIUM_C2, grouped.LARGE_C2):
+    runs = [(cfg, dyn) for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE)
+            for dyn in (False, True)] + [(grouped.MEDIUM_C2, False), (grouped.LARGE_C2, False)]
+    for cfg, dyn in runs:
         sizes = [0, 70, 3, 0, 200, 1]
         n, k = 264, 200
         a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16, generator=gen)
         b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
         offs = grouped.offsets_of(sizes)
-        out = grouped.grouped_gemm(a, b, offs, config=cfg)
+        out = grouped.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn)
         ref = grouped.reference(a, b, offs)
-        print(f"ragged {cfg.name}: rel. Frobenius error {((out.float() - ref).norm() / ref.norm()).item():.2e}")
+        print(f"ragged {cfg.name} {'dynamic' if dyn else 'static'}: rel. Frobenius error {((out.float() - ref).norm() / ref.norm()).item():.2e}")
     pairs = [(torch.randn(m, kk, device="cuda", dtype=torch.bfloat16, generator=gen),
               torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16, generator=gen))
              for m, nn, kk in [(130, 136, 64), (0, 64, 64), (7, 256, 128)]]

@@ -37,10 +37,9 @@ def test_tile_order_in_cluster_pairs():
     assert grouped.tile_order([130, 300], 256, 128, 128, 4, cluster=1) == one
 
 
-def test_dynamic_scheduling_only_for_single_cta_128x256():
-    assert grouped.dynamic_schedule(grouped.LARGE)
-    assert not any(grouped.dynamic_schedule(c) for c in (grouped.SMALL, grouped.MEDIUM, grouped.LARGE_C2,
-                                                          grouped.MEDIUM_C2))
+def test_dynamic_scheduling_for_single_ctas_but_128x192():
+    assert all(grouped.dynamic_schedule(c) for c in (grouped.SMALL, grouped.SMALL_WIDE, grouped.LARGE))
+    assert not any(grouped.dynamic_schedule(c) for c in (grouped.MEDIUM, grouped.LARGE_C2, grouped.MEDIUM_C2))
 
 
 def test_dynamic_variant_claims_tiles_and_resets_its_counters():
@@ -201,16 +200,28 @@ def test_flops_bytes_count_only_live_weights():
     assert nbytes == 2 * (5 * 16 + 5 * 8 + 2 * 16 * 8)
 
 
-def test_choose_config_by_tokens_per_expert():
-    assert grouped.choose_config(64, 8, 4096, 7168) is grouped.SMALL
-    assert grouped.choose_config(4096, 128, 4096, 7168) is grouped.MEDIUM
-    assert grouped.choose_config(1900, 8, 4096, 7168) is grouped.LARGE  # 237 per expert, too few in all
-    assert grouped.choose_config(4096, 64, 4096, 7168) is grouped.LARGE
-    assert grouped.choose_config(4096, 64, 4096, 7168, pairs_from=41) is grouped.LARGE_C2
-    assert grouped.choose_config(16384, 8, 4096, 7168, pairs_from=41) is grouped.LARGE_C2
-    assert grouped.choose_config(4096, 128, 4096, 7168, pairs_from=41) is grouped.MEDIUM  # 32 per expert
-    assert grouped.choose_config(4096, 64, 4096, 7168, pairs_from=512) is grouped.LARGE  # 64 per expert
-    assert grouped.choose_config(4096, 8, 4096, 7168, pairs_from=512) is grouped.LARGE_C2
+def test_choose_config_by_tokens_and_experts():
+    choose = grouped.choose_config
+    assert choose(64, 8, 4096, 7168) is grouped.SMALL  # decode: 8 per expert
+    wide = grouped.SMALL_WIDE
+    assert choose(512, 32, 4096, 7168, decode=wide) is wide  # 16 per expert
+    assert choose(512, 32, 2048, 7168, decode=wide) is wide  # 8 tiles of 256 per expert
+    assert choose(512, 32, 1024, 7168, decode=wide) is grouped.SMALL  # too narrow for the wide tile
+    assert choose(512, 8, 4096, 7168) is grouped.MEDIUM  # 64 per expert, too few tokens in all
+    assert choose(1900, 8, 4096, 7168) is grouped.LARGE  # 237 per expert, too few tokens in all
+    assert choose(4096, 128, 4096, 7168) is grouped.LARGE  # 32 per expert
+    assert choose(4096, 16, 4096, 7168, pairs_from=41) is grouped.LARGE_C2
+    assert choose(4096, 64, 4096, 7168, pairs_from=41) is grouped.LARGE  # 64 experts: never pairs
+    assert choose(4096, 64, 4096, 7168, pairs_from=512) is grouped.LARGE  # 64 per expert
+    assert choose(4096, 8, 4096, 7168, pairs_from=512) is grouped.LARGE_C2  # 512 per expert, 8 experts
+    assert choose(4096 * 4, 16, 4096, 7168, pairs_from=512) is grouped.LARGE_C2  # 1024, 16 experts
+    assert choose(16384, 32, 4096, 7168, pairs_from=512) is grouped.LARGE  # 512 per expert, 32 experts
+    assert choose(16384, 8, 4096, 7168) is grouped.LARGE  # no pairs on GPUs not measured
+
+
+def test_decode_tile_and_pairs_by_gpu():
+    assert grouped.DECODE_TILE == {"H100": grouped.SMALL, "H200": grouped.SMALL_WIDE}
+    assert grouped.PAIRS_FROM == {"H100": 512, "H200": 512}
 
 
 # ---------------------------------------------------------------- argument checks (before any launch)
@@ -336,7 +347,8 @@ def test_l2_promotion_written_into_the_templates_before_the_first_rewrite(ragged
 
 @pytest.mark.parametrize("mode", ["ragged", "table"])
 @pytest.mark.parametrize("b_major", ["k", "n"])
-@pytest.mark.parametrize("cfg", [grouped.SMALL, grouped.LARGE, grouped.LARGE_C2], ids=["small", "large", "large-c2"])
+@pytest.mark.parametrize("cfg", [grouped.SMALL, grouped.SMALL_WIDE, grouped.LARGE, grouped.LARGE_C2],
+                         ids=["small", "small-wide", "large", "large-c2"])
 def test_every_variant_compiles_for_sm90a(cfg, mode, b_major):
     ptx = ptx_of(compile_grouped(cfg, mode, b_major))
     assert "wgmma.mma_async.sync.aligned" in ptx
@@ -383,6 +395,7 @@ GPU_CASES = [
     ([0, 300, 0, 77, 129, 5], 384, 256, "k", "LARGE_C2"),  # 2x1 clusters: odd m-tile counts, empty groups
     ([1, 7, 333, 63, 65, 2], 264, 136, "n", "MEDIUM_C2"),
     ([0, 700, 3, 0, 200, 1] * 3, 512, 256, "k", "LARGE"),  # dynamic scheduling (chosen for this tile)
+    ([5, 0, 24, 1, 17, 64, 9] * 3, 1280, 384, "n", "SMALL_WIDE"),  # the wide decode tile: N not a multiple
 ]
 
 
@@ -406,7 +419,7 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
 
 
 @pytest.mark.sm90
-@pytest.mark.parametrize("cname", ["SMALL", "MEDIUM", "LARGE"])
+@pytest.mark.parametrize("cname", ["SMALL", "SMALL_WIDE", "MEDIUM", "LARGE"])
 def test_dynamic_scheduling_many_launches_in_a_row(cname):
     """The tile counter must be back at 0 after every launch: 20 launches in a row, each checked."""
     from gemmlab.grouped_sm90 import sched_slot

@@ -25,8 +25,10 @@ COMPILE_SECONDS: dict = {}
 _WORKSPACES: dict = {}
 _DUMMIES: dict = {}
 
-#: The three tile configurations the heuristic picks from (see :func:`choose_config`).
+#: The tile configurations the heuristic picks from (see :func:`choose_config`).
 SMALL = Sm90Config(tile_m=64, tile_n=128, tile_k=64, stages=8, cluster=(1, 1), epi_n=32, epi_stages=4)
+#: The decode tile twice as wide: half as many tiles, each streaming twice the weight bytes.
+SMALL_WIDE = Sm90Config(tile_m=64, tile_n=256, tile_k=64, stages=5, cluster=(1, 1), epi_n=32, epi_stages=4)
 MEDIUM = Sm90Config(tile_m=128, tile_n=192, tile_k=64, stages=4, cluster=(1, 1), epi_n=32, epi_stages=4)
 LARGE = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(1, 1), epi_n=32, epi_stages=2)
 #: The two large tiles in clusters of two CTAs along M that share each B tile (the expert's weights) by multicast.
@@ -35,8 +37,14 @@ LARGE_C2 = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(2, 1
 
 
 #: Tokens per expert from which the 2-CTA clusters were measured faster, by GPU (``GPUSpec.short``;
-#: ``benchmarks/grouped_gemm.py sweep_clusters``). Other GPUs: never (not measured).
-PAIRS_FROM = {"H100": 41, "H200": 512}
+#: ``benchmarks/grouped_gemm.py sweep_sched``). Other GPUs: never (not measured).
+PAIRS_FROM = {"H100": 512, "H200": 512}
+#: ... and only with at most this many experts (measured: 8 experts pairs win, 32 dynamic single CTAs win).
+PAIRS_UP_TO_GROUPS = 16
+#: The decode tile by GPU (``sweep_sched``, both dynamic): on an H200 the wide one (1.03x geomean over
+#: ``SMALL`` on the 28 decode sets, 0.98-1.10x), on an H100 ``SMALL`` (the wide one 0.97-1.01x, geomean 0.996x).
+#: Other GPUs: ``SMALL``.
+DECODE_TILE = {"H100": SMALL, "H200": SMALL_WIDE}
 
 
 def pairs_from(device) -> float:
@@ -46,37 +54,51 @@ def pairs_from(device) -> float:
     return PAIRS_FROM.get(spec.short, float("inf")) if spec is not None else float("inf")
 
 
+def decode_tile(device) -> Sm90Config:
+    """:data:`DECODE_TILE` for CUDA ``device``: the ``decode`` argument of :func:`choose_config`."""
+    from .hardware import spec_of
+    spec = spec_of(device)
+    return DECODE_TILE.get(spec.short, SMALL) if spec is not None else SMALL
+
+
 def default_config(tokens: int, groups: int, n: int, k: int, device) -> Sm90Config:
-    """The configuration the calls run on ``device`` when given none: :func:`choose_config` with its pairs."""
-    return choose_config(tokens, groups, n, k, pairs_from(device))
+    """The configuration the calls run on ``device`` when given none: :func:`choose_config` for that GPU."""
+    return choose_config(tokens, groups, n, k, pairs_from(device), decode_tile(device))
 
 
-def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = float("inf")) -> Sm90Config:
-    """A tile configuration from the average tokens per expert (the host never reads ``offs``).
+def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = float("inf"),
+                  decode: Sm90Config = SMALL) -> Sm90Config:
+    """A tile configuration from the tokens and the experts (the host never reads ``offs``).
 
-    Measured on H100s (``benchmarks/grouped_gemm.py sweep`` and ``sweep_clusters``;
-    ``results/<device>/grouped_gemm_sweep*.json``):
+    Measured on an H100 and an H200, every tile on the 64 MoE sets in one run
+    (``benchmarks/grouped_gemm.py sweep_sched``; ``results/<device>/grouped_gemm_sweep_sched.json``):
 
     * up to 24 tokens per expert (decode): every expert's weights are read
-      once whatever the tile, so the 64 x 128 tile: the least MMA work wasted on
-      rows past a group's end, and enough tiles to spread the weights over the SMs;
-    * up to 40, or fewer than 2048 tokens in all: 128 x 192 (128 x 256 past
-      160 per expert), one CTA per tile;
-    * more: 128 x 256, from ``pairs_from`` tokens per expert (:data:`PAIRS_FROM`)
-      in clusters of two CTAs along M that share each weight tile by
-      multicast: half the L2 -> SM traffic for B. On the second of two H100s
-      we measured this is the largest step, 0.97-1.36x over the same tile
-      alone from 64 tokens per expert (the first H100 ran the tile alone as
-      fast as the second ran the pairs); on the H200 the pairs pay only from
-      512 tokens per expert (0.98-1.11x there, 0.74-1.02x below).
+      once whatever the tile, so a 64-row tile (the least MMA work wasted on
+      rows past a group's end), ``decode`` wide (:data:`DECODE_TILE`) if
+      ``n`` gives it 8 tiles per expert, else 128 wide (narrow outputs are not
+      in the benchmark: there the narrower tile keeps twice the SMs busy);
+    * fewer than 2048 tokens in all: 128 x 192 (128 x 256 past 160 per
+      expert): the few tiles of 128 x 256 fill the SMs unevenly;
+    * more: 128 x 256, in clusters of two CTAs along M that share each weight
+      tile by multicast (half the L2 -> SM traffic for B) from ``pairs_from``
+      tokens per expert with at most :data:`PAIRS_UP_TO_GROUPS` experts, else
+      one CTA per tile with tiles handed out dynamically
+      (:func:`dynamic_schedule`). With 8 experts of 512 or more tokens the
+      pairs win (geomean 1.045x on an H100, 1.017x on an H200); with 32
+      experts of 512 the single CTAs do (1.012x, 1.038x), and below 512 per
+      expert by far (1.075x, 1.24x). Our reading: skewed sizes leave uneven
+      work that only the dynamic order rebalances (the pairs keep a static
+      one), while a few big experts are even work where halving B's traffic
+      counts more.
     """
-    del n, k
+    del k
     per_expert = tokens / max(groups, 1)
     if per_expert <= 24:
-        return SMALL
-    if per_expert <= 40 or tokens < 2048:
+        return decode if n >= 8 * decode.tile_n else SMALL
+    if tokens < 2048:
         return MEDIUM if per_expert <= 160 else LARGE
-    return LARGE_C2 if per_expert >= pairs_from else LARGE
+    return LARGE_C2 if per_expert >= pairs_from and groups <= PAIRS_UP_TO_GROUPS else LARGE
 
 
 def persistent_grid(cfg: Sm90Config, sms: int, m_units: int, n_tiles: int) -> int:
@@ -115,14 +137,15 @@ def dynamic_schedule(cfg: Sm90Config) -> bool:
     experts and 64 tokens, every CTA has 4 or 5 tiles, yet the CTAs left 178 to 268 us after the first
     started: some SMs draw less bandwidth than others. Claiming tiles from a counter
     (:func:`gemmlab.grouped_sm90.claim_tile`) evens that out (there: 218 to 254 us). That trace was one
-    experiment; the benchmark (``benchmarks/grouped_gemm.py moe``, the ``sched_gain`` column: the other
-    scheduling's time over the chosen one's) says: with 128 x 256 tiles run one CTA each, dynamic wins on all
-    16 such H200 sets (1.01-1.17x); with 128 x 192 static wins (geomean 1.10x on an H200, 1.03x on an H100),
-    for reasons we have not found; with the 64-row decode tile the H200 shows no difference (0.995x) and an
-    H100 ran dynamic 3 % faster (0.95-1.02x), not yet confirmed by a second run. Pairs (2-CTA clusters) keep
-    the static order.
+    experiment; the benchmarks (``benchmarks/grouped_gemm.py moe``, the ``sched_gain`` column: the other
+    scheduling's time over the chosen one's; ``sweep_sched``: both, every tile) say: with 128 x 256 tiles
+    run one CTA each, dynamic wins on all 16 H200 sets it ran (1.01-1.17x); with the 64-row decode tiles
+    it wins by a little (on an H100 1.035x geomean for 64 x 128, 0.99-1.08x; on an H200 1.017x for
+    64 x 256, 0.98-1.05x); with 128 x 192 static wins (dynamic 1.06x slower on an H100, 1.03x on an
+    H200, on the sets that tile runs), for reasons we have not found. Pairs (2-CTA clusters) keep the
+    static order.
     """
-    return cfg.cluster == (1, 1) and cfg.tile_m == 128 and cfg.tile_n == 256
+    return cfg.cluster == (1, 1) and not (cfg.tile_m == 128 and cfg.tile_n == 192)
 
 
 def _have_tvm_ffi() -> bool:
