@@ -105,7 +105,9 @@ def draw_tail(docs: list[dict], name: str = "08_tail"):
             bottom.plot([r["waves"] for r in fam],
                         [r["us"] - fit["fixed_us"] - fit["us_per_expert"] * r["live"] for r in fam],
                         "o-", ms=4, lw=0.6, color=color, label=label)
-        top.set_xlabel("live experts (4 tokens each; 64 x 128 tiles)")
+        tile = doc.get("config", "64x128").split()[0].replace("x", " x ")  # results before the field: 64 x 128
+        sched = {True: ", dynamic", False: ", static"}.get(doc.get("dynamic"), "")
+        top.set_xlabel(f"live experts (4 tokens each; {tile} tiles{sched})")
         top.set_title(f"{doc['device']}: fixed cost per launch = intercept", fontsize=10)
         top.grid(True, alpha=0.3)
         for w in range(1, int(max(r["waves"] for r in doc["rows"])) + 1):
@@ -150,7 +152,8 @@ def draw_finish_times(tiles: int = 576, grid: int = 132, spread: float = 0.2, se
 
 def tail_lines(doc: dict) -> str:
     """The tail benchmark's fits, one line per weight shape."""
-    lines = [f"{doc['device']}: streaming read (torch.sum over 2 GiB) {doc['stream_read_tbs']:.2f} TB/s"]
+    tile = f", {doc['config'].split()[0]} tiles" if "config" in doc else ""
+    lines = [f"{doc['device']}: streaming read (torch.sum over 2 GiB) {doc['stream_read_tbs']:.2f} TB/s{tile}"]
     for f in doc["fits"]:
         lines.append(f"  N = {f['n']:5d}, K = {f['k']:5d}: fixed {f['fixed_us']:5.1f} us per launch, weights at "
                      f"{f['tbs']:.2f} TB/s; torch._grouped_mm {f['torch']['fixed_us']:5.1f} us, "
