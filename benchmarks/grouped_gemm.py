@@ -3,6 +3,8 @@
     python benchmarks/grouped_gemm.py check      # ragged + list forms, edge cases, vs FP32 and torch._grouped_mm
     python benchmarks/grouped_gemm.py moe        # MoE sets: gemmlab vs torch._grouped_mm, a matmul loop, roofline
     python benchmarks/grouped_gemm.py tail       # decode launches of 1 to 40 experts: fixed cost, the last wave
+    python benchmarks/grouped_gemm.py sweep_sched  # every tile, static and dynamic: the heuristic's data
+    python benchmarks/grouped_gemm.py sweep_pairs  # 2-CTA pairs with dynamic scheduling
     python benchmarks/grouped_gemm.py all
 
 Results go to ``results/<device>/grouped_gemm*.json`` (``--out DIR`` writes there instead); the
@@ -241,6 +243,8 @@ SWEEP_CONFIGS = {
     "64x256 s5 dyn": dict(tile_m=64, tile_n=256, stages=5, dynamic=True),
     "128x192 s4 dyn": dict(tile_m=128, tile_n=192, stages=4, dynamic=True),
     "128x256 s4 dyn": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, dynamic=True),
+    "128x192 c2 s4 dyn": dict(tile_m=128, tile_n=192, stages=4, cluster=(2, 1), dynamic=True),
+    "128x256 c2 s4 dyn": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, cluster=(2, 1), dynamic=True),
 }
 
 
@@ -335,8 +339,8 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "sweep_clusters", "sweep_sched", "tail",
-                                    "all"))
+    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "sweep_clusters", "sweep_sched",
+                                    "sweep_pairs", "tail", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -355,6 +359,10 @@ def main(argv=None):
               configs=("64x128 s8", "64x128 s8 dyn", "64x256 s5", "64x256 s5 dyn", "128x192 s4", "128x192 s4 dyn",
                        "128x256 s4 dyn", "128x256 c2 s4"),
               doc_name="grouped_gemm_sweep_sched")
+    if args.what == "sweep_pairs":  # 2-CTA pairs with dynamic scheduling against the pairs and single CTAs
+        sweep(args.out, tokens=(512, 4096, 16384), groups=GROUPS,
+              configs=("128x192 s4", "128x256 s4 dyn", "128x256 c2 s4", "128x192 c2 s4 dyn", "128x256 c2 s4 dyn"),
+              doc_name="grouped_gemm_sweep_pairs")
     if args.what == "tail":  # decode launches of 1 to 40 experts: fixed cost per launch, the last wave
         tail(args.out)
     if args.what in ("moe", "all"):

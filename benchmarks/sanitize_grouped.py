@@ -17,7 +17,8 @@ from gemmlab import grouped  # noqa: E402
 def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
     runs = [(cfg, dyn) for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE)
-            for dyn in (False, True)] + [(grouped.MEDIUM_C2, False), (grouped.LARGE_C2, False)]
+            for dyn in (False, True)] + [(cfg, dyn) for cfg in (grouped.MEDIUM_C2, grouped.LARGE_C2)
+                                         for dyn in (False, True)]
     for cfg, dyn in runs:
         sizes = [0, 70, 3, 0, 200, 1]
         n, k = 264, 200

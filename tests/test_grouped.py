@@ -49,8 +49,17 @@ def test_dynamic_variant_claims_tiles_and_resets_its_counters():
     assert len(re.findall(r"atom\.global\.acq_rel\.add\.u64", dyn)) == 1
     assert len(re.findall(r"atom\.global\.exch\.b64", dyn)) == 2
     assert "atom." not in ptx_of(compile_grouped(grouped.LARGE, "ragged", "k"))
-    with pytest.raises(ValueError, match="clusters of 1 only"):
-        compile_grouped(grouped.LARGE_C2, dynamic=True)
+
+
+def test_dynamic_pairs_post_units_through_the_mailbox():
+    from gemmlab.grouped_sm90 import MAILBOX_WORDS
+    dyn = ptx_of(compile_grouped(grouped.LARGE_C2, "ragged", "k", dynamic=True))
+    # the first CTA's two claims, the partner's two polls (the first read and the loop's)
+    assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 4
+    assert len(re.findall(r"atom\.global\.acq_rel\.add\.u64", dyn)) == 1  # the "done" count, first CTAs only
+    # one post, the partner's clearing of every mailbox word, the two resets
+    assert len(re.findall(r"atom\.global\.exch\.b64", dyn)) == 1 + MAILBOX_WORDS + 2
+    assert MAILBOX_WORDS > grouped.LARGE_C2.stages + 1 and MAILBOX_WORDS > grouped.MEDIUM_C2.stages + 1
 
 
 def test_largest_first_only_for_single_cta_128_row_tiles():
@@ -396,6 +405,8 @@ GPU_CASES = [
     ([1, 7, 333, 63, 65, 2], 264, 136, "n", "MEDIUM_C2"),
     ([0, 700, 3, 0, 200, 1] * 3, 512, 256, "k", "LARGE"),  # dynamic scheduling (chosen for this tile)
     ([5, 0, 24, 1, 17, 64, 9] * 3, 1280, 384, "n", "SMALL_WIDE"),  # the wide decode tile: N not a multiple
+    ([0, 700, 3, 0, 200, 1] * 3, 512, 256, "k", "LARGE_C2 dynamic"),  # pairs with the mailbox
+    ([1, 7, 333, 63, 65, 2] * 4, 264, 136, "n", "MEDIUM_C2 dynamic"),
 ]
 
 
@@ -406,9 +417,12 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
     a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes), extra=16)
     out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
     chosen = grouped.default_config(a.shape[0], len(sizes), n, k, a.device)
+    dynamic = None
+    if cname and cname.endswith(" dynamic"):
+        cname, dynamic = cname.split()[0], True
     cfg = getattr(grouped, cname) if cname else chosen
     by_size = not grouped.largest_first(cfg) if other_order else None
-    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size)
+    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic)
     rows = sum(sizes)
     ref = grouped.reference(a, b, offs)
     got = out[:rows].float()
@@ -419,7 +433,7 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
 
 
 @pytest.mark.sm90
-@pytest.mark.parametrize("cname", ["SMALL", "SMALL_WIDE", "MEDIUM", "LARGE"])
+@pytest.mark.parametrize("cname", ["SMALL", "SMALL_WIDE", "MEDIUM", "LARGE", "LARGE_C2", "MEDIUM_C2"])
 def test_dynamic_scheduling_many_launches_in_a_row(cname):
     """The tile counter must be back at 0 after every launch: 20 launches in a row, each checked."""
     from gemmlab.grouped_sm90 import sched_slot

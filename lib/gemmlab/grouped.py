@@ -143,7 +143,9 @@ def dynamic_schedule(cfg: Sm90Config) -> bool:
     it wins by a little (on an H100 1.035x geomean for 64 x 128, 0.99-1.08x; on an H200 1.017x for
     64 x 256, 0.98-1.05x); with 128 x 192 static wins (dynamic 1.06x slower on an H100, 1.03x on an
     H200, on the sets that tile runs), for reasons we have not found. Pairs (2-CTA clusters) keep the
-    static order.
+    static order: with ``dynamic=True`` the pair's first CTA claims each unit and posts it to its partner
+    (:func:`gemmlab.grouped_sm90.post_unit`), which measured no better on the sets that run in pairs
+    (``sweep_pairs``: 1.004x geomean on an H100, 0.995x on an H200, 0.98-1.03x).
     """
     return cfg.cluster == (1, 1) and not (cfg.tile_m == 128 and cfg.tile_n == 192)
 

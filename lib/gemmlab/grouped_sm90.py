@@ -28,11 +28,13 @@ changes:
   tile is one 128-byte line; the descriptors ask L2 to fetch 256 bytes per
   miss, so the next k-block's line of each row comes with it. The field is
   written once into the shared-memory template (:func:`set_l2_promotion`).
-* **Dynamic tile scheduling** (``dynamic``, single-CTA tiles): after its first
-  tile a CTA claims the next unclaimed tile with an atomic add on a counter in
-  the workspace and tells its consumers which one through shared memory beside
+* **Dynamic tile scheduling** (``dynamic``): after its first tile a CTA
+  claims the next unclaimed tile with an atomic add on a counter in the
+  workspace and tells its consumers which one through shared memory beside
   the stage's barrier, so CTAs that get less memory bandwidth take fewer tiles
-  and the CTAs finish together; a last empty stage says the tiles ran out.
+  and the CTAs finish together; a last empty stage says the tiles ran out. In
+  a pair only the first CTA claims; it posts each unit to its partner through
+  a small mailbox in the workspace (:func:`post_unit`, :func:`wait_unit`).
 * **Clusters inside a group** (``cfg.cluster = (2, 1)``). A unit of work is
   two M-tiles of one group and one N-tile; the cluster's two CTAs take one
   each and share the weight tile by multicast. Units never straddle groups,
@@ -90,8 +92,15 @@ def slots_per_cta(cfg: Sm90Config, trace: bool = False) -> int:
 
 def sched_slot(cfg: Sm90Config) -> int:
     """The workspace slot after the descriptors: in CTA 0's row, word 0 counts the tiles handed out, word 1 the
-    CTAs done with fetching."""
+    CTAs done with fetching; in a pair's first CTA's row, words :data:`MAILBOX_FIRST` on are its mailbox."""
     return A_SLOTS + B_SLOTS + cfg.consumers
+
+
+#: A pair's mailbox (dynamic scheduling in 2-CTA clusters): words 2..15 of the first CTA's scheduler slot, one
+#: unit posted per word in turn. The first CTA cannot run more than ``stages`` k-blocks ahead of its partner
+#: (each stage waits for both CTAs' consumers), so it never reuses a word the partner has not read yet as long
+#: as there are more words than stages + 1.
+MAILBOX_FIRST, MAILBOX_WORDS = 2, 14
 
 
 #: What a traced launch (``trace=True``) records per CTA in its last workspace slot: ``%globaltimer``
@@ -328,22 +337,56 @@ def claim_tile(counter):
 
 
 @cute.jit
-def claimed_tile(claim: Int32, grid: Int32):
-    """The tile number a :func:`claim_tile` got (lane 0's), for the whole warp. Numbers only grow, so each
-    CTA's tiles come in increasing order and :func:`seek` still only moves forward."""
-    return cute.arch.shuffle_sync(claim, 0) + grid
+def claimed_tile(claim: Int32, first_round: Int32):
+    """The tile (unit) number a :func:`claim_tile` got (lane 0's), for the whole warp: the first round,
+    one unit per CTA or pair, is handed out statically. Numbers only grow, so each CTA's tiles come in
+    increasing order and :func:`seek` still only moves forward."""
+    return cute.arch.shuffle_sync(claim, 0) + first_round
 
 
 @cute.jit
-def reset_counters(counter, grid: Int32):
-    """The last CTA to stop fetching sets both counters back to 0 for the next launch.
+def post_unit(mailbox, seq: Int32, unit: Int32):
+    """A pair's first CTA tells its partner its ``seq``-th claimed unit: ``seq`` and ``unit`` in one 64-bit
+    word (the word says which post it holds, so a stale one is never taken for a new one)."""
+    if cute.arch.lane_idx() == 0:
+        word = (Int64(seq) << 32) | Int64(unit)
+        cute.arch.atomic_exch(mailbox + (MAILBOX_FIRST + seq % MAILBOX_WORDS), word, sem="relaxed", scope="gpu")
+
+
+@cute.jit
+def wait_unit(mailbox, seq: Int32):
+    """The partner's side of :func:`post_unit`: lane 0 polls the word until it holds post ``seq``; the unit,
+    for the whole warp. Only the unit number travels (each CTA rewrites its own descriptors), so a relaxed
+    read is enough."""
+    got = Int32(0)
+    if cute.arch.lane_idx() == 0:
+        where = mailbox + (MAILBOX_FIRST + seq % MAILBOX_WORDS)
+        word = cute.arch.atomic_add(where, Int64(0), sem="relaxed", scope="gpu")
+        while (word >> 32) != Int64(seq):
+            word = cute.arch.atomic_add(where, Int64(0), sem="relaxed", scope="gpu")
+        got = Int32(word & Int64(0xFFFFFFFF))
+    return cute.arch.shuffle_sync(got, 0)
+
+
+@cute.jit
+def clear_mailbox(mailbox):
+    """The partner empties the mailbox after its last read (no post can follow it), for the next launch."""
+    if cute.arch.lane_idx() == 0:
+        for w in cutlass.range_constexpr(MAILBOX_WORDS):
+            cute.arch.atomic_exch(mailbox + (MAILBOX_FIRST + w), Int64(0), sem="relaxed", scope="gpu")
+
+
+@cute.jit
+def reset_counters(counter, claimers: Int32):
+    """The last of the ``claimers`` (CTAs, or pairs' first CTAs) to stop fetching sets both counters back
+    to 0 for the next launch.
 
     The increment is acq_rel: every other CTA's last fetch happens before it, so no fetch can land after
     the reset.
     """
     if cute.arch.lane_idx() == 0:
         done = cute.arch.atomic_add(counter + 1, Int64(1), sem="acq_rel", scope="gpu")
-        if done == Int64(grid) - 1:
+        if done == Int64(claimers) - 1:
             cute.arch.atomic_exch(counter, Int64(0), sem="relaxed", scope="gpu")
             cute.arch.atomic_exch(counter + 1, Int64(0), sem="relaxed", scope="gpu")
 
@@ -474,6 +517,7 @@ def grouped_kernel(
     # it arms the stage's barrier, read by the consumers after they waited on it (the barrier orders the two).
     ring = smem.allocate_array(Int32, stages if dynamic else 1, byte_alignment=4)
     counter = workspace[(0, sched_slot(cfg), None)].iterator  # CTA 0's scheduler slot: the two counters
+    mailbox = workspace[(cluster_id * CM, sched_slot(cfg), None)].iterator  # pairs: the first CTA's slot
 
     if warp == 0:
         with cute.arch.elect_one():
@@ -521,8 +565,10 @@ def grouped_kernel(
             flips = Int32(0)  # group changes so far: which of the two A/B slots is current
             linear = Int32(cluster_id)
             claim = Int32(0)
+            posts = Int32(0)  # pairs: units posted (first CTA) or read (partner) so far
             if cutlass.const_expr(dynamic):
-                claim = claim_tile(counter)  # the tile after the first, claimed now, used later
+                if rank == 0:  # in a pair the first CTA claims for both
+                    claim = claim_tile(counter)  # the tile after the first, claimed now, used later
             cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             while cur.g < groups:
                 slot = flips % 2
@@ -570,13 +616,22 @@ def grouped_kernel(
                                   tma_bar_ptr=full + state.index, tma_desc_ptr=desc_b)
                     state.advance()
                 if cutlass.const_expr(dynamic):
-                    linear = claimed_tile(claim, grid)
+                    if cutlass.const_expr(CM == 1):
+                        linear = claimed_tile(claim, num_clusters)
+                    else:
+                        posts = posts + 1
+                        if rank == 0:
+                            linear = claimed_tile(claim, num_clusters)
+                            post_unit(mailbox, posts, linear)
+                        else:
+                            linear = wait_unit(mailbox, posts)
                 else:
                     linear = linear + num_clusters
                 cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
                 if cutlass.const_expr(dynamic):
                     if cur.g < groups:
-                        claim = claim_tile(counter)
+                        if rank == 0:
+                            claim = claim_tile(counter)
             if cutlass.const_expr(dynamic):
                 # One more stage, with no data: it tells the consumers the tiles have run out.
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)
@@ -584,7 +639,10 @@ def grouped_kernel(
                     put_tile_of(ring, stages, state.index, Int32(NO_MORE_TILES))
                     cute.arch.mbarrier_arrive(full + state.index)
                 state.advance()
-                reset_counters(counter, grid)
+                if rank == 0:
+                    reset_counters(counter, num_clusters)
+                else:
+                    clear_mailbox(mailbox)
             if cutlass.const_expr(trace):
                 if cute.arch.lane_idx() == 0:
                     stamp(workspace, bid, "producer_done", trace)
@@ -748,8 +806,8 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     ``l2_promotion``: the A and B descriptors' L2 promotion (:data:`L2_PROMOTIONS`;
     default 3, 256 bytes; None keeps the DSL's 128). ``trace``: record each CTA's timeline in one more
     workspace slot (:data:`TRACE_POINTS`; :func:`gemmlab.grouped.trace_launches`). ``dynamic``: after its
-    first tile a CTA claims the next one from a global counter (:func:`claim_tile`) instead of taking every
-    ``grid``-th; single-CTA tiles only.
+    first tile a CTA (in a pair: the pair's first CTA, for both) claims the next one from a global counter
+    (:func:`claim_tile`) instead of taking every ``grid``-th.
     """
     from .checks import check_choice
     from .compile import check_target, compile_for, fake_stream, fake_tensor
@@ -767,8 +825,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     check_choice("b_major", b_major, ("k", "n"))
     check_choice("l2_promotion", l2_promotion, L2_PROMOTIONS)
     dynamic = bool(dynamic)
-    if dynamic and cfg.cluster != (1, 1):
-        raise ValueError(f"dynamic: tiles are handed out one CTA at a time, so clusters of 1 only; got {cfg.name}")
     dt, ct = _CUTLASS_TYPES[cfg.dtype], _CUTLASS_TYPES[cfg.out_dtype]
     t, n, k = cute.sym_int(), cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
     a = fake_tensor(dt, (t, k), stride_order=(1, 0))
