@@ -239,7 +239,9 @@ SWEEP_CONFIGS = {
     "128x192 c2 s4": dict(tile_m=128, tile_n=192, stages=4, cluster=(2, 1)),
     "128x256 c2 s4": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, cluster=(2, 1)),
     # The same tiles with tiles handed out from a counter (grouped.dynamic_schedule), one CTA each.
+    "64x64 s12 dyn": dict(tile_m=64, tile_n=64, stages=12, dynamic=True),
     "64x128 s8 dyn": dict(tile_m=64, tile_n=128, stages=8, dynamic=True),
+    "64x192 s6 dyn": dict(tile_m=64, tile_n=192, stages=6, dynamic=True),
     "64x256 s5 dyn": dict(tile_m=64, tile_n=256, stages=5, dynamic=True),
     "128x192 s4 dyn": dict(tile_m=128, tile_n=192, stages=4, dynamic=True),
     "128x256 s4 dyn": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, dynamic=True),
@@ -340,7 +342,7 @@ def _write(name, doc, out_dir):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("check", "moe", "quick", "sweep", "sweep_clusters", "sweep_sched",
-                                    "sweep_pairs", "tail", "all"))
+                                    "sweep_pairs", "sweep_decode", "tail", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -359,6 +361,10 @@ def main(argv=None):
               configs=("64x128 s8", "64x128 s8 dyn", "64x256 s5", "64x256 s5 dyn", "128x192 s4", "128x192 s4 dyn",
                        "128x256 s4 dyn", "128x256 c2 s4"),
               doc_name="grouped_gemm_sweep_sched")
+    if args.what == "sweep_decode":  # the 64-row tiles, dynamic, from 64 to 256 wide, on the decode sets
+        sweep(args.out, tokens=(64, 512), groups=(32, 64, 128),
+              configs=("64x64 s12 dyn", "64x128 s8 dyn", "64x192 s6 dyn", "64x256 s5 dyn"),
+              doc_name="grouped_gemm_sweep_decode")
     if args.what == "sweep_pairs":  # 2-CTA pairs with dynamic scheduling against the pairs and single CTAs
         sweep(args.out, tokens=(512, 4096, 16384), groups=GROUPS,
               configs=("128x192 s4", "128x256 s4 dyn", "128x256 c2 s4", "128x192 c2 s4 dyn", "128x256 c2 s4 dyn"),
