@@ -1,6 +1,7 @@
 """Chapter 08: the grouped GEMM: scheduler model, argument checks, descriptor-update PTX, GPU results."""
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -226,6 +227,27 @@ def test_choose_config_by_tokens_and_experts():
     assert choose(4096 * 4, 16, 4096, 7168, pairs_from=512) is grouped.LARGE_C2  # 1024, 16 experts
     assert choose(16384, 32, 4096, 7168, pairs_from=512) is grouped.LARGE  # 512 per expert, 32 experts
     assert choose(16384, 8, 4096, 7168) is grouped.LARGE  # no pairs on GPUs not measured
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_heuristic_is_near_the_best_tile_of_its_sweep(gpu):
+    """The stored sweep (every tile, static and dynamic) is the heuristic's data: on it the chosen tile must be
+    within 1 % of the best per set as a geomean, and within 1.2x on every set."""
+    from gemmlab.bench import load_results
+    slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
+    doc = load_results("grouped_gemm_sweep_sched", slug)
+    if doc is None:
+        pytest.skip(f"no stored sweep for the {gpu}")
+    regret = [x for x, _ in grouped.heuristic_regret(doc, gpu)]
+    assert len(regret) == 64
+    assert sum(map(math.log, regret)) / len(regret) < math.log(1.01)
+    assert max(regret) < 1.2
+
+
+def test_sweep_column_names():
+    assert grouped.sweep_column(grouped.LARGE_C2, False) == "128x256 c2 s4"
+    assert grouped.sweep_column(grouped.SMALL, True) == "64x128 s8 dyn"
+    assert grouped.sweep_column(grouped.SMALL_WIDE, True) == "64x256 s5 dyn"
 
 
 def test_decode_tile_and_pairs_by_gpu():

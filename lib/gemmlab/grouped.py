@@ -618,6 +618,25 @@ def flops_bytes(m_sizes, n: int, k: int, dtype: str = "bfloat16") -> tuple[int, 
 
 
 
+def sweep_column(cfg: Sm90Config, dynamic: bool) -> str:
+    """The column of ``benchmarks/grouped_gemm.py sweep*`` that times ``cfg`` (e.g. ``"128x256 c2 s4"``,
+    ``"64x128 s8 dyn"``)."""
+    pair = " c2" if cfg.cluster == (2, 1) else ""
+    return f"{cfg.tile_m}x{cfg.tile_n}{pair} s{cfg.stages}" + (" dyn" if dynamic else "")
+
+
+def heuristic_regret(doc: dict, gpu: str) -> list[tuple[float, dict]]:
+    """For each set of a stored ``sweep_sched`` run on ``gpu`` (``GPUSpec.short``): the time of the tile
+    :func:`choose_config` and :func:`dynamic_schedule` pick, over the best swept one's (1.0: the best)."""
+    out = []
+    for r in doc["rows"]:
+        cfg = choose_config(r["tokens"], r["groups"], r["n"], r["k"], PAIRS_FROM.get(gpu, float("inf")),
+                            DECODE_TILE.get(gpu, SMALL))
+        best = min(r[f"{c}_ms"] for c in doc["configs"])
+        out.append((r[f"{sweep_column(cfg, dynamic_schedule(cfg))}_ms"] / best, r))
+    return out
+
+
 def summarize(rows) -> dict:
     """The MoE benchmark's headline numbers from its rows (``benchmarks/grouped_gemm.py moe``).
 
