@@ -45,8 +45,9 @@ def test_dynamic_scheduling_for_single_ctas_but_128x192():
 
 def test_dynamic_variant_claims_tiles_and_resets_its_counters():
     dyn = ptx_of(compile_grouped(grouped.LARGE, "ragged", "k", dynamic=True))
-    # two claims (one before the first tile, one per later tile), the acq_rel "done" count, two resets
-    assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 2
+    # one claim (in the k-loop, CLAIM_LEAD k-blocks before a tile's last load), the acq_rel "done" count,
+    # two resets
+    assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 1
     assert len(re.findall(r"atom\.global\.acq_rel\.add\.u64", dyn)) == 1
     assert len(re.findall(r"atom\.global\.exch\.b64", dyn)) == 2
     assert "atom." not in ptx_of(compile_grouped(grouped.LARGE, "ragged", "k"))
@@ -55,8 +56,8 @@ def test_dynamic_variant_claims_tiles_and_resets_its_counters():
 def test_dynamic_pairs_post_units_through_the_mailbox():
     from gemmlab.grouped_sm90 import MAILBOX_WORDS
     dyn = ptx_of(compile_grouped(grouped.LARGE_C2, "ragged", "k", dynamic=True))
-    # the first CTA's two claims, the partner's two polls (the first read and the loop's)
-    assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 4
+    # the first CTA's claim, the partner's two polls (the first read and the loop's)
+    assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 3
     assert len(re.findall(r"atom\.global\.acq_rel\.add\.u64", dyn)) == 1  # the "done" count, first CTAs only
     # one post, the partner's clearing of every mailbox word, the two resets
     assert len(re.findall(r"atom\.global\.exch\.b64", dyn)) == 1 + MAILBOX_WORDS + 2
@@ -143,6 +144,15 @@ def test_traced_kernel_stamps_only_when_asked():
     from gemmlab.grouped_sm90 import TRACE_POINTS
     assert len(re.findall(r"%globaltimer", traced)) == len(TRACE_POINTS) - 1  # every point but the tile count
     assert "%globaltimer" not in ptx_of(compile_grouped(grouped.SMALL, "ragged", "k"))
+
+
+def test_finish_times_claimed_as_tiles_end_by_hand():
+    # CTA 1 twice as fast: it frees up at 0.5 and takes tile 2; at 1.0 both are free (CTA 0 first): tile 3 to
+    # CTA 0 (ends 2.0), tile 4 to CTA 1 (1.0 -> 1.5), tile 5 to CTA 1 (-> 2.0): both end at the even split
+    assert grouped.finish_times([1] * 6, [1, 2], dynamic=True, ahead=False) == [2.0, 2.0]
+    # claiming as a tile starts, the same 6 tiles end as the static order does
+    assert grouped.finish_times([1] * 6, [1, 2], dynamic=True, ahead=True) == [3.0, 1.5]
+    assert grouped.finish_times([1] * 6, [1, 2], dynamic=False, ahead=False) == [3.0, 1.5]  # static ignores it
 
 
 def test_finish_times_model_by_hand():

@@ -506,19 +506,31 @@ def tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, by_size: bo
             for b in range(clusters * cluster)]
 
 
-def finish_times(tile_costs, speeds, dynamic: bool) -> list[float]:
+def finish_times(tile_costs, speeds, dynamic: bool, ahead: bool = True) -> list[float]:
     """CPU model of when each CTA finishes: static (CTA ``b`` takes ``b, b + grid, ...``) or dynamic scheduling.
 
     ``tile_costs``: each tile's work, in the order tiles are numbered; ``speeds``: each CTA's rate (work per
-    unit of time, e.g. the memory bandwidth its SM happens to get); ``len(speeds)`` is the grid. Dynamic is
-    the kernel's scheme: tile ``b`` first, and a CTA claims its next tile from the counter when it *starts*
-    a tile (one ahead, :func:`gemmlab.grouped_sm90.claim_tile`), so a claimed tile waits for the tile in
-    hand. A model: the rates are constant and independent of how many CTAs are still running.
+    unit of time, e.g. the memory bandwidth its SM happens to get); ``len(speeds)`` is the grid. Dynamic: tile
+    ``b`` first, then a CTA claims its next tile from the counter, with ``ahead`` when it *starts* a tile (the
+    kernel's first version: a claimed tile waits for the tile in hand), else when it ends one (the kernel now
+    claims :data:`gemmlab.grouped_sm90.CLAIM_LEAD` k-blocks before, which this idealises). A model: the rates
+    are constant and independent of how many CTAs are still running.
     """
     grid = len(speeds)
     if not dynamic:
         return [sum(tile_costs[b::grid]) / speeds[b] for b in range(grid)]
     import heapq
+    if not ahead:  # the CTA that frees up first takes the next tile
+        done = [0.0] * grid
+        for b in range(min(grid, len(tile_costs))):
+            done[b] = tile_costs[b] / speeds[b]
+        free = [(done[b], b) for b in range(min(grid, len(tile_costs)))]
+        heapq.heapify(free)
+        for tile in range(grid, len(tile_costs)):
+            t, b = heapq.heappop(free)
+            done[b] = t + tile_costs[tile] / speeds[b]
+            heapq.heappush(free, (done[b], b))
+        return done
     nxt = grid  # the counter: the next unclaimed tile
     # (time the CTA starts a tile, CTA, the tile it starts)
     events = [(0.0, b, b) for b in range(min(grid, len(tile_costs)))]

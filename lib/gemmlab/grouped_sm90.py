@@ -79,6 +79,11 @@ DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
 DESC_WORDS = DESC_BYTES // 8
 TABLE_COLUMNS = ("a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc")  # mode "table": one int64 row per group
 A_SLOTS, B_SLOTS = 2, 2
+#: Dynamic scheduling claims the next tile this many k-blocks before the current tile's last load: late enough
+#: that a slow CTA does not hold a tile the others could have taken (claiming a whole tile ahead, as we first did, ran
+#: 1.00-1.04x slower on an H100's 52 dynamic sets), early enough that the atomic's round trip stays off the
+#: producer's path.
+CLAIM_LEAD = 4
 
 
 def slots_per_cta(cfg: Sm90Config, trace: bool = False) -> int:
@@ -327,8 +332,8 @@ def claim_tile(counter):
 
     Every CTA starts with tile ``bid``; after that a CTA that finishes early takes the next unclaimed tile,
     so the CTAs finish within about a tile of each other whatever bandwidth each SM happens to get. The
-    claim is made one tile ahead (while the current tile's loads are issued) and read by
-    :func:`claimed_tile` only when it is needed, so the atomic's round trip is off the producer's path.
+    claim is made :data:`CLAIM_LEAD` k-blocks before the current tile's last load and read by
+    :func:`claimed_tile` only after that load, so the atomic's round trip is off the producer's path.
     """
     got = Int32(0)
     if cute.arch.lane_idx() == 0:
@@ -566,9 +571,6 @@ def grouped_kernel(
             linear = Int32(cluster_id)
             claim = Int32(0)
             posts = Int32(0)  # pairs: units posted (first CTA) or read (partner) so far
-            if cutlass.const_expr(dynamic):
-                if rank == 0:  # in a pair the first CTA claims for both
-                    claim = claim_tile(counter)  # the tile after the first, claimed now, used later
             cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             while cur.g < groups:
                 slot = flips % 2
@@ -599,7 +601,12 @@ def grouped_kernel(
                         if cute.arch.lane_idx() == 0:
                             stamp(workspace, bid, "first_load", trace)
                 m_tile = m_unit * CM + rank  # past the group's rows for the second CTA of an odd pair:
+                claim_at = cutlass.max(k_tiles - CLAIM_LEAD, 0)
                 for kt in cutlass.range(k_tiles, unroll=1):  # TMA zero-fills that A, the store drops it
+                    if cutlass.const_expr(dynamic):
+                        if kt == claim_at:
+                            if rank == 0:  # in a pair the first CTA claims for both
+                                claim = claim_tile(counter)  # the next tile, claimed now, used after the loop
                     cute.arch.mbarrier_wait(empty + state.index, state.phase)
                     with cute.arch.elect_one():
                         if cutlass.const_expr(dynamic):
@@ -628,10 +635,6 @@ def grouped_kernel(
                 else:
                     linear = linear + num_clusters
                 cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
-                if cutlass.const_expr(dynamic):
-                    if cur.g < groups:
-                        if rank == 0:
-                            claim = claim_tile(counter)
             if cutlass.const_expr(dynamic):
                 # One more stage, with no data: it tells the consumers the tiles have run out.
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)

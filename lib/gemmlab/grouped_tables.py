@@ -123,7 +123,8 @@ def draw_tail(docs: list[dict], name: str = "08_tail"):
 
 def draw_finish_times(tiles: int = 576, grid: int = 132, spread: float = 0.2, seed: int = 0,
                       name: str = "08_finish_times"):
-    """CPU model (:func:`gemmlab.grouped.finish_times`): when each CTA finishes, static against dynamic.
+    """CPU model (:func:`gemmlab.grouped.finish_times`): when each CTA finishes, static against dynamic
+    (claiming the next tile as a tile starts, or as it ends).
 
     ``tiles`` equal tiles on ``grid`` CTAs whose rates are drawn uniformly within ``1 +- spread`` (seeded):
     an assumption standing in for SMs that get unequal memory bandwidth, not a measurement.
@@ -136,9 +137,11 @@ def draw_finish_times(tiles: int = 576, grid: int = 132, spread: float = 0.2, se
     speeds = [1 + spread * (2 * rng.random() - 1) for _ in range(grid)]
     even = tiles / sum(speeds)  # every CTA busy until the same moment
     fig, ax = new_figure(figsize=(7.2, 3.8))
-    for dynamic, color, label in ((False, "tab:orange", "static: CTA b takes b, b + grid, ..."),
-                                  (True, "tab:blue", "dynamic: claim the next tile, one ahead")):
-        t = sorted(finish_times([1.0] * tiles, speeds, dynamic))
+    for dynamic, ahead, color, label in (
+            (False, True, "tab:orange", "static: CTA b takes b, b + grid, ..."),
+            (True, True, "tab:blue", "dynamic, the next tile claimed as a tile starts"),
+            (True, False, "tab:green", "dynamic, the next tile claimed as a tile ends")):
+        t = sorted(finish_times([1.0] * tiles, speeds, dynamic, ahead))
         ax.step(range(grid), [x / even for x in t], where="post", color=color,
                 label=f"{label} (last: {max(t) / even:.2f})")
     ax.axhline(1.0, color="black", lw=0.8, ls="--", label="even split of the work")
