@@ -93,6 +93,8 @@ def _grouped_section(doc: dict, sanitizer: Path | None) -> str:
             f"(lowest {s['decode_of_roofline_min']:.2f}). Largest error vs FP32: {s['max_rel_err']:.1e}.")
     if sanitizer is not None:
         head += _sanitizer_summary(sanitizer)
+    if doc.get("note"):  # e.g. what changed in the code after this run
+        head += f" Note: {doc['note']}"
     return head
 
 
