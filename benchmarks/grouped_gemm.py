@@ -5,6 +5,7 @@
     python benchmarks/grouped_gemm.py tail       # decode launches of 1 to 40 experts: fixed cost, the last wave
     python benchmarks/grouped_gemm.py sweep_sched  # every tile, static and dynamic: the heuristic's data
     python benchmarks/grouped_gemm.py sweep_pairs  # 2-CTA pairs with dynamic scheduling
+    python benchmarks/grouped_gemm.py sweep_decode  # the 64-row tiles, 64 to 256 wide, on the decode sets
     python benchmarks/grouped_gemm.py all
 
 Results go to ``results/<device>/grouped_gemm*.json`` (``--out DIR`` writes there instead); the
