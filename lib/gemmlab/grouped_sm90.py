@@ -601,6 +601,7 @@ def grouped_kernel(
                         if cute.arch.lane_idx() == 0:
                             stamp(workspace, bid, "first_load", trace)
                 m_tile = m_unit * CM + rank  # past the group's rows for the second CTA of an odd pair:
+                # Every tile has at least one k-block (the host rejects K = 0), so every tile claims exactly once.
                 claim_at = cutlass.max(k_tiles - CLAIM_LEAD, 0)
                 for kt in cutlass.range(k_tiles, unroll=1):  # TMA zero-fills that A, the store drops it
                     if cutlass.const_expr(dynamic):
