@@ -263,6 +263,11 @@ def test_sweep_column_names():
 def test_decode_tile_and_pairs_by_gpu():
     assert grouped.DECODE_TILE == {"H100": grouped.SMALL, "H200": grouped.SMALL_WIDE}
     assert grouped.PAIRS_FROM == {"H100": 512, "H200": 512}
+    assert grouped.config_for_gpu("H200", 512, 32, 4096, 7168) is grouped.SMALL_WIDE
+    assert grouped.config_for_gpu("H100", 512, 32, 4096, 7168) is grouped.SMALL
+    assert grouped.config_for_gpu("H100", 4096, 8, 4096, 7168) is grouped.LARGE_C2
+    assert grouped.config_for_gpu(None, 4096, 8, 4096, 7168) is grouped.LARGE  # not measured: no pairs
+    assert grouped.config_for_gpu(None, 512, 32, 4096, 7168) is grouped.SMALL
 
 
 # ---------------------------------------------------------------- argument checks (before any launch)

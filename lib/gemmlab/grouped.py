@@ -47,23 +47,28 @@ PAIRS_UP_TO_GROUPS = 16
 DECODE_TILE = {"H100": SMALL, "H200": SMALL_WIDE}
 
 
-def pairs_from(device) -> float:
-    """:data:`PAIRS_FROM` for CUDA ``device``: the ``pairs_from`` argument of :func:`choose_config`."""
+def gpu_of(device) -> str | None:
+    """``GPUSpec.short`` of CUDA ``device``, the key of :data:`PAIRS_FROM` and :data:`DECODE_TILE`; None for a
+    GPU the course does not know, or without CUDA."""
     from .hardware import spec_of
     spec = spec_of(device)
-    return PAIRS_FROM.get(spec.short, float("inf")) if spec is not None else float("inf")
+    return spec.short if spec is not None else None
 
 
 def decode_tile(device) -> Sm90Config:
-    """:data:`DECODE_TILE` for CUDA ``device``: the ``decode`` argument of :func:`choose_config`."""
-    from .hardware import spec_of
-    spec = spec_of(device)
-    return DECODE_TILE.get(spec.short, SMALL) if spec is not None else SMALL
+    """:data:`DECODE_TILE` for CUDA ``device`` (``SMALL`` where not measured)."""
+    return DECODE_TILE.get(gpu_of(device), SMALL)
+
+
+def config_for_gpu(gpu: str | None, tokens: int, groups: int, n: int, k: int) -> Sm90Config:
+    """:func:`choose_config` with what was measured on ``gpu`` (``GPUSpec.short``): :data:`PAIRS_FROM` and
+    :data:`DECODE_TILE`; elsewhere no pairs and ``SMALL``."""
+    return choose_config(tokens, groups, n, k, PAIRS_FROM.get(gpu, float("inf")), DECODE_TILE.get(gpu, SMALL))
 
 
 def default_config(tokens: int, groups: int, n: int, k: int, device) -> Sm90Config:
-    """The configuration the calls run on ``device`` when given none: :func:`choose_config` for that GPU."""
-    return choose_config(tokens, groups, n, k, pairs_from(device), decode_tile(device))
+    """The configuration the calls run on ``device`` when given none: :func:`config_for_gpu` for its GPU."""
+    return config_for_gpu(gpu_of(device), tokens, groups, n, k)
 
 
 def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = float("inf"),
@@ -642,8 +647,7 @@ def heuristic_regret(doc: dict, gpu: str) -> list[tuple[float, dict]]:
     :func:`choose_config` and :func:`dynamic_schedule` pick, over the best swept one's (1.0: the best)."""
     out = []
     for r in doc["rows"]:
-        cfg = choose_config(r["tokens"], r["groups"], r["n"], r["k"], PAIRS_FROM.get(gpu, float("inf")),
-                            DECODE_TILE.get(gpu, SMALL))
+        cfg = config_for_gpu(gpu, r["tokens"], r["groups"], r["n"], r["k"])
         best = min(r[f"{c}_ms"] for c in doc["configs"])
         out.append((r[f"{sweep_column(cfg, dynamic_schedule(cfg))}_ms"] / best, r))
     return out

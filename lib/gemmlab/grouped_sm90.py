@@ -600,9 +600,9 @@ def grouped_kernel(
                     if linear == cluster_id:
                         if cute.arch.lane_idx() == 0:
                             stamp(workspace, bid, "first_load", trace)
-                m_tile = m_unit * CM + rank  # past the group's rows for the second CTA of an odd pair:
                 # Every tile has at least one k-block (the host rejects K = 0), so every tile claims exactly once.
                 claim_at = cutlass.max(k_tiles - CLAIM_LEAD, 0)
+                m_tile = m_unit * CM + rank  # past the group's rows for the second CTA of an odd pair:
                 for kt in cutlass.range(k_tiles, unroll=1):  # TMA zero-fills that A, the store drops it
                     if cutlass.const_expr(dynamic):
                         if kt == claim_at:
