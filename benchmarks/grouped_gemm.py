@@ -2,7 +2,7 @@
 
     python benchmarks/grouped_gemm.py check      # ragged + list forms, edge cases, vs FP32 and torch._grouped_mm
     python benchmarks/grouped_gemm.py moe        # MoE sets: gemmlab vs torch._grouped_mm, a matmul loop, roofline
-    python benchmarks/grouped_gemm.py tail       # decode launches of 1 to 40 experts: fixed cost, the last wave
+    python benchmarks/grouped_gemm.py tail       # decode launches of 1 to 64 experts: fixed cost, the last wave
     python benchmarks/grouped_gemm.py sweep_sched  # every tile, static and dynamic: the heuristic's data
     python benchmarks/grouped_gemm.py sweep_pairs  # 2-CTA pairs with dynamic scheduling
     python benchmarks/grouped_gemm.py sweep_decode  # the 64-row tiles, 64 to 256 wide, on the decode sets
@@ -182,7 +182,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         }
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2)
         # The visiting order the heuristic did not choose (largest first or index order), for its gain.
-        other = not grouped.largest_first(cfg)
+        other = not grouped.largest_first(cfg, T)
         other_order = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, by_size=other)]
         # The DSL's own L2 promotion (128 bytes) in place of ours (256), for its gain.
         l2_128 = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, l2_promotion=None)]
@@ -283,14 +283,15 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
 
 #: Decode launches for ``tail``: (N, K, live experts); 4 tokens each, so one 64-row tile per tile width of
 #: columns. With the 128-wide tile the live counts straddle whole waves on 132 SMs (56 or 32 tiles per expert).
+STREAM_MIB = (128, 256, 512, 1024, 2048)  # the streaming reads' sizes
 TAIL_FAMILIES = ((7168, 2048, (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 28, 32, 33, 34, 35, 36, 40)),
-                 (4096, 7168, (1, 2, 4, 8, 12, 16, 17, 20, 24, 32, 33, 34, 36, 40)))
+                 (4096, 7168, (1, 2, 4, 8, 12, 16, 17, 20, 24, 32, 33, 34, 36, 40, 48, 56, 64)))
 
 
 def tail(out_dir=None, rounds=5):
     """What a decode launch costs beyond its weight bytes (GPU only): time against live experts.
 
-    Each family is one weight shape with 1 to 40 live experts of 4 tokens (this GPU's decode tile as the
+    Each family is one weight shape with 1 to 40 or 64 live experts of 4 tokens (this GPU's decode tile as the
     library runs it, :func:`gemmlab.grouped.decode_tile`; kernel time back to back, ``torch._grouped_mm``
     beside it). :func:`gemmlab.grouped.fit_launch_cost` fits a line:
     the slope is the rate the weights stream at, the intercept the fixed cost of a launch. A streaming read
@@ -299,10 +300,17 @@ def tail(out_dir=None, rounds=5):
     sms = hardware.sm_count()
     cfg = grouped.decode_tile(torch.device("cuda"))
     x = torch.ones(1 << 30, dtype=torch.bfloat16, device="cuda")  # 2 GiB
-    t = bench.time_interleaved({"sum": [lambda: x.sum()]}, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
-    stream_tbs = x.numel() * x.element_size() / (t["sum"]["median_ms"] * 1e-3) / 1e12
-    del x
-    print(f"streaming read (torch.sum over 2 GiB): {stream_tbs:.2f} TB/s", flush=True)
+    # The read's own fixed cost: torch.sum over 128 MiB to 2 GiB, a line through (bytes, us) like the launches'.
+    reads = [x[:(mib << 20) // 2] for mib in STREAM_MIB]
+    t = bench.time_interleaved({mib: [lambda v=v: v.sum()] for mib, v in zip(STREAM_MIB, reads)},
+                               rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+    points = [(mib << 20, t[mib]["median_ms"] * 1e3) for mib in STREAM_MIB]
+    stream_tbs = points[-1][0] / (points[-1][1] * 1e-6) / 1e12
+    fixed, slope = bench.line_fit(points)
+    stream_fit = {"fixed_us": fixed, "tbs": 1 / (slope * 1e-6) / 1e12, "points": points}
+    del x, reads
+    print(f"streaming read (torch.sum over 2 GiB): {stream_tbs:.2f} TB/s; over 128 MiB-2 GiB: fixed "
+          f"{fixed:.1f} us, {stream_fit['tbs']:.2f} TB/s", flush=True)
     rows, fits = [], []
     for n, k, lives in TAIL_FAMILIES:
         G = max(lives)
@@ -332,7 +340,8 @@ def tail(out_dir=None, rounds=5):
         fits.append(fit)
         del a, b, out
         torch.cuda.empty_cache()
-    _write("grouped_gemm_tail", {"rows": rows, "fits": fits, "stream_read_tbs": stream_tbs, "sms": sms,
+    _write("grouped_gemm_tail", {"rows": rows, "fits": fits, "stream_read_tbs": stream_tbs,
+                                 "stream_read_fit": stream_fit, "sms": sms,
                                  "config": cfg.name, "dynamic": grouped.dynamic_schedule(cfg)}, out_dir)
 
 
@@ -370,7 +379,7 @@ def main(argv=None):
         sweep(args.out, tokens=(512, 4096, 16384), groups=GROUPS,
               configs=("128x192 s4", "128x256 s4 dyn", "128x256 c2 s4", "128x192 c2 s4 dyn", "128x256 c2 s4 dyn"),
               doc_name="grouped_gemm_sweep_pairs")
-    if args.what == "tail":  # decode launches of 1 to 40 experts: fixed cost per launch, the last wave
+    if args.what == "tail":  # decode launches of 1 to 64 experts: fixed cost per launch, the last wave
         tail(args.out)
     if args.what in ("moe", "all"):
         moe(args.out)

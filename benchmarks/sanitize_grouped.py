@@ -16,18 +16,22 @@ from gemmlab import grouped  # noqa: E402
 
 def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
-    runs = [(cfg, dyn) for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE)
-            for dyn in (False, True)] + [(cfg, dyn) for cfg in (grouped.MEDIUM_C2, grouped.LARGE_C2)
+    # (tile, dynamic, visiting order: None for the default of so few tokens, True for largest first)
+    runs = [(cfg, dyn, None) for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE)
+            for dyn in (False, True)] + [(cfg, dyn, None) for cfg in (grouped.MEDIUM_C2, grouped.LARGE_C2)
                                          for dyn in (False, True)]
-    for cfg, dyn in runs:
+    runs.append((grouped.LARGE, True, True))  # dynamic and largest first: the default from 8192 tokens
+    for cfg, dyn, by_size in runs:
         sizes = [0, 70, 3, 0, 200, 1]
         n, k = 264, 200
         a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16, generator=gen)
         b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
         offs = grouped.offsets_of(sizes)
-        out = grouped.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn)
+        out = grouped.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn, by_size=by_size)
         ref = grouped.reference(a, b, offs)
-        print(f"ragged {cfg.name} {'dynamic' if dyn else 'static'}: rel. Frobenius error {((out.float() - ref).norm() / ref.norm()).item():.2e}")
+        order = ", largest first" if by_size else ""
+        print(f"ragged {cfg.name} {'dynamic' if dyn else 'static'}{order}: rel. Frobenius error "
+              f"{((out.float() - ref).norm() / ref.norm()).item():.2e}")
     pairs = [(torch.randn(m, kk, device="cuda", dtype=torch.bfloat16, generator=gen),
               torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16, generator=gen))
              for m, nn, kk in [(130, 136, 64), (0, 64, 64), (7, 256, 128)]]

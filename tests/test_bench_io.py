@@ -1,5 +1,6 @@
 """Benchmark results files: one writer for every benchmark, into results/<device>/ or a run's --out folder."""
 import json
+import pytest
 
 from gemmlab import bench
 
@@ -16,3 +17,11 @@ def test_write_doc_does_not_consume_the_callers_dict(tmp_path):
     doc = {"rows": [{"x": 1}], "note": "n"}
     bench.write_doc("probe", doc, tmp_path)
     assert doc == {"rows": [{"x": 1}], "note": "n"}
+
+
+def test_line_fit_recovers_a_hand_made_line_and_rejects_one_point():
+    from gemmlab.bench import line_fit
+    fixed, slope = line_fit([(1, 12.0), (3, 16.0), (6, 22.0)])  # y = 10 + 2x
+    assert fixed == pytest.approx(10.0) and slope == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="two distinct x"):
+        line_fit([(2, 1.0), (2, 3.0)])

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from gemmlab import grouped
+from gemmlab import bench, grouped
 from gemmlab.compile import ptx_of
 from gemmlab.grouped_sm90 import compile_grouped
 
@@ -65,9 +65,19 @@ def test_dynamic_pairs_post_units_through_the_mailbox():
 
 
 def test_largest_first_only_for_single_cta_128_row_tiles():
-    assert grouped.largest_first(grouped.MEDIUM) and grouped.largest_first(grouped.LARGE)
-    assert not grouped.largest_first(grouped.SMALL)
-    assert not grouped.largest_first(grouped.LARGE_C2) and not grouped.largest_first(grouped.MEDIUM_C2)
+    many = grouped.DYNAMIC_LARGEST_FIRST_FROM
+    assert grouped.largest_first(grouped.MEDIUM, 512) and grouped.largest_first(grouped.LARGE, many)
+    assert not grouped.largest_first(grouped.SMALL, many) and not grouped.largest_first(grouped.SMALL_WIDE, many)
+    assert not grouped.largest_first(grouped.LARGE_C2, many) and not grouped.largest_first(grouped.MEDIUM_C2, many)
+
+
+def test_largest_first_with_dynamic_scheduling_only_from_many_tokens():
+    many = grouped.DYNAMIC_LARGEST_FIRST_FROM
+    assert grouped.dynamic_schedule(grouped.LARGE) and not grouped.dynamic_schedule(grouped.MEDIUM)
+    assert not grouped.largest_first(grouped.LARGE, many - 1) and grouped.largest_first(grouped.LARGE, many)
+    # static scheduling keeps largest first at any size; the scheduling passed in overrides the tile's
+    assert grouped.largest_first(grouped.MEDIUM, 64) and grouped.largest_first(grouped.LARGE, 64, dynamic=False)
+    assert not grouped.largest_first(grouped.MEDIUM, 64, dynamic=True)
 
 
 def test_tile_order_figures(tmp_path, monkeypatch):
@@ -120,6 +130,12 @@ def test_tail_figure_and_lines(tmp_path, monkeypatch):
     assert p.exists() and p.stat().st_size > 1000
     text = gt.tail_lines(doc)
     assert "fixed  12.0 us" in text and "torch._grouped_mm  24.0 us" in text and "3.00 TB/s" in text
+    assert "as a line" not in text  # results from before the streaming reads' fit
+    # a read of x MiB taking 9.5 us + x MiB at 3.2 TB/s: the fit finds both
+    pts = [(mib << 20, 9.5 + (mib << 20) / 3.2e6) for mib in (128, 512, 2048)]
+    fixed, slope = bench.line_fit(pts)
+    doc["stream_read_fit"] = {"fixed_us": fixed, "tbs": 1 / (slope * 1e-6) / 1e12}
+    assert "as a line: fixed   9.5 us per launch, 3.20 TB/s" in gt.tail_lines(doc)
 
 
 def test_timeline_from_hand_made_traces():
@@ -458,7 +474,7 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
     if cname and cname.endswith(" dynamic"):
         cname, dynamic = cname.split()[0], True
     cfg = getattr(grouped, cname) if cname else chosen
-    by_size = not grouped.largest_first(cfg) if other_order else None
+    by_size = not grouped.largest_first(cfg, a.shape[0], dynamic) if other_order else None
     grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic)
     rows = sum(sizes)
     ref = grouped.reference(a, b, offs)

@@ -162,6 +162,18 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def line_fit(points) -> tuple[float, float]:
+    """Least squares ``y = intercept + slope * x`` through ``[(x, y), ...]`` (two distinct x at least)."""
+    pts = list(points)
+    if len({x for x, _ in pts}) < 2:
+        raise ValueError(f"points must hold at least two distinct x values; got {pts!r}")
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    return my - slope * mx, slope
+
+
 def device_name() -> str:
     import torch
 

@@ -118,21 +118,36 @@ def ragged_grid(cfg: Sm90Config, sms: int, rows: int, groups: int, n: int) -> in
     return persistent_grid(cfg, sms, -(-rows // (cfg.tile_m * cfg.cluster[0])) + groups, -(-n // cfg.tile_n))
 
 
-def largest_first(cfg: Sm90Config) -> bool:
+#: With dynamic scheduling, the 128-row tiles visit the groups largest first only from this many tokens.
+#: Measured (``benchmarks/grouped_gemm.py moe``, the ``order_gain`` column, 128 x 256 with dynamic scheduling):
+#: with 4096 tokens index order was the faster one on 10 of 12 sets on an H100 (geomean 1.01x, up to 1.04x)
+#: and on 10 of 12 on an H200 (1.01x); with 16384 tokens largest first was (1.02x on the H100, up to 1.08x;
+#: 1.005x on the H200). Nothing between the two was measured.
+DYNAMIC_LARGEST_FIRST_FROM = 8192
+
+
+def largest_first(cfg: Sm90Config, tokens: int, dynamic: bool | None = None) -> bool:
     """Whether the kernel visits the groups largest first with tile ``cfg`` (else in index order).
 
+    ``tokens``: the rows of ``a``; ``dynamic``: the scheduling (None: :func:`dynamic_schedule` decides).
     Measured on an H100 and an H200 (``benchmarks/grouped_gemm.py moe``, the
-    ``order_gain`` column: the other order's time over the chosen one's):
-    with 128-row tiles run one CTA each, on sets of many tokens, largest
-    first is up to 1.17x faster: the big, compute-bound experts run while
-    every SM is busy and the short tiles of small experts fill the end. With
-    the 64-row decode tile every expert is one weight stream and ranking the
-    groups costs each CTA a few microseconds up front: up to 1.14x slower
-    there. In 2-CTA clusters neither order wins on the H100 (0.96-1.05x over
-    two runs) and index order is 1-3 % ahead on the H200 (we have not looked
-    into why), so index order for both.
+    ``order_gain`` column: the other order's time over the chosen one's).
+    With 128-row tiles run one CTA each in a static order, largest first is
+    up to 1.17x faster: the big, compute-bound experts run while every SM is
+    busy and the short tiles of small experts fill the end. With dynamic
+    scheduling the counter evens out the end whatever the order, and largest
+    first pays only when the largest experts have many tiles
+    (:data:`DYNAMIC_LARGEST_FIRST_FROM` tokens). With the 64-row decode tile
+    every expert is one weight stream and ranking the groups costs each CTA a
+    few microseconds up front: up to 1.14x slower there. In 2-CTA clusters
+    neither order wins on the H100 (0.96-1.05x over two runs) and index order
+    is 1-3 % ahead on the H200 (we have not looked into why), so index order
+    for both.
     """
-    return cfg.tile_m > 64 and cfg.cluster == (1, 1)
+    if cfg.tile_m == 64 or cfg.cluster != (1, 1):
+        return False
+    dynamic = dynamic_schedule(cfg) if dynamic is None else dynamic
+    return not dynamic or tokens >= DYNAMIC_LARGEST_FIRST_FROM
 
 
 def dynamic_schedule(cfg: Sm90Config) -> bool:
@@ -170,15 +185,16 @@ L2_PROMOTION = 3
 
 
 def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None,
-             l2_promotion: int | None = L2_PROMOTION, trace: bool = False, dynamic: bool | None = None):
+             l2_promotion: int | None = L2_PROMOTION, trace: bool = False, dynamic: bool | None = None,
+             tokens: int = 0):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
 
-    ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg``).
+    ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg`` and ``tokens``).
     ``l2_promotion``: the A and B descriptors' L2 promotion (None: the DSL's, 128 bytes).
     ``dynamic``: hand out tiles from a counter (None: :func:`dynamic_schedule` decides for ``cfg``).
     """
-    by_size = largest_first(cfg) if by_size is None else bool(by_size)
     dynamic = dynamic_schedule(cfg) if dynamic is None else bool(dynamic)
+    by_size = largest_first(cfg, tokens, dynamic) if by_size is None else bool(by_size)
     key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic)
     fn = _KERNELS.get(key)
     if fn is None:
@@ -353,7 +369,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     runs the broken variant without the descriptor release/acquire (chapter 08
     uses it to show what the fences are for; never use it for results).
     ``by_size``: visit the groups largest first (see :func:`largest_first`;
-    default: as that function decides for the tile). ``l2_promotion``: see
+    default: as that function decides for the tile and the rows of ``a``). ``l2_promotion``: see
     :data:`L2_PROMOTION` (None: the DSL's 128 bytes). ``dynamic``: see
     :func:`dynamic_schedule` (None: as it decides). Calls on one stream at a
     time only: the per-CTA descriptor slots and the tile counter are shared.
@@ -368,7 +384,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     cfg = config or default_config(rows, groups, n, k, a.device)
     sms = hardware.sm_count(a.device)
     grid = ragged_grid(cfg, sms, rows, groups, n)
-    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic)
+    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic, tokens=rows)
     _, table = _dummies(a.device)
     workspace = _workspace(a.device, sms, cfg)
     if validate:
@@ -455,7 +471,7 @@ def grouped_gemm_list(pairs, outs=None, *, config: Sm90Config | None = None):
     cfg = config or default_config(tokens, len(live), max(p[1].shape[1] for p, _ in live), 0, a0.device)
     sms = hardware.sm_count(a0.device)
     units = sum(-(-p[0].shape[0] // (cfg.tile_m * cfg.cluster[0])) * -(-p[1].shape[1] // cfg.tile_n) for p, _ in live)
-    fn = compiled(cfg, "table", major)
+    fn = compiled(cfg, "table", major, tokens=tokens)
     offs, _ = _dummies(a0.device)
     fn(a_0, b_0, c_0, offs, table, _workspace(a0.device, sms, cfg), len(live), persistent_grid(cfg, sms, units, 1))
     return outs
@@ -697,15 +713,13 @@ def fit_launch_cost(rows, min_waves: float = 4.0) -> dict:
     slope is what one more expert's weights cost (``tbs``: the rate they stream at), the intercept the
     launch's fixed cost (start, pipeline fill, drain, and the last wave's tail on average).
     """
+    from .bench import line_fit
     pts = [(r["live"], r["us"]) for r in rows if r["waves"] >= min_waves]
     if len(pts) < 2:
         raise ValueError(f"rows: need two launches of at least {min_waves} waves to fit a line; got {len(pts)}")
-    n = len(pts)
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    fixed, slope = line_fit(pts)
     per_expert = rows[0]["bytes_per_expert"]
-    return {"fixed_us": my - slope * mx, "us_per_expert": slope, "tbs": per_expert / (slope * 1e-6) / 1e12}
+    return {"fixed_us": fixed, "us_per_expert": slope, "tbs": per_expert / (slope * 1e-6) / 1e12}
 
 
 def trace_launches(a, b, offs, *, launches: int = 3, config: Sm90Config | None = None,
@@ -725,7 +739,7 @@ def trace_launches(a, b, offs, *, launches: int = 3, config: Sm90Config | None =
     cfg = config or default_config(rows, groups, n, k, a.device)
     sms = hardware.sm_count(a.device)
     grid = ragged_grid(cfg, sms, rows, groups, n)
-    fn = compiled(cfg, "ragged", major, trace=True, dynamic=dynamic)
+    fn = compiled(cfg, "ragged", major, trace=True, dynamic=dynamic, tokens=rows)
     out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
     _, table = _dummies(a.device)
     spaces = [_new_workspace(a.device, sms, cfg, trace=True) for _ in range(launches)]

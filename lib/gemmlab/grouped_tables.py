@@ -157,6 +157,10 @@ def tail_lines(doc: dict) -> str:
     """The tail benchmark's fits, one line per weight shape."""
     tile = f", {doc['config'].split()[0]} tiles" if "config" in doc else ""
     lines = [f"{doc['device']}: streaming read (torch.sum over 2 GiB) {doc['stream_read_tbs']:.2f} TB/s{tile}"]
+    if "stream_read_fit" in doc:  # older results lack it
+        f = doc["stream_read_fit"]
+        lines.append(f"  streaming reads of 128 MiB to 2 GiB as a line: fixed {f['fixed_us']:5.1f} us per launch, "
+                     f"{f['tbs']:.2f} TB/s")
     for f in doc["fits"]:
         lines.append(f"  N = {f['n']:5d}, K = {f['k']:5d}: fixed {f['fixed_us']:5.1f} us per launch, weights at "
                      f"{f['tbs']:.2f} TB/s; torch._grouped_mm {f['torch']['fixed_us']:5.1f} us, "
