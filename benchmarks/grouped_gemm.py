@@ -230,35 +230,48 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
     return summary
 
 
-SWEEP_CONFIGS = {
-    "64x64 s12": dict(tile_m=64, tile_n=64, stages=12),
-    "64x128 s8": dict(tile_m=64, tile_n=128, stages=8),
-    "64x256 s5": dict(tile_m=64, tile_n=256, stages=5),
-    "128x128 s5": dict(tile_m=128, tile_n=128, stages=5),
-    "128x192 s4": dict(tile_m=128, tile_n=192, stages=4),
-    "128x256 s4": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2),
-    "128x192 c2 s4": dict(tile_m=128, tile_n=192, stages=4, cluster=(2, 1)),
-    "128x256 c2 s4": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, cluster=(2, 1)),
-    # The same tiles with tiles handed out from a counter (grouped.dynamic_schedule), one CTA each.
-    "64x64 s12 dyn": dict(tile_m=64, tile_n=64, stages=12, dynamic=True),
-    "64x128 s8 dyn": dict(tile_m=64, tile_n=128, stages=8, dynamic=True),
-    "64x192 s6 dyn": dict(tile_m=64, tile_n=192, stages=6, dynamic=True),
-    "64x256 s5 dyn": dict(tile_m=64, tile_n=256, stages=5, dynamic=True),
-    "128x192 s4 dyn": dict(tile_m=128, tile_n=192, stages=4, dynamic=True),
-    "128x256 s4 dyn": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, dynamic=True),
-    "128x192 c2 s4 dyn": dict(tile_m=128, tile_n=192, stages=4, cluster=(2, 1), dynamic=True),
-    "128x256 c2 s4 dyn": dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, cluster=(2, 1), dynamic=True),
-}
+#: What the sweeps may time: Sm90Config fields (one CTA unless ``cluster`` says otherwise), plus ``dynamic`` for
+#: tiles handed out from a counter (grouped.dynamic_schedule). Each is named by grouped.sweep_column, the name
+#: its result column carries and the one grouped.heuristic_regret looks up.
+SWEPT = [
+    dict(tile_m=64, tile_n=64, stages=12),
+    dict(tile_m=64, tile_n=128, stages=8),
+    dict(tile_m=64, tile_n=256, stages=5),
+    dict(tile_m=128, tile_n=128, stages=5),
+    dict(tile_m=128, tile_n=192, stages=4),
+    dict(tile_m=128, tile_n=256, stages=4, epi_stages=2),
+    dict(tile_m=128, tile_n=192, stages=4, cluster=(2, 1)),
+    dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, cluster=(2, 1)),
+    dict(tile_m=64, tile_n=64, stages=12, dynamic=True),
+    dict(tile_m=64, tile_n=128, stages=8, dynamic=True),
+    dict(tile_m=64, tile_n=192, stages=6, dynamic=True),
+    dict(tile_m=64, tile_n=256, stages=5, dynamic=True),
+    dict(tile_m=128, tile_n=192, stages=4, dynamic=True),
+    dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, dynamic=True),
+    dict(tile_m=128, tile_n=192, stages=4, cluster=(2, 1), dynamic=True),
+    dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, cluster=(2, 1), dynamic=True),
+]
+
+
+def swept_config(spec: dict):
+    """``(Sm90Config, dynamic)`` of one :data:`SWEPT` entry."""
+    from gemmlab.family.configs import Sm90Config
+    fields = {key: v for key, v in spec.items() if key != "dynamic"}
+    return Sm90Config(**{"cluster": (1, 1), **fields}), spec.get("dynamic", False)
+
+
+SWEEP_CONFIGS = {grouped.sweep_column(*swept_config(spec)): spec for spec in SWEPT}
 
 
 def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, rounds=3, configs=None,
           doc_name="grouped_gemm_sweep"):
     """Kernel time of every swept configuration on the MoE sets (GPU only): the heuristic's data."""
-    from gemmlab.family.configs import Sm90Config
+    unknown = [name for name in configs or () if name not in SWEEP_CONFIGS]
+    if unknown:
+        raise ValueError(f"configs: {unknown} are not in SWEEP_CONFIGS ({sorted(SWEEP_CONFIGS)})")
     chosen = [name for name in SWEEP_CONFIGS if configs is None or name in configs]
-    cfgs = {name: Sm90Config(**{"cluster": (1, 1), **{key: v for key, v in SWEEP_CONFIGS[name].items()
-                                                       if key != "dynamic"}}) for name in chosen}
-    dyn = {name: SWEEP_CONFIGS[name].get("dynamic", False) for name in chosen}
+    cfgs = {name: swept_config(SWEEP_CONFIGS[name])[0] for name in chosen}
+    dyn = {name: swept_config(SWEEP_CONFIGS[name])[1] for name in chosen}
     rows = []
     for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
         label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
@@ -279,6 +292,29 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
               + " ".join(f"{c}={row[c + '_ms']:.3f}" for c in cfgs), flush=True)
         del a, b, out
     _write(doc_name, {"rows": rows, "configs": {c: SWEEP_CONFIGS[c] for c in cfgs}}, out_dir)
+
+
+#: The named sweeps: ``sweep``'s arguments for each.
+SWEEP_MODES = {
+    # the 128-row tiles with and without 2x1 clusters, every set of many tokens
+    "sweep_clusters": dict(tokens=(512, 4096, 16384), groups=GROUPS,
+                           configs=("64x128 s8", "128x192 s4", "128x256 s4", "128x192 c2 s4", "128x256 c2 s4"),
+                           doc_name="grouped_gemm_sweep_clusters"),
+    # static against dynamic tile scheduling, every tile the heuristic may pick
+    "sweep_sched": dict(groups=GROUPS,
+                        configs=("64x128 s8", "64x128 s8 dyn", "64x256 s5", "64x256 s5 dyn", "128x192 s4",
+                                 "128x192 s4 dyn", "128x256 s4 dyn", "128x256 c2 s4"),
+                        doc_name="grouped_gemm_sweep_sched"),
+    # the 64-row tiles, dynamic, from 64 to 256 wide, on the decode sets
+    "sweep_decode": dict(tokens=(64, 512), groups=(32, 64, 128),
+                         configs=("64x64 s12 dyn", "64x128 s8 dyn", "64x192 s6 dyn", "64x256 s5 dyn"),
+                         doc_name="grouped_gemm_sweep_decode"),
+    # 2-CTA pairs with dynamic scheduling against the pairs and single CTAs
+    "sweep_pairs": dict(tokens=(512, 4096, 16384), groups=GROUPS,
+                        configs=("128x192 s4", "128x256 s4 dyn", "128x256 c2 s4", "128x192 c2 s4 dyn",
+                                 "128x256 c2 s4 dyn"),
+                        doc_name="grouped_gemm_sweep_pairs"),
+}
 
 
 #: Decode launches for ``tail``: (N, K, live experts); 4 tokens each, so one 64-row tile per tile width of
@@ -351,8 +387,7 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "moe", "quick", "sweep", "sweep_clusters", "sweep_sched",
-                                    "sweep_pairs", "sweep_decode", "tail", "all"))
+    p.add_argument("what", choices=("check", "moe", "quick", "sweep", *SWEEP_MODES, "tail", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -362,23 +397,8 @@ def main(argv=None):
         moe(args.out, tokens=(64, 4096), groups=(8, 128), shapes=MOE_SHAPES[:2], rounds=3)
     if args.what == "sweep":
         sweep(args.out)
-    if args.what == "sweep_clusters":  # the 128-row tiles with and without 2x1 clusters, every set of many tokens
-        sweep(args.out, tokens=(512, 4096, 16384), groups=GROUPS,
-              configs=("64x128 s8", "128x192 s4", "128x256 s4", "128x192 c2 s4", "128x256 c2 s4"),
-              doc_name="grouped_gemm_sweep_clusters")
-    if args.what == "sweep_sched":  # static against dynamic tile scheduling, every tile the heuristic may pick
-        sweep(args.out, groups=GROUPS,
-              configs=("64x128 s8", "64x128 s8 dyn", "64x256 s5", "64x256 s5 dyn", "128x192 s4", "128x192 s4 dyn",
-                       "128x256 s4 dyn", "128x256 c2 s4"),
-              doc_name="grouped_gemm_sweep_sched")
-    if args.what == "sweep_decode":  # the 64-row tiles, dynamic, from 64 to 256 wide, on the decode sets
-        sweep(args.out, tokens=(64, 512), groups=(32, 64, 128),
-              configs=("64x64 s12 dyn", "64x128 s8 dyn", "64x192 s6 dyn", "64x256 s5 dyn"),
-              doc_name="grouped_gemm_sweep_decode")
-    if args.what == "sweep_pairs":  # 2-CTA pairs with dynamic scheduling against the pairs and single CTAs
-        sweep(args.out, tokens=(512, 4096, 16384), groups=GROUPS,
-              configs=("128x192 s4", "128x256 s4 dyn", "128x256 c2 s4", "128x192 c2 s4 dyn", "128x256 c2 s4 dyn"),
-              doc_name="grouped_gemm_sweep_pairs")
+    if args.what in SWEEP_MODES:
+        sweep(args.out, **SWEEP_MODES[args.what])
     if args.what == "tail":  # decode launches of 1 to 64 experts: fixed cost per launch, the last wave
         tail(args.out)
     if args.what in ("moe", "all"):

@@ -270,6 +270,28 @@ def test_heuristic_is_near_the_best_tile_of_its_sweep(gpu):
     assert max(regret) < 1.2
 
 
+def _bench_script():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "grouped_gemm.py"
+    spec = importlib.util.spec_from_file_location("grouped_gemm_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sweeps_time_the_configs_the_heuristic_picks_under_the_names_it_looks_up():
+    mod = _bench_script()
+    assert len(mod.SWEEP_CONFIGS) == len(mod.SWEPT), "two swept entries share a column name"
+    for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE, grouped.MEDIUM_C2, grouped.LARGE_C2):
+        name = grouped.sweep_column(cfg, grouped.dynamic_schedule(cfg))
+        assert mod.swept_config(mod.SWEEP_CONFIGS[name]) == (cfg, grouped.dynamic_schedule(cfg))
+    for mode in mod.SWEEP_MODES.values():
+        assert set(mode["configs"]) <= set(mod.SWEEP_CONFIGS)
+    with pytest.raises(ValueError, match="not in SWEEP_CONFIGS"):
+        mod.sweep(configs=("64x96 s7",))  # refused before any GPU work
+
+
 def test_sweep_column_names():
     assert grouped.sweep_column(grouped.LARGE_C2, False) == "128x256 c2 s4"
     assert grouped.sweep_column(grouped.SMALL, True) == "64x128 s8 dyn"
