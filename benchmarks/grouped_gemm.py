@@ -6,6 +6,7 @@
     python benchmarks/grouped_gemm.py sweep_sched  # every tile, static and dynamic: the heuristic's data
     python benchmarks/grouped_gemm.py sweep_pairs  # 2-CTA pairs with dynamic scheduling
     python benchmarks/grouped_gemm.py sweep_decode  # the 64-row tiles, 64 to 256 wide, on the decode sets
+    python benchmarks/grouped_gemm.py sweep_narrow  # the two decode tiles on outputs 512 to 3072 wide
     python benchmarks/grouped_gemm.py all
 
 Results go to ``results/<device>/grouped_gemm*.json`` (``--out DIR`` writes there instead); the
@@ -309,6 +310,10 @@ SWEEP_MODES = {
     "sweep_decode": dict(tokens=(64, 512), groups=(32, 64, 128),
                          configs=("64x64 s12 dyn", "64x128 s8 dyn", "64x192 s6 dyn", "64x256 s5 dyn"),
                          doc_name="grouped_gemm_sweep_decode"),
+    # the two decode tiles on outputs narrower than the benchmark's (the heuristic's 8-tiles-per-expert rule)
+    "sweep_narrow": dict(shapes=[(f"narrow N={n}", n, 4096) for n in (512, 1024, 1536, 2048, 3072)],
+                         tokens=(64, 256), groups=(16, 32, 128), configs=("64x128 s8 dyn", "64x256 s5 dyn"),
+                         doc_name="grouped_gemm_sweep_narrow"),
     # 2-CTA pairs with dynamic scheduling against the pairs and single CTAs
     "sweep_pairs": dict(tokens=(512, 4096, 16384), groups=GROUPS,
                         configs=("128x192 s4", "128x256 s4 dyn", "128x256 c2 s4", "128x192 c2 s4 dyn",

@@ -241,8 +241,9 @@ def test_choose_config_by_tokens_and_experts():
     assert choose(64, 8, 4096, 7168) is grouped.SMALL  # decode: 8 per expert
     wide = grouped.SMALL_WIDE
     assert choose(512, 32, 4096, 7168, decode=wide) is wide  # 16 per expert
-    assert choose(512, 32, 2048, 7168, decode=wide) is wide  # 8 tiles of 256 per expert
-    assert choose(512, 32, 1024, 7168, decode=wide) is grouped.SMALL  # too narrow for the wide tile
+    assert choose(512, 32, 3072, 7168, decode=wide) is wide  # 12 tiles of 256 per expert
+    assert choose(512, 32, 2048, 7168, decode=wide) is grouped.SMALL  # too narrow for the wide tile
+    assert choose(512, 32, 2048, 7168, decode=grouped.SMALL) is grouped.SMALL
     assert choose(512, 8, 4096, 7168) is grouped.MEDIUM  # 64 per expert, too few tokens in all
     assert choose(1900, 8, 4096, 7168) is grouped.LARGE  # 237 per expert, too few tokens in all
     assert choose(4096, 128, 4096, 7168) is grouped.LARGE  # 32 per expert

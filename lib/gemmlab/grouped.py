@@ -46,6 +46,11 @@ PAIRS_UP_TO_GROUPS = 16
 #: ``sweep_decode`` (24 decode sets): 64 x 192 is within 1 % of the chosen tile on both GPUs (0.6 % faster on
 #: the H200), 64 x 64 1.10x (H100) and 1.44x (H200) slower. Other GPUs: ``SMALL``.
 DECODE_TILE = {"H100": SMALL, "H200": SMALL_WIDE}
+#: A decode tile wider than ``SMALL`` only when N gives it this many tiles per expert. Measured on an H200
+#: (``benchmarks/grouped_gemm.py sweep_narrow``: 64 x 256 against 64 x 128, 6 decode sets per width, K = 4096):
+#: the wide tile 1.12x slower at N = 512, 1.04x at 1536, 1.03x at 2048 (0.97-1.10x), 1 % faster at 3072; at 1024
+#: 2 % faster but spread over 0.89-1.10x. The benchmark's N of 4096 and more: 1.03x faster (``sweep_sched``).
+DECODE_WIDE_FROM_TILES = 12
 
 
 def gpu_of(device) -> str | None:
@@ -82,8 +87,8 @@ def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = 
     * up to 24 tokens per expert (decode): every expert's weights are read
       once whatever the tile, so a 64-row tile (the least MMA work wasted on
       rows past a group's end), ``decode`` wide (:data:`DECODE_TILE`) if
-      ``n`` gives it 8 tiles per expert, else 128 wide (narrow outputs are not
-      in the benchmark: there the narrower tile keeps twice the SMs busy);
+      ``n`` gives it :data:`DECODE_WIDE_FROM_TILES` tiles per expert, else 128
+      wide (on narrow outputs the narrower tile keeps twice the SMs busy);
     * fewer than 2048 tokens in all: 128 x 192 (128 x 256 past 160 per
       expert): the few tiles of 128 x 256 fill the SMs unevenly;
     * more: 128 x 256, in clusters of two CTAs along M that share each weight
@@ -101,7 +106,7 @@ def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = 
     del k
     per_expert = tokens / max(groups, 1)
     if per_expert <= 24:
-        return decode if n >= 8 * decode.tile_n else SMALL
+        return decode if n >= DECODE_WIDE_FROM_TILES * decode.tile_n else SMALL
     if tokens < 2048:
         return MEDIUM if per_expert <= 160 else LARGE
     return LARGE_C2 if per_expert >= pairs_from and groups <= PAIRS_UP_TO_GROUPS else LARGE
