@@ -337,6 +337,14 @@ def test_bad_arguments_named(mutate, match):
         grouped.check_ragged(a, b, offs, None)
 
 
+def test_offs_values_empty_groups_pass_and_the_first_bad_entry_is_named():
+    grouped.check_offs_values(torch.tensor([0, 0, 5, 5, 32], dtype=torch.int32), 32)  # empty groups are fine
+    with pytest.raises(ValueError, match=r"offs\[2\] = 4 < offs\[1\] = 9"):
+        grouped.check_offs_values(torch.tensor([3, 9, 4, 32], dtype=torch.int32), 32)
+    with pytest.raises(ValueError, match="offs\\[-1\\] = 33 is past the 32 rows"):
+        grouped.check_offs_values(torch.tensor([3, 9, 33], dtype=torch.int32), 32)
+
+
 def test_bad_out_named():
     a, b, offs = _cpu()
     with pytest.raises(ValueError, match=r"out must have shape \(32, 64\)"):
