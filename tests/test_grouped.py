@@ -138,6 +138,20 @@ def test_tail_figure_and_lines(tmp_path, monkeypatch):
     assert "as a line: fixed   9.5 us per launch, 3.20 TB/s" in gt.tail_lines(doc)
 
 
+def test_decode_sets_against_a_streaming_read_of_their_bytes():
+    from gemmlab import grouped_tables as gt
+    # a weight-bound decode set of 3.2 GB/s * 100 us = 320 MB at the datasheet's 3.2 TB/s, run in 110 us; a read of
+    # it on the fitted line takes 10 us + 320 MB at 3.2 TB/s = 110 us: ratio 1. A compute-bound or a 64-per-expert
+    # row is not a decode set.
+    row = {"tokens": 64, "groups": 8, "weight_bound": True, "floor_ms": 0.1, "gemmlab_kernel_ms": 0.11}
+    rows = [row, {**row, "weight_bound": False}, {**row, "tokens": 512}, {**row, "gemmlab_kernel_ms": 0.22}]
+    moe_doc = {"device": "test GPU", "hbm_gbs": 3200.0, "rows": rows}
+    tail_doc = {"stream_read_fit": {"fixed_us": 10.0, "tbs": 3.2}}
+    got = grouped.against_streaming_read(moe_doc, tail_doc)
+    assert [x for _, x in got] == pytest.approx([1.0, 0.5])
+    assert "2 decode sets" in gt.streaming_read_line(moe_doc, tail_doc) and "0.500 to 1.000" in gt.streaming_read_line(moe_doc, tail_doc)
+
+
 def test_timeline_from_hand_made_traces():
     pts = grouped_sm90_points()
     def launch(t0):

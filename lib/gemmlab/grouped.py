@@ -730,6 +730,27 @@ def fit_launch_cost(rows, min_waves: float = 4.0) -> dict:
     return {"fixed_us": fixed, "us_per_expert": slope, "tbs": per_expert / (slope * 1e-6) / 1e12}
 
 
+def against_streaming_read(moe_doc: dict, tail_doc: dict) -> list[tuple[dict, float]]:
+    """Each decode set of a ``moe`` run (at most 16 tokens per expert, as :func:`summarize` counts them)
+    against a plain streaming read of its bytes on the same GPU: ``[(row, read_us / kernel_us), ...]``.
+
+    ``read_us`` is the line ``benchmarks/grouped_gemm.py tail`` fits through ``torch.sum`` over 128 MiB to
+    2 GiB (``tail_doc["stream_read_fit"]``: fixed cost plus bytes at its rate), for the bytes the set must
+    move (A, the live experts' weights and C: on these weight-bound sets ``floor_ms`` times the datasheet
+    bandwidth). Above 1: the kernel moves them faster than that read would.
+    """
+    fit = tail_doc["stream_read_fit"]
+    hbm = moe_doc["hbm_gbs"] * 1e9
+    out = []
+    for r in moe_doc["rows"]:
+        if r["tokens"] > 16 * r["groups"] or not r["weight_bound"]:
+            continue
+        nbytes = r["floor_ms"] * 1e-3 * hbm
+        read_us = fit["fixed_us"] + nbytes / (fit["tbs"] * 1e12) * 1e6
+        out.append((r, read_us / (r["gemmlab_kernel_ms"] * 1e3)))
+    return out
+
+
 def trace_launches(a, b, offs, *, launches: int = 3, config: Sm90Config | None = None,
                    dynamic: bool | None = None) -> dict:
     """Run the ragged call ``launches`` times back to back with the traced kernel; return each CTA's timeline.

@@ -168,6 +168,18 @@ def tail_lines(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def streaming_read_line(moe_doc: dict, tail_doc: dict) -> str:
+    """One line: the decode sets' kernel time against a plain streaming read of their bytes
+    (:func:`gemmlab.grouped.against_streaming_read`)."""
+    from .bench import geomean
+    from .grouped import against_streaming_read
+    ratios = [x for _, x in against_streaming_read(moe_doc, tail_doc)]
+    if not ratios:
+        return f"{moe_doc['device']}: no decode sets"
+    return (f"{moe_doc['device']}: {len(ratios)} decode sets, a streaming read of their bytes (the torch.sum line) "
+            f"over our kernel time: geomean {geomean(ratios):.3f}, {min(ratios):.3f} to {max(ratios):.3f}")
+
+
 def moe_table(doc: dict) -> str:
     """One line per MoE set: tokens, groups, our tile, the times (ms) and ratios."""
     head = (f"{'set':22s} {'G':>4s} {'T':>6s} {'live':>4s} {'tile':>8s} {'ours':>7s} {'torch':>7s} "
