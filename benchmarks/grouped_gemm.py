@@ -7,6 +7,7 @@
     python benchmarks/grouped_gemm.py sweep_pairs  # 2-CTA pairs with dynamic scheduling
     python benchmarks/grouped_gemm.py sweep_decode  # the 64-row tiles, 64 to 256 wide, on the decode sets
     python benchmarks/grouped_gemm.py sweep_narrow  # the two decode tiles on outputs 512 to 3072 wide
+    python benchmarks/grouped_gemm.py sweep_medium  # 128 x 192 static against dynamic, where it is chosen
     python benchmarks/grouped_gemm.py all
 
 Results go to ``results/<device>/grouped_gemm*.json`` (``--out DIR`` writes there instead); the
@@ -310,6 +311,10 @@ SWEEP_MODES = {
     "sweep_decode": dict(tokens=(64, 512), groups=(32, 64, 128),
                          configs=("64x64 s12 dyn", "64x128 s8 dyn", "64x192 s6 dyn", "64x256 s5 dyn"),
                          doc_name="grouped_gemm_sweep_decode"),
+    # 128 x 192, static (largest first) against dynamic (index order below DYNAMIC_LARGEST_FIRST_FROM), where
+    # choose_config picks it: fewer than 2048 tokens, 25 to 160 per expert
+    "sweep_medium": dict(tokens=(512, 1024, 1536), groups=(8, 16, 32), configs=("128x192 s4", "128x192 s4 dyn"),
+                         rounds=5, doc_name="grouped_gemm_sweep_medium"),
     # the two decode tiles on outputs narrower than the benchmark's (the heuristic's 8-tiles-per-expert rule)
     "sweep_narrow": dict(shapes=[(f"narrow N={n}", n, 4096) for n in (512, 1024, 1536, 2048, 3072)],
                          tokens=(64, 256), groups=(16, 32, 128), configs=("64x128 s8 dyn", "64x256 s5 dyn"),

@@ -38,9 +38,9 @@ def test_tile_order_in_cluster_pairs():
     assert grouped.tile_order([130, 300], 256, 128, 128, 4, cluster=1) == one
 
 
-def test_dynamic_scheduling_for_single_ctas_but_128x192():
-    assert all(grouped.dynamic_schedule(c) for c in (grouped.SMALL, grouped.SMALL_WIDE, grouped.LARGE))
-    assert not any(grouped.dynamic_schedule(c) for c in (grouped.MEDIUM, grouped.LARGE_C2, grouped.MEDIUM_C2))
+def test_dynamic_scheduling_for_every_single_cta_tile():
+    assert all(grouped.dynamic_schedule(c) for c in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE))
+    assert not any(grouped.dynamic_schedule(c) for c in (grouped.LARGE_C2, grouped.MEDIUM_C2))
 
 
 def test_dynamic_variant_claims_tiles_and_resets_its_counters():
@@ -66,17 +66,18 @@ def test_dynamic_pairs_post_units_through_the_mailbox():
 
 def test_largest_first_only_for_single_cta_128_row_tiles():
     many = grouped.DYNAMIC_LARGEST_FIRST_FROM
-    assert grouped.largest_first(grouped.MEDIUM, 512) and grouped.largest_first(grouped.LARGE, many)
+    assert grouped.largest_first(grouped.MEDIUM, many) and grouped.largest_first(grouped.LARGE, many)
     assert not grouped.largest_first(grouped.SMALL, many) and not grouped.largest_first(grouped.SMALL_WIDE, many)
     assert not grouped.largest_first(grouped.LARGE_C2, many) and not grouped.largest_first(grouped.MEDIUM_C2, many)
 
 
 def test_largest_first_with_dynamic_scheduling_only_from_many_tokens():
     many = grouped.DYNAMIC_LARGEST_FIRST_FROM
-    assert grouped.dynamic_schedule(grouped.LARGE) and not grouped.dynamic_schedule(grouped.MEDIUM)
+    assert grouped.dynamic_schedule(grouped.LARGE) and grouped.dynamic_schedule(grouped.MEDIUM)
     assert not grouped.largest_first(grouped.LARGE, many - 1) and grouped.largest_first(grouped.LARGE, many)
+    assert not grouped.largest_first(grouped.MEDIUM, 512)  # where choose_config picks 128 x 192: index order
     # static scheduling keeps largest first at any size; the scheduling passed in overrides the tile's
-    assert grouped.largest_first(grouped.MEDIUM, 64) and grouped.largest_first(grouped.LARGE, 64, dynamic=False)
+    assert grouped.largest_first(grouped.MEDIUM, 64, dynamic=False) and grouped.largest_first(grouped.LARGE, 64, dynamic=False)
     assert not grouped.largest_first(grouped.MEDIUM, 64, dynamic=True)
 
 

@@ -167,13 +167,15 @@ def dynamic_schedule(cfg: Sm90Config) -> bool:
     scheduling's time over the chosen one's; ``sweep_sched``: both, every tile) say: with 128 x 256 tiles
     run one CTA each, dynamic wins on all 16 H200 sets it ran (1.01-1.17x); with the 64-row decode tiles
     it wins by a little (on an H100 1.035x geomean for 64 x 128, 0.99-1.08x; on an H200 1.017x for
-    64 x 256, 0.98-1.05x); with 128 x 192 static wins (dynamic 1.06x slower on an H100, 1.03x on an
-    H200, on the sets that tile runs), for reasons we have not found. Pairs (2-CTA clusters) keep the
+    64 x 256, 0.98-1.05x). With 128 x 192 (``sweep_medium``: the 28 sets of 512 to 1536 tokens where
+    :func:`choose_config` picks it) dynamic scheduling in index order (:func:`largest_first`) is 1.044x
+    faster than static with largest first on an H100 (0.97-1.15x, 23 sets faster) and even on an H200
+    (0.999x, 0.89-1.13x); with largest first it had been 1.06x and 1.03x slower. Pairs (2-CTA clusters) keep the
     static order: with ``dynamic=True`` the pair's first CTA claims each unit and posts it to its partner
     (:func:`gemmlab.grouped_sm90.post_unit`), which measured no better on the sets that run in pairs
     (``sweep_pairs``: 1.004x geomean on an H100, 0.995x on an H200, 0.98-1.03x).
     """
-    return cfg.cluster == (1, 1) and not (cfg.tile_m == 128 and cfg.tile_n == 192)
+    return cfg.cluster == (1, 1)
 
 
 def _have_tvm_ffi() -> bool:
