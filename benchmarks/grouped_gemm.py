@@ -272,8 +272,9 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
     if unknown:
         raise ValueError(f"configs: {unknown} are not in SWEEP_CONFIGS ({sorted(SWEEP_CONFIGS)})")
     chosen = [name for name in SWEEP_CONFIGS if configs is None or name in configs]
-    cfgs = {name: swept_config(SWEEP_CONFIGS[name])[0] for name in chosen}
-    dyn = {name: swept_config(SWEEP_CONFIGS[name])[1] for name in chosen}
+    swept = {name: swept_config(SWEEP_CONFIGS[name]) for name in chosen}
+    cfgs = {name: cfg for name, (cfg, _) in swept.items()}
+    dyn = {name: d for name, (_, d) in swept.items()}
     rows = []
     for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
         label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
@@ -315,7 +316,7 @@ SWEEP_MODES = {
     # choose_config picks it: fewer than 2048 tokens, 25 to 160 per expert
     "sweep_medium": dict(tokens=(512, 1024, 1536), groups=(8, 16, 32), configs=("128x192 s4", "128x192 s4 dyn"),
                          rounds=5, doc_name="grouped_gemm_sweep_medium"),
-    # the two decode tiles on outputs narrower than the benchmark's (the heuristic's 8-tiles-per-expert rule)
+    # the two decode tiles on outputs narrower than the benchmark's (grouped.DECODE_WIDE_FROM_TILES)
     "sweep_narrow": dict(shapes=[(f"narrow N={n}", n, 4096) for n in (512, 1024, 1536, 2048, 3072)],
                          tokens=(64, 256), groups=(16, 32, 128), configs=("64x128 s8 dyn", "64x256 s5 dyn"),
                          doc_name="grouped_gemm_sweep_narrow"),

@@ -194,10 +194,11 @@ L2_PROMOTION = 3
 
 def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None,
              l2_promotion: int | None = L2_PROMOTION, trace: bool = False, dynamic: bool | None = None,
-             tokens: int = 0):
+             *, tokens: int):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
 
-    ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg`` and ``tokens``).
+    ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg`` and ``tokens``, the rows
+    of ``a``; required, so that no call gets the order of some other size by default).
     ``l2_promotion``: the A and B descriptors' L2 promotion (None: the DSL's, 128 bytes).
     ``dynamic``: hand out tiles from a counter (None: :func:`dynamic_schedule` decides for ``cfg``).
     """
@@ -679,14 +680,17 @@ def heuristic_regret(doc: dict, gpu: str) -> list[tuple[float, dict]]:
     return out
 
 
-def summarize(rows) -> dict:
-    """The MoE benchmark's headline numbers from its rows (``benchmarks/grouped_gemm.py moe``).
+def decode_rows(rows) -> list[dict]:
+    """The "decode" sets of a ``moe`` run: at most 16 tokens per expert on average, where the weights dominate
+    the bytes and the HBM roofline is the bound to reach."""
+    return [r for r in rows if r["tokens"] <= 16 * r["groups"]]
 
-    "Decode" sets are those with at most 16 tokens per expert on average: the
-    weights dominate the bytes and the HBM roofline is the bound to reach.
-    """
+
+def summarize(rows) -> dict:
+    """The MoE benchmark's headline numbers from its rows (``benchmarks/grouped_gemm.py moe``; decode sets as
+    :func:`decode_rows` counts them)."""
     from .bench import geomean
-    decode = [r for r in rows if r["tokens"] <= 16 * r["groups"]]
+    decode = decode_rows(rows)
     out = {
         "sets": len(rows),
         "geomean_vs_torch": geomean([r["vs_torch"] for r in rows]),
@@ -733,8 +737,7 @@ def fit_launch_cost(rows, min_waves: float = 4.0) -> dict:
 
 
 def against_streaming_read(moe_doc: dict, tail_doc: dict) -> list[tuple[dict, float]]:
-    """Each decode set of a ``moe`` run (at most 16 tokens per expert, as :func:`summarize` counts them)
-    against a plain streaming read of its bytes on the same GPU: ``[(row, read_us / kernel_us), ...]``.
+    """Each decode set of a ``moe`` run (:func:`decode_rows`) against a plain streaming read of its bytes on the same GPU: ``[(row, read_us / kernel_us), ...]``.
 
     ``read_us`` is the line ``benchmarks/grouped_gemm.py tail`` fits through ``torch.sum`` over 128 MiB to
     2 GiB (``tail_doc["stream_read_fit"]``: fixed cost plus bytes at its rate), for the bytes the set must
@@ -744,8 +747,8 @@ def against_streaming_read(moe_doc: dict, tail_doc: dict) -> list[tuple[dict, fl
     fit = tail_doc["stream_read_fit"]
     hbm = moe_doc["hbm_gbs"] * 1e9
     out = []
-    for r in moe_doc["rows"]:
-        if r["tokens"] > 16 * r["groups"] or not r["weight_bound"]:
+    for r in decode_rows(moe_doc["rows"]):
+        if not r["weight_bound"]:
             continue
         nbytes = r["floor_ms"] * 1e-3 * hbm
         read_us = fit["fixed_us"] + nbytes / (fit["tbs"] * 1e12) * 1e6
