@@ -532,22 +532,6 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
 
 
 @pytest.mark.sm90
-@pytest.mark.parametrize("skip_idle", [False, True], ids=["every-slab", "skip-idle"])
-@pytest.mark.parametrize("cname, dynamic", [("MEDIUM", True), ("LARGE", True), ("LARGE", False),
-                                             ("LARGE_C2", False), ("LARGE_C2", True), ("MEDIUM_C2", False)])
-def test_idle_slabs_skipped_or_not_give_the_reference(cname, dynamic, skip_idle):
-    """Group ends on both sides of a warpgroup's 64 rows (and pairs whose second CTA has no rows)."""
-    sizes = [1, 64, 65, 127, 128, 129, 0, 192, 193, 40, 257] * 2
-    a, b, offs = _ragged(sizes, 512, 320, seed=5, extra=16)
-    out = torch.full((a.shape[0], 512), float("nan"), device="cuda", dtype=torch.bfloat16)
-    grouped.grouped_gemm(a, b, offs, out=out, config=getattr(grouped, cname), dynamic=dynamic, skip_idle=skip_idle)
-    rows = sum(sizes)
-    ref = grouped.reference(a, b, offs)
-    assert torch.isfinite(out[:rows]).all() and torch.isnan(out[rows:]).all()
-    assert ((out[:rows].float() - ref[:rows]).norm() / ref[:rows].norm()).item() < 1e-2
-
-
-@pytest.mark.sm90
 @pytest.mark.parametrize("cname", ["SMALL", "SMALL_WIDE", "MEDIUM", "LARGE", "LARGE_C2", "MEDIUM_C2"])
 def test_dynamic_scheduling_many_launches_in_a_row(cname):
     """The tile counter must be back at 0 after every launch: 20 launches in a row, each checked."""

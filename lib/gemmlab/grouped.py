@@ -192,33 +192,25 @@ def _have_tvm_ffi() -> bool:
 L2_PROMOTION = 3
 
 
-#: Consumer warpgroups skip the wgmmas and the store of their 64 rows of a tile when those rows all lie past
-#: the group's end (:func:`gemmlab.grouped_sm90.slab_idle`). Measured: not yet.
-SKIP_IDLE = True
-
-
 def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None,
              l2_promotion: int | None = L2_PROMOTION, trace: bool = False, dynamic: bool | None = None,
-             *, tokens: int, skip_idle: bool = SKIP_IDLE):
+             *, tokens: int):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
 
     ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg`` and ``tokens``, the rows
     of ``a``; required, so that no call gets the order of some other size by default).
     ``l2_promotion``: the A and B descriptors' L2 promotion (None: the DSL's, 128 bytes).
     ``dynamic``: hand out tiles from a counter (None: :func:`dynamic_schedule` decides for ``cfg``).
-    ``skip_idle``: see :data:`SKIP_IDLE`.
     """
     dynamic = dynamic_schedule(cfg) if dynamic is None else bool(dynamic)
     by_size = largest_first(cfg, tokens, dynamic) if by_size is None else bool(by_size)
-    # One warpgroup on 64 rows, one CTA: every tile has rows for it (the flag would only compile a twin).
-    skip_idle = bool(skip_idle) and (cfg.consumers > 1 or cfg.cluster != (1, 1))
-    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic, skip_idle)
+    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic)
     fn = _KERNELS.get(key)
     if fn is None:
         from .grouped_sm90 import compile_grouped
         t0 = time.perf_counter()
         fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size,
-                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic, skip_idle=skip_idle)
+                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic)
         COMPILE_SECONDS[key] = time.perf_counter() - t0
         if hasattr(fn, "__tvm_ffi_object__"):
             fn = fn.__tvm_ffi_object__()
@@ -379,7 +371,7 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
 
 def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True,
                  fences: bool = True, by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION,
-                 dynamic: bool | None = None, skip_idle: bool = SKIP_IDLE):
+                 dynamic: bool | None = None):
     """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
 
     ``validate=False`` skips the one check that reads ``offs`` back to the host
@@ -390,7 +382,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     ``by_size``: visit the groups largest first (see :func:`largest_first`;
     default: as that function decides for the tile and the rows of ``a``). ``l2_promotion``: see
     :data:`L2_PROMOTION` (None: the DSL's 128 bytes). ``dynamic``: see
-    :func:`dynamic_schedule` (None: as it decides). ``skip_idle``: see :data:`SKIP_IDLE`. Calls on one stream at a
+    :func:`dynamic_schedule` (None: as it decides). Calls on one stream at a
     time only: the per-CTA descriptor slots and the tile counter are shared.
     """
     import torch
@@ -403,8 +395,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     cfg = config or default_config(rows, groups, n, k, a.device)
     sms = hardware.sm_count(a.device)
     grid = ragged_grid(cfg, sms, rows, groups, n)
-    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic, tokens=rows,
-                  skip_idle=skip_idle)
+    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic, tokens=rows)
     _, table = _dummies(a.device)
     workspace = _workspace(a.device, sms, cfg)
     if validate:
@@ -720,10 +711,6 @@ def summarize(rows) -> dict:
     if sched:
         out["geomean_sched_gain"] = geomean(sched)
         out["min_sched_gain"] = min(sched)
-    skip = [r["skip_gain"] for r in rows if r.get("skip_gain") is not None]
-    if skip:
-        out["geomean_skip_gain"] = geomean(skip)
-        out["min_skip_gain"] = min(skip)
     if all("l2_gain" in r for r in rows):
         out["geomean_l2_gain"] = geomean([r["l2_gain"] for r in rows])
         out["min_l2_gain"] = min(r["l2_gain"] for r in rows)

@@ -464,35 +464,6 @@ def seek(cur: GroupCursor, linear: Int32, order, groups: Int32, offs, table, row
     return GroupCursor(g, base, row0, m, gn, gk, mt, tiles)
 
 
-@cute.jit
-def slab_idle(m: Int32, m_tile: Int32, half: Int32, bm: cutlass.Constexpr, skip: cutlass.Constexpr):
-    """Whether consumer warpgroup ``half``'s 64 rows of M-tile ``m_tile`` all lie past the group's ``m`` rows
-    (always False without ``skip``: the branch on it then folds away).
-
-    A group's last 128-row tile is often less than half full (on the MoE sets 10-55 % of the 128-row tiles
-    are), and the second CTA of a 2-CTA pair may have no rows at all. Its wgmmas would multiply TMA's
-    zero fill and its store would be clipped whole; skipping them leaves the tensor cores to the other
-    warpgroup (or the SM idle), which is what time and power are spent on.
-    """
-    idle = cutlass.Boolean(False)
-    if cutlass.const_expr(skip):
-        idle = m_tile * bm + half * WG_ROWS >= m
-    return idle
-
-
-@cute.jit
-def pass_tile(full, empty, read: DevicePipelineState, release: DevicePipelineState, kc: Int32,
-              cluster_size: cutlass.Constexpr):
-    """An idle warpgroup's main loop (:func:`slab_idle`): wait for each of the tile's ``kc`` stages and free it
-    at once, so that the stage counts and phases stay in step with the busy warpgroup's."""
-    for _ in cutlass.range(kc, unroll=1):
-        cute.arch.mbarrier_wait(full + read.index, read.phase)
-        release_stage(empty, release.index, cluster_size)
-        read = read.next()
-        release = release.next()
-    return read, release
-
-
 # --------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------
@@ -511,7 +482,6 @@ def grouped_kernel(
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
     ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
     l2_promotion: cutlass.Constexpr = None, trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-    skip_idle: cutlass.Constexpr = False,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -711,13 +681,9 @@ def grouped_kernel(
             m_tile = m_unit * CM + rank
 
             # ---- main loop (chapter 07's): one wgmma batch in flight, free the stage before it
-            idle = slab_idle(cur.m, m_tile, half, BM, skip_idle)
-            if idle:
-                read, release = pass_tile(full, empty, read, release, kc, CM)
-            else:
-                acc.fill(0.0)
-                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM)
+            acc.fill(0.0)
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM)
             if cutlass.const_expr(trace):
                 if tidx == 128:
                     if linear == cluster_id:
@@ -741,9 +707,8 @@ def grouped_kernel(
             desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
 
             # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
-            if not idle:  # (an idle slab's store would be clipped whole: it lies past the group's rows)
-                store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
-                           half, store_warp, cfg, c_type, desc_c)
+            store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
+                       half, store_warp, cfg, c_type, desc_c)
             if cutlass.const_expr(trace):
                 if tidx == 128:
                     if linear == cluster_id:
@@ -780,8 +745,7 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
                    workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
                    by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None,
-                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-                   skip_idle: cutlass.Constexpr = False):
+                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -813,21 +777,20 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic,
-                   skip_idle).launch(
+                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
 def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None,
-                 trace: bool = False, dynamic: bool = False, skip_idle: bool = False):
+                 trace: bool = False, dynamic: bool = False):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
         launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
-                       l2_promotion, trace, dynamic, skip_idle)
+                       l2_promotion, trace, dynamic)
 
     return grouped_sm90_host
 
@@ -838,8 +801,7 @@ MODES = ("ragged", "table")
 
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
                     target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
-                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False,
-                    skip_idle: bool = False):
+                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
@@ -850,9 +812,7 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     default 3, 256 bytes; None keeps the DSL's 128). ``trace``: record each CTA's timeline in one more
     workspace slot (:data:`TRACE_POINTS`; :func:`gemmlab.grouped.trace_launches`). ``dynamic``: after its
     first tile a CTA (in a pair: the pair's first CTA, for both) claims the next one from a global counter
-    (:func:`claim_tile`) instead of taking every ``grid``-th. ``skip_idle``: a consumer warpgroup whose 64 rows
-    of a tile all lie past the group's end (:func:`slab_idle`) issues no wgmma and stores nothing for it; it only
-    frees the stages (:func:`pass_tile`).
+    (:func:`claim_tile`) instead of taking every ``grid``-th.
     """
     from .checks import check_choice
     from .compile import check_target, compile_for, fake_stream, fake_tensor
@@ -882,6 +842,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, bool(skip_idle))
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic)
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)
