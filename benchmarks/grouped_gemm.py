@@ -392,13 +392,49 @@ def tail(out_dir=None, rounds=5):
                                  "config": cfg.name, "dynamic": grouped.dynamic_schedule(cfg)}, out_dir)
 
 
+#: ``order``: the token counts around grouped.DYNAMIC_LARGEST_FIRST_FROM, with the experts for which
+#: choose_config picks one CTA per 128 x 256 tile (dynamic scheduling) at all of them.
+ORDER_TOKENS = (4096, 6144, 8192, 12288, 16384)
+ORDER_GROUPS = (32, 64, 128)
+
+
+def order(out_dir=None, tokens=ORDER_TOKENS, groups=ORDER_GROUPS, shapes=MOE_SHAPES, rounds=5):
+    """Largest first against index order with dynamic scheduling (GPU only): the data behind
+    ``grouped.DYNAMIC_LARGEST_FIRST_FROM``. ``index_over_largest``: index order's kernel time over largest
+    first's (above 1: largest first is faster)."""
+    rows = []
+    for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
+        label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
+        cfg = grouped.default_config(T, G, n, k, a.device)
+        if cfg.tile_m != 128 or not grouped.dynamic_schedule(cfg):
+            raise RuntimeError(f"order: {label} G={G} T={T} runs {cfg.name}, not one CTA per 128-row tile")
+        out = torch.empty((T, n), device="cuda", dtype=a.dtype)
+        launches = {lf: [lambda lf=lf: grouped.grouped_gemm(a, b, offs, out=out, validate=False, by_size=lf)]
+                    for lf in (True, False)}
+        for fn in launches.values():
+            fn[0]()
+        t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+        row.update({"config": cfg.name, "largest_first_ms": t[True]["median_ms"],
+                    "index_order_ms": t[False]["median_ms"]})
+        row["index_over_largest"] = row["index_order_ms"] / row["largest_first_ms"]
+        rows.append(row)
+        print(f"{label:20s} G={G:3d} T={T:5d} largest first={row['largest_first_ms']:.3f} "
+              f"index={row['index_order_ms']:.3f} x{row['index_over_largest']:.3f}", flush=True)
+        del a, b, out
+    summary = grouped.order_by_tokens(rows)
+    for T, v in summary.items():
+        print(f"T={T:5d}: index/largest-first geomean {v['geomean']:.3f} ({v['largest_first_wins']} of {v['sets']} "
+              f"sets faster largest first)")
+    _write("grouped_gemm_order", {"rows": rows, "summary": {str(T): v for T, v in summary.items()}}, out_dir)
+
+
 def _write(name, doc, out_dir):
     return bench.write_doc(name, doc, out_dir)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "moe", "quick", "sweep", *SWEEP_MODES, "tail", "all"))
+    p.add_argument("what", choices=("check", "moe", "quick", "sweep", *SWEEP_MODES, "tail", "order", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -412,6 +448,8 @@ def main(argv=None):
         sweep(args.out, **SWEEP_MODES[args.what])
     if args.what == "tail":  # decode launches of 1 to 64 experts: fixed cost per launch, the last wave
         tail(args.out)
+    if args.what == "order":  # largest first against index order around DYNAMIC_LARGEST_FIRST_FROM
+        order(args.out)
     if args.what in ("moe", "all"):
         moe(args.out)
     return 0 if ok else 1

@@ -286,6 +286,31 @@ def test_heuristic_is_near_the_best_tile_of_its_sweep(gpu):
     assert max(regret) < 1.2
 
 
+def test_order_by_tokens_by_hand():
+    rows = [{"tokens": 4096, "index_over_largest": 0.98}, {"tokens": 4096, "index_over_largest": 1.02 ** 2 / 0.98},
+            {"tokens": 16384, "index_over_largest": 1.05}]
+    got = grouped.order_by_tokens(rows)
+    assert list(got) == [4096, 16384]
+    assert got[4096]["sets"] == 2 and got[4096]["largest_first_wins"] == 1
+    assert got[4096]["geomean"] == pytest.approx(1.02) and got[16384]["geomean"] == pytest.approx(1.05)
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_largest_first_threshold_between_the_measured_token_counts(gpu):
+    """The stored ``order`` run is the threshold's data: index order faster (geomean) at every token count below
+    it, largest first no slower than a 0.1 % tie from it on."""
+    from gemmlab.bench import load_results
+    slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
+    doc = load_results("grouped_gemm_order", slug)
+    if doc is None:
+        pytest.skip(f"no stored order run for the {gpu}")
+    by_tokens = grouped.order_by_tokens(doc["rows"])
+    below = [v["geomean"] for t, v in by_tokens.items() if t < grouped.DYNAMIC_LARGEST_FIRST_FROM]
+    above = [v["geomean"] for t, v in by_tokens.items() if t >= grouped.DYNAMIC_LARGEST_FIRST_FROM]
+    assert below and above
+    assert max(below) < 1.0 and min(above) > 0.999
+
+
 def _bench_script():
     import importlib.util
     from pathlib import Path

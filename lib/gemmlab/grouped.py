@@ -50,6 +50,7 @@ DECODE_TILE = {"H100": SMALL, "H200": SMALL_WIDE}
 #: (``benchmarks/grouped_gemm.py sweep_narrow``: 64 x 256 against 64 x 128, 6 decode sets per width, K = 4096):
 #: the wide tile 1.12x slower at N = 512, 1.04x at 1536, 1.03x at 2048 (0.97-1.10x), 1 % faster at 3072; at 1024
 #: 2 % faster but spread over 0.89-1.10x. The benchmark's N of 4096 and more: 1.03x faster (``sweep_sched``).
+#: On an H100 (decode tile 64 x 128 at every width) the wide tile is 1.03-1.09x slower at 512, 1536 and 2048.
 DECODE_WIDE_FROM_TILES = 12
 
 
@@ -125,11 +126,12 @@ def ragged_grid(cfg: Sm90Config, sms: int, rows: int, groups: int, n: int) -> in
 
 
 #: With dynamic scheduling, the 128-row tiles visit the groups largest first only from this many tokens.
-#: Measured (``benchmarks/grouped_gemm.py moe``, the ``order_gain`` column, 128 x 256 with dynamic scheduling):
-#: with 4096 tokens index order was the faster one on 10 of 12 sets on an H100 (geomean 1.01x, up to 1.04x)
-#: and on 10 of 12 on an H200 (1.01x); with 16384 tokens largest first was (1.02x on the H100, up to 1.08x;
-#: 1.005x on the H200). Nothing between the two was measured.
-DYNAMIC_LARGEST_FIRST_FROM = 8192
+#: Measured (``benchmarks/grouped_gemm.py order``: 128 x 256 with dynamic scheduling, both orders side by side on the
+#: 12 sets of 32, 64 and 128 experts per token count; ``results/<device>/grouped_gemm_order.json``): index order's
+#: time over largest first's, geomean, at 4096 / 6144 / 8192 / 12288 / 16384 tokens: on an H100 0.989 / 0.993 /
+#: 0.994 / 1.008 / 1.021, on an H200 0.987 / 0.993 / 0.993 / 1.000 / 1.005. Index order wins up to 8192 on both,
+#: largest first from 12288 (by 0.8 % on the H100; a tie on the H200). Nothing between 8192 and 12288 was measured.
+DYNAMIC_LARGEST_FIRST_FROM = 12288
 
 
 def largest_first(cfg: Sm90Config, tokens: int, dynamic: bool | None = None) -> bool:
@@ -677,6 +679,18 @@ def heuristic_regret(doc: dict, gpu: str) -> list[tuple[float, dict]]:
         cfg = config_for_gpu(gpu, r["tokens"], r["groups"], r["n"], r["k"])
         best = min(r[f"{c}_ms"] for c in doc["configs"])
         out.append((r[f"{sweep_column(cfg, dynamic_schedule(cfg))}_ms"] / best, r))
+    return out
+
+
+def order_by_tokens(rows) -> dict:
+    """Rows of ``benchmarks/grouped_gemm.py order`` by token count: ``{tokens: {"sets", "geomean",
+    "largest_first_wins"}}``, the geomean of index order's time over largest first's (above 1: largest first is
+    faster) and the sets where it is."""
+    from .bench import geomean
+    out = {}
+    for t in sorted({r["tokens"] for r in rows}):
+        ratios = [r["index_over_largest"] for r in rows if r["tokens"] == t]
+        out[t] = {"sets": len(ratios), "geomean": geomean(ratios), "largest_first_wins": sum(x > 1 for x in ratios)}
     return out
 
 

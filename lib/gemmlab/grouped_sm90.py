@@ -11,7 +11,7 @@ changes:
   sizes are read on the device (from torch's cumulative ``offs`` or from a
   table of problems), so the host never waits for them. With ``by_size``
   (the host sets it as :func:`gemmlab.grouped.largest_first` decides: for
-  128-row tiles run one CTA each, with dynamic scheduling only from 8192
+  128-row tiles run one CTA each, with dynamic scheduling only from 12288
   tokens) the groups are visited largest first: warp 1 of every CTA ranks the sizes into a
   shared-memory list before the first tile (:func:`rank_groups`), so the
   compute-bound experts run while the SMs are all busy and the short,
