@@ -190,8 +190,6 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         l2_128 = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, l2_promotion=None)]
         kernels = {"gemmlab_kernel": launches["gemmlab_novalidate"], "gemmlab_other_order_kernel": other_order,
                    "gemmlab_l2_128_kernel": l2_128, "torch_grouped_mm_kernel": launches["torch_grouped_mm"]}
-        kernels["gemmlab_direct_kernel"] = [  # C stored straight from the registers, for direct_gain
-            lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, epilogue="direct")]
         if cfg.cluster == (1, 1):  # the tile scheduling the heuristic did not choose (dynamic or static)
             dyn = not grouped.dynamic_schedule(cfg)
             kernels["gemmlab_other_sched_kernel"] = [
@@ -217,7 +215,6 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         row["dynamic"] = grouped.dynamic_schedule(cfg)
         row["sched_gain"] = (row["gemmlab_other_sched_kernel_ms"] / row["gemmlab_kernel_ms"]
                              if "gemmlab_other_sched_kernel_ms" in row else None)
-        row["direct_gain"] = row["gemmlab_kernel_ms"] / row["gemmlab_direct_kernel_ms"]
         row["vs_padded"] = row["padded_bmm_ms"] / row["gemmlab_ms"]
         row["of_roofline"] = floor_ms / row["gemmlab_kernel_ms"]
         rows.append(row)
@@ -225,7 +222,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
               f"ours={row['gemmlab_ms']:.3f} nov={row['gemmlab_novalidate_ms']:.3f} "
               f"torch={row['torch_grouped_mm_ms']:.3f} loop={row['matmul_loop_ms']:.3f} "
               f"x{row['vs_torch']:.2f} k{row['vs_torch_kernel']:.2f} order{row['order_gain']:.2f} "
-              f"l2{row['l2_gain']:.2f} sched{row['sched_gain'] or 1:.2f} direct{row['direct_gain']:.3f} "
+              f"l2{row['l2_gain']:.2f} sched{row['sched_gain'] or 1:.2f} "
               f"roof={row['of_roofline']:.2f}", flush=True)
         del a, b, out, out_t, a_pad, out_pad
     summary = grouped.summarize(rows)

@@ -557,36 +557,6 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
 
 
 @pytest.mark.sm90
-@pytest.mark.parametrize("sizes, n, k, major, cname", GPU_CASES)
-def test_direct_epilogue_matches_fp32_reference(sizes, n, k, major, cname):
-    a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes) + 1, extra=16)
-    out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    dynamic = None
-    if cname and cname.endswith(" dynamic"):
-        cname, dynamic = cname.split()[0], True
-    cfg = getattr(grouped, cname) if cname else None
-    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, dynamic=dynamic, epilogue="direct")
-    rows = sum(sizes)
-    ref = grouped.reference(a, b, offs)
-    got = out[:rows].float()
-    assert torch.isfinite(got).all(), "rows of a group were left unwritten"
-    assert ((got - ref[:rows]).norm() / ref[:rows].norm()).item() < 1e-2
-    assert torch.isnan(out[rows:]).all(), "rows past offs[-1] were written"
-
-
-@pytest.mark.sm90
-@pytest.mark.parametrize("cname", ["SMALL", "LARGE", "LARGE_C2"])
-def test_direct_epilogue_list_form(cname):
-    pairs = grouped.random_pairs(grouped.LIST_SHAPES, b_major="n", seed=7)
-    outs = [torch.full((x.shape[0], w.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16) for x, w in pairs]
-    grouped.grouped_gemm_list(pairs, outs, config=getattr(grouped, cname), epilogue="direct")
-    for (x, w), o in zip(pairs, outs):
-        if x.shape[0]:
-            ref = x.float() @ w.float()
-            assert ((o.float() - ref).norm() / ref.norm()).item() < 1e-2
-
-
-@pytest.mark.sm90
 @pytest.mark.parametrize("cname", ["SMALL", "SMALL_WIDE", "MEDIUM", "LARGE", "LARGE_C2", "MEDIUM_C2"])
 def test_dynamic_scheduling_many_launches_in_a_row(cname):
     """The tile counter must be back at 0 after every launch: 20 launches in a row, each checked."""

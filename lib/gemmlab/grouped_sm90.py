@@ -74,7 +74,6 @@ from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 from .family.configs import Sm90Config
 from .gemm_sm90 import (CONSUMER_REGS, PRODUCER_REGS, WG_ROWS, epilogue_operands, mma_and_smem_layouts,
                         mma_operands, mma_tile, release_stage, store_tile)
-from .ldst import st_global_b32
 from .pipeline import DevicePipelineState
 
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
@@ -465,30 +464,6 @@ def seek(cur: GroupCursor, linear: Int32, order, groups: Int32, offs, table, row
     return GroupCursor(g, base, row0, m, gn, gk, mt, tiles)
 
 
-def pack_bf16x2(lo: Float32, hi: Float32) -> Int32:
-    """``cvt.rn.bf16x2.f32``: two FP32 values rounded to BF16 in one 32-bit word (``lo`` in the low half)."""
-    return cute.arch.inline_ptx("cvt.rn.bf16x2.f32 {$w0}, {$r1}, {$r0};", write_only_types=[Int32],
-                                read_only_args=[lo, hi])
-
-
-@cute.jit
-def store_tile_direct(acc: cute.Tensor, tCgC: cute.Tensor, tCcC: cute.Tensor, rows_left: Int32, cols_left: Int32):
-    """The epilogue without shared memory: each thread stores its accumulators straight to global memory.
-
-    ``tCgC``: the thread's part of the tile in the group's C (as ``acc``); ``tCcC``: the same part's (row,
-    column) inside the tile; ``rows_left``, ``cols_left``: the group's rows and columns from the tile's corner
-    on. A wgmma accumulator holds two adjacent columns of a row in consecutive registers, so each pair goes
-    out as one 32-bit store (``st.global.b32``), predicated on lying inside the group: nothing past the
-    group's last row (the next group's rows) is written, and no descriptor is needed to clip it. The stores
-    are fire-and-forget: the warpgroup goes on to the next tile's main loop while they drain.
-    """
-    for i in cutlass.range_constexpr(cute.size(acc) // 2):
-        row, col = tCcC[2 * i]
-        word = pack_bf16x2(acc[2 * i], acc[2 * i + 1])
-        st_global_b32(tCgC.iterator + cute.crd2idx(2 * i, tCgC.layout), word,
-                      pred=(row < rows_left) & (col < cols_left))
-
-
 # --------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------
@@ -507,7 +482,6 @@ def grouped_kernel(
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
     ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
     l2_promotion: cutlass.Constexpr = None, trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-    epilogue: cutlass.Constexpr = "tma",
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -686,8 +660,7 @@ def grouped_kernel(
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
         ctid = tidx - 128
         half = wg - 1
-        thr_mma, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
-        tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, BN)))  # (row, column) in the tile
+        _, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
         r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, False)
         gC = cute.local_tile(mC, (BM, BN), (None, None))
         smem_c = smem_slot(sDesc, 2 + half)
@@ -717,16 +690,8 @@ def grouped_kernel(
                         stamp(workspace, bid, "first_mainloop_end", trace)
                     stamp(workspace, bid, "last_mainloop_end", trace)
 
-            if cutlass.const_expr(epilogue == "direct"):
-                # ---- epilogue: straight from the registers to the group's C
-                gCg = group_tensor("c", group_at(cur.g, sOrder, groups, by_size), cur.row0, cur.m, cur.n, cur.k,
-                                   tC0, b_group_stride, table, mode, b_major_n)
-                store_tile_direct(acc, thr_mma.partition_C(cute.local_tile(gCg, (BM, BN), (m_tile, n_tile))),
-                                  tCcC, cur.m - m_tile * BM, cur.n - n_tile * BN)
             # ---- a new group: this warpgroup's C descriptor describes the group's C
-            if cutlass.const_expr(epilogue == "direct"):
-                pass
-            elif cur.g != last:
+            if cur.g != last:
                 if store_warp:
                     # Earlier stores must be done with the slot before it changes.
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
@@ -739,11 +704,11 @@ def grouped_kernel(
                     else:
                         publish_descriptor_unfenced(workspace, bid, c_slot, smem_c)
                 last = cur.g
-            if cutlass.const_expr(epilogue == "tma"):
-                desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
-                # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
-                store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
-                           half, store_warp, cfg, c_type, desc_c)
+            desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
+
+            # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
+            store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
+                       half, store_warp, cfg, c_type, desc_c)
             if cutlass.const_expr(trace):
                 if tidx == 128:
                     if linear == cluster_id:
@@ -780,8 +745,7 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
                    workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
                    by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None,
-                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-                   epilogue: cutlass.Constexpr = "tma"):
+                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -813,36 +777,31 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic,
-                   epilogue).launch(
+                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
 def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None,
-                 trace: bool = False, dynamic: bool = False, epilogue: str = "tma"):
+                 trace: bool = False, dynamic: bool = False):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
         launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
-                       l2_promotion, trace, dynamic, epilogue)
+                       l2_promotion, trace, dynamic)
 
     return grouped_sm90_host
 
 
 _CUTLASS_TYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 MODES = ("ragged", "table")
-#: How the consumers store C: "tma" (through shared memory and the group's rewritten C descriptor) or "direct"
-#: (:func:`store_tile_direct`: predicated stores from the registers, no C descriptor).
-EPILOGUES = ("tma", "direct")
 
 
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
                     target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
-                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False,
-                    epilogue: str = "tma"):
+                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
@@ -883,7 +842,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    check_choice("epilogue", epilogue, EPILOGUES)
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, epilogue)
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic)
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)
