@@ -230,17 +230,6 @@ def acquire_descriptor(global_ptr):
     cpasync.fence_tma_desc_acquire(global_ptr)
 
 
-def prefetch_tile_l2(desc, inner: Int32, outer: Int32):
-    """``cp.async.bulk.prefetch.tensor.2d.L2``: ask L2 to fetch one box of a 2-D tensor, through descriptor
-    ``desc`` (a global-memory tensor map, acquired like a load's), at element coordinates (``inner``, ``outer``).
-
-    Nothing lands in shared memory and no barrier counts it: it only starts the DRAM read early, so that the
-    TMA load of the same box later finds it in L2. One lane issues it.
-    """
-    cute.arch.inline_ptx("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [{$r0}, {{$r1}, {$r2}}];",
-                         read_only_args=[desc, inner, outer])
-
-
 # --------------------------------------------------------------------------------------
 # Groups: sizes and tensors, read on the device
 # --------------------------------------------------------------------------------------
@@ -493,7 +482,6 @@ def grouped_kernel(
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
     ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
     l2_promotion: cutlass.Constexpr = None, trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-    prefetch: cutlass.Constexpr = 0,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -635,11 +623,6 @@ def grouped_kernel(
                     else:
                         cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
                                   tma_bar_ptr=full + state.index, tma_desc_ptr=desc_b)
-                    if cutlass.const_expr(prefetch > 0 and CM == 1 and not b_major_n):
-                        # The weights' k-block `prefetch` ahead, into L2 only: more bytes in flight than the ring holds.
-                        if kt + prefetch < k_tiles:
-                            with cute.arch.elect_one():
-                                prefetch_tile_l2(desc_b, (kt + prefetch) * BK, n_tile * BN)
                     state.advance()
                 if cutlass.const_expr(dynamic):
                     if cutlass.const_expr(CM == 1):
@@ -762,8 +745,7 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
                    workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
                    by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None,
-                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-                   prefetch: cutlass.Constexpr = 0):
+                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -795,21 +777,20 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic,
-                   prefetch).launch(
+                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
 def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None,
-                 trace: bool = False, dynamic: bool = False, prefetch: int = 0):
+                 trace: bool = False, dynamic: bool = False):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
         launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
-                       l2_promotion, trace, dynamic, prefetch)
+                       l2_promotion, trace, dynamic)
 
     return grouped_sm90_host
 
@@ -820,8 +801,7 @@ MODES = ("ragged", "table")
 
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
                     target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
-                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False,
-                    prefetch: int = 0):
+                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
@@ -862,6 +842,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, int(prefetch))
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic)
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)
