@@ -23,7 +23,6 @@ from .family.problem import DTYPE_BITS
 _KERNELS: dict = {}
 COMPILE_SECONDS: dict = {}
 _WORKSPACES: dict = {}
-_PARTIALS: dict = {}
 _DUMMIES: dict = {}
 
 #: The tile configurations the heuristic picks from (see :func:`choose_config`).
@@ -197,7 +196,7 @@ L2_PROMOTION = 3
 
 def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None,
              l2_promotion: int | None = L2_PROMOTION, trace: bool = False, dynamic: bool | None = None,
-             *, tokens: int, splits: int = 1):
+             *, tokens: int):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
 
     ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg`` and ``tokens``, the rows
@@ -207,13 +206,13 @@ def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_s
     """
     dynamic = dynamic_schedule(cfg) if dynamic is None else bool(dynamic)
     by_size = largest_first(cfg, tokens, dynamic) if by_size is None else bool(by_size)
-    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic, splits)
+    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic)
     fn = _KERNELS.get(key)
     if fn is None:
         from .grouped_sm90 import compile_grouped
         t0 = time.perf_counter()
         fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size,
-                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic, splits=splits)
+                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic)
         COMPILE_SECONDS[key] = time.perf_counter() - t0
         if hasattr(fn, "__tvm_ffi_object__"):
             fn = fn.__tvm_ffi_object__()
@@ -235,18 +234,6 @@ def _workspace(device, grid: int, cfg: Sm90Config):
         ws = _new_workspace(device, grid, cfg)
         _WORKSPACES[key] = ws
     return ws
-
-
-def _partials(device, grid: int, cfg: Sm90Config, splits: int):
-    """The FP32 slots the parts of split tiles are added into: (grid, tile_m * tile_n), zero between launches
-    (the last part of each tile clears its slot); one placeholder row when nothing is split."""
-    import torch
-    key = (device, grid if splits > 1 else 1, cfg.tile_m * cfg.tile_n)
-    p = _PARTIALS.get(key)
-    if p is None:
-        p = torch.zeros(key[1:], dtype=torch.float32, device=device)
-        _PARTIALS[key] = p
-    return p
 
 
 def _new_workspace(device, grid: int, cfg: Sm90Config, trace: bool = False):
@@ -386,7 +373,7 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
 
 def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True,
                  fences: bool = True, by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION,
-                 dynamic: bool | None = None, splits: int = 1):
+                 dynamic: bool | None = None):
     """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
 
     ``validate=False`` skips the one check that reads ``offs`` back to the host
@@ -410,17 +397,16 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     cfg = config or default_config(rows, groups, n, k, a.device)
     sms = hardware.sm_count(a.device)
     grid = ragged_grid(cfg, sms, rows, groups, n)
-    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic, tokens=rows, splits=splits)
+    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic, tokens=rows)
     _, table = _dummies(a.device)
     workspace = _workspace(a.device, sms, cfg)
-    partials = _partials(a.device, sms, cfg, splits)
     if validate:
         # Last, with everything else ready: reading offs waits for the GPU to finish the work queued
         # before this call, and the GPU idles from then until the launch below.
         check_offs_values(offs, rows)
     if rows == 0:
         return out
-    fn(a, b, out, offs, table, workspace, partials, groups, grid)
+    fn(a, b, out, offs, table, workspace, groups, grid)
     return out
 
 
@@ -500,8 +486,7 @@ def grouped_gemm_list(pairs, outs=None, *, config: Sm90Config | None = None):
     units = sum(-(-p[0].shape[0] // (cfg.tile_m * cfg.cluster[0])) * -(-p[1].shape[1] // cfg.tile_n) for p, _ in live)
     fn = compiled(cfg, "table", major, tokens=tokens)
     offs, _ = _dummies(a0.device)
-    fn(a_0, b_0, c_0, offs, table, _workspace(a0.device, sms, cfg), _partials(a0.device, sms, cfg, 1), len(live),
-       persistent_grid(cfg, sms, units, 1))
+    fn(a_0, b_0, c_0, offs, table, _workspace(a0.device, sms, cfg), len(live), persistent_grid(cfg, sms, units, 1))
     return outs
 
 
@@ -806,11 +791,10 @@ def trace_launches(a, b, offs, *, launches: int = 3, config: Sm90Config | None =
     out = torch.empty((rows, n), dtype=a.dtype, device=a.device)
     _, table = _dummies(a.device)
     spaces = [_new_workspace(a.device, sms, cfg, trace=True) for _ in range(launches)]
-    partials = _partials(a.device, sms, cfg, 1)
-    fn(a, b, out, offs, table, spaces[0], partials, groups, grid)  # warm: the descriptor cache and the clocks
+    fn(a, b, out, offs, table, spaces[0], groups, grid)  # warm: the descriptor cache and the clocks
     torch.cuda.synchronize()
     for ws in spaces:
-        fn(a, b, out, offs, table, ws, partials, groups, grid)
+        fn(a, b, out, offs, table, ws, groups, grid)
     torch.cuda.synchronize()
     return {"points": TRACE_POINTS, "grid": grid, "config": cfg.name,
             "launches": [ws[:grid, -1, :len(TRACE_POINTS)].cpu() for ws in spaces]}

@@ -72,7 +72,7 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .family.configs import Sm90Config
-from .gemm_sm90 import (CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, epilogue_operands, mma_and_smem_layouts,
+from .gemm_sm90 import (CONSUMER_REGS, PRODUCER_REGS, WG_ROWS, epilogue_operands, mma_and_smem_layouts,
                         mma_operands, mma_tile, release_stage, store_tile)
 from .pipeline import DevicePipelineState
 
@@ -397,91 +397,6 @@ def reset_counters(counter, claimers: Int32):
             cute.arch.atomic_exch(counter + 1, Int64(0), sem="relaxed", scope="gpu")
 
 
-#: Split tails: word 2 of CTA ``s``'s scheduler slot counts the parts of split tile ``s`` folded so far (the
-#: mailbox of a 2-CTA pair uses words 2..15, but pairs never split).
-SPLIT_WORD = 2
-
-
-@cute.jit
-def count_tiles(total, offs, table, groups: Int32, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr,
-                bn: cutlass.Constexpr, mode: cutlass.Constexpr):
-    """One warp writes ``total[0]``: the tiles of all groups (each lane sums every 32nd group, then a butterfly)."""
-    lane = cute.arch.lane_idx()
-    s = Int32(0)
-    for g in cutlass.range(lane, groups, 32, unroll=1):
-        _, m, gn, _ = group_shape(g, offs, table, rows, n, k, mode)
-        _, t = group_tiles(m, gn, bm, bn)
-        s = s + t
-    for i in cutlass.range_constexpr(5):
-        s = s + cute.arch.shuffle_sync_bfly(s, 1 << i)
-    if lane == 0:
-        total[0] = s
-
-
-@cute.jit
-def unit_tile(u: Int32, head: Int32, splits: cutlass.Constexpr):
-    """Work unit ``u`` -> ``(tile, part)``: units below ``head`` are whole tiles; from ``head`` on, each tile is
-    ``splits`` consecutive units, one per slice of its k-blocks (claimed one after another, so the parts of a
-    tile run at about the same time on different SMs)."""
-    tile, part = u, Int32(0)
-    if cutlass.const_expr(splits > 1):
-        if u >= head:
-            tile = head + (u - head) // splits
-            part = (u - head) % splits
-    return tile, part
-
-
-@cute.jit
-def split_range(k_tiles: Int32, part: Int32, split: Int32, splits: cutlass.Constexpr):
-    """``(first k-block, k-blocks)`` of a unit: the whole tile, or part ``part`` of ``splits`` (the last part
-    takes what is left; the host splits only when every part gets at least one)."""
-    k0, kc = Int32(0), k_tiles
-    if cutlass.const_expr(splits > 1):
-        if split:
-            per = (k_tiles + splits - 1) // splits
-            k0 = part * per
-            kc = cutlass.min(per, k_tiles - k0)
-    return k0, kc
-
-
-def red_add_f32(ptr, v: Float32):
-    """``red.relaxed.gpu.global.add.f32``: add ``v`` into global memory, atomically, with no result."""
-    cute.arch.inline_ptx("red.relaxed.gpu.global.add.f32 [{$r0}], {$r1};", read_only_args=[ptr, v])
-
-
-def ld_relaxed_f32(ptr) -> Float32:
-    """``ld.relaxed.gpu.global.f32``: a load served by L2 (never a stale L1 line)."""
-    return cute.arch.inline_ptx("ld.relaxed.gpu.global.f32 {$w0}, [{$r0}];", write_only_types=[Float32],
-                                read_only_args=[ptr])
-
-
-@cute.jit
-def fold_partial(acc: cute.Tensor, tWacc: cute.Tensor, counter, flag, ctid: Int32, splits: cutlass.Constexpr,
-                 bar_id: cutlass.Constexpr):
-    """One part of a split tile is done: add ``acc`` into the tile's FP32 slot (``tWacc``: this thread's part of
-    it) and count the part; the part that counts last (``splits`` - 1 before it) takes the sum back into ``acc``,
-    leaves the slot and its counter zero for the next launch, and returns True: it stores the tile.
-
-    Release/acquire: every thread's adds, a barrier, then one thread's acq_rel increment; the last part's
-    increment acquires every earlier part's adds, and its barrier passes that on to its other threads.
-    """
-    for i in cutlass.range_constexpr(cute.size(acc)):
-        red_add_f32(tWacc.iterator + cute.crd2idx(i, tWacc.layout), acc[i])
-    cute.arch.barrier(barrier_id=bar_id, number_of_threads=128)
-    if ctid == 0:
-        flag[1] = Int32(cute.arch.atomic_add(counter, Int64(1), sem="acq_rel", scope="gpu"))
-    cute.arch.barrier(barrier_id=bar_id, number_of_threads=128)
-    last = flag[1] == splits - 1
-    if last:
-        for i in cutlass.range_constexpr(cute.size(acc)):
-            where = tWacc.iterator + cute.crd2idx(i, tWacc.layout)
-            acc[i] = ld_relaxed_f32(where)
-            tWacc[i] = Float32(0.0)
-        if ctid == 0:
-            cute.arch.atomic_exch(counter, Int64(0), sem="relaxed", scope="gpu")
-    return last
-
-
 @cute.jit
 def put_tile_of(ring, stages: cutlass.Constexpr, stage: Int32, tile: Int32):
     """Shared memory ``ring[stage] = tile``: the tile whose first k-block stage ``stage`` holds."""
@@ -560,14 +475,13 @@ def grouped_kernel(
     tma_b: cute.CopyAtom, mB: cute.Tensor,
     tma_c: cute.CopyAtom, mC: cute.Tensor,
     tA0: cute.Tensor, tB0: cute.Tensor, tC0: cute.Tensor,
-    offs: cute.Tensor, table: cute.Tensor, workspace: cute.Tensor, partials: cute.Tensor,
+    offs: cute.Tensor, table: cute.Tensor, workspace: cute.Tensor,
     groups: Int32, rows: Int32, n: Int32, k: Int32, b_group_stride: Int64,
     tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
     a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
     ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
     l2_promotion: cutlass.Constexpr = None, trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-    splits: cutlass.Constexpr = 1,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -608,8 +522,6 @@ def grouped_kernel(
     # Dynamic scheduling: the tile each ring stage's first k-block belongs to, written by the producer before
     # it arms the stage's barrier, read by the consumers after they waited on it (the barrier orders the two).
     ring = smem.allocate_array(Int32, stages if dynamic else 1, byte_alignment=4)
-    # Split tails: [0] all tiles (counted once per CTA), [1] the count a fold got, for its whole warpgroup.
-    sTotal = cute.make_tensor(smem.allocate_array(Int32, 2, byte_alignment=4), cute.make_layout(2))
     counter = workspace[(0, sched_slot(cfg), None)].iterator  # CTA 0's scheduler slot: the two counters
     mailbox = workspace[(cluster_id * CM, sched_slot(cfg), None)].iterator  # pairs: the first CTA's slot
 
@@ -623,14 +535,7 @@ def grouped_kernel(
         if warp == 1:  # otherwise idle: ranks the groups while warp 0 sets up the barriers
             if groups <= ORDER_MAX:
                 rank_groups(sOrder, sSizes, offs, table, groups, rows, n, k, mode)
-    if cutlass.const_expr(splits > 1):
-        if warp == 2:  # otherwise idle: counts the tiles, so that every CTA knows where the split tail starts
-            count_tiles(sTotal, offs, table, groups, rows, n, k, UM, BN, mode)
     cute.arch.sync_threads()
-    # Split tail: the last wave of tiles (one per CTA) runs as `splits` units each, one per slice of K.
-    head = Int32(0)
-    if cutlass.const_expr(splits > 1):
-        head = cutlass.max(sTotal[0] - num_clusters, Int32(0))
     if cutlass.const_expr(CM > 1):
         # The peer's barriers must be initialised before a multicast or a remote arrive touches them.
         cute.arch.cluster_arrive_relaxed()
@@ -667,8 +572,7 @@ def grouped_kernel(
             linear = Int32(cluster_id)
             claim = Int32(0)
             posts = Int32(0)  # pairs: units posted (first CTA) or read (partner) so far
-            tile, part = unit_tile(linear, head, splits)
-            cur = seek(cur, tile, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             while cur.g < groups:
                 slot = flips % 2
                 if cur.g != last:
@@ -692,8 +596,7 @@ def grouped_kernel(
                 desc_a = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, slot), cute.AddressSpace.generic)
                 desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, A_SLOTS + slot),
                                                  cute.AddressSpace.generic)
-                m_unit, n_tile, k_all = cur.tile(tile, BK)
-                k0, k_tiles = split_range(k_all, part, tile >= head, splits)
+                m_unit, n_tile, k_tiles = cur.tile(linear, BK)
                 if cutlass.const_expr(trace):
                     if linear == cluster_id:
                         if cute.arch.lane_idx() == 0:
@@ -712,13 +615,13 @@ def grouped_kernel(
                             if kt == 0:
                                 put_tile_of(ring, stages, state.index, linear)
                         cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)
-                    cute.copy(tma_a, tAgA[(None, m_tile, k0 + kt)], tAsA[(None, state.index)],
+                    cute.copy(tma_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
                               tma_bar_ptr=full + state.index, tma_desc_ptr=desc_a)
                     if cutlass.const_expr(CM > 1):
-                        cute.copy(tma_b, tBgB[(None, n_tile, k0 + kt)], tBsB[(None, state.index)],
+                        cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
                                   tma_bar_ptr=full + state.index, mcast_mask=mcast_mask, tma_desc_ptr=desc_b)
                     else:
-                        cute.copy(tma_b, tBgB[(None, n_tile, k0 + kt)], tBsB[(None, state.index)],
+                        cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
                                   tma_bar_ptr=full + state.index, tma_desc_ptr=desc_b)
                     state.advance()
                 if cutlass.const_expr(dynamic):
@@ -733,8 +636,7 @@ def grouped_kernel(
                             linear = wait_unit(mailbox, posts)
                 else:
                     linear = linear + num_clusters
-                tile, part = unit_tile(linear, head, splits)
-                cur = seek(cur, tile, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+                cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             if cutlass.const_expr(dynamic):
                 # One more stage, with no data: it tells the consumers the tiles have run out.
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)
@@ -758,7 +660,7 @@ def grouped_kernel(
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
         ctid = tidx - 128
         half = wg - 1
-        thr_mma, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
+        _, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
         r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, False)
         gC = cute.local_tile(mC, (BM, BN), (None, None))
         smem_c = smem_slot(sDesc, 2 + half)
@@ -773,11 +675,9 @@ def grouped_kernel(
         last = Int32(-1)
         linear = Int32(cluster_id)
         ntiles = Int32(0)
-        tile, part = unit_tile(linear, head, splits)
-        cur = seek(cur, tile, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+        cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         while cur.g < groups:
-            m_unit, n_tile, k_all = cur.tile(tile, BK)
-            _, kc = split_range(k_all, part, tile >= head, splits)
+            m_unit, n_tile, kc = cur.tile(linear, BK)
             m_tile = m_unit * CM + rank
 
             # ---- main loop (chapter 07's): one wgmma batch in flight, free the stage before it
@@ -790,17 +690,8 @@ def grouped_kernel(
                         stamp(workspace, bid, "first_mainloop_end", trace)
                     stamp(workspace, bid, "last_mainloop_end", trace)
 
-            # ---- a split tile: fold this part into the tile's FP32 slot; only the last part stores
-            store = cutlass.Boolean(True)
-            if cutlass.const_expr(splits > 1):
-                if tile >= head:
-                    slot_tile = cute.make_tensor(partials[(tile - head, None)].iterator,
-                                                 cute.make_layout((BM, BN), stride=(BN, 1)))
-                    counter_of = workspace[(tile - head, sched_slot(cfg), None)].iterator + SPLIT_WORD
-                    store = fold_partial(acc, thr_mma.partition_C(slot_tile), counter_of, sTotal, ctid, splits,
-                                         EPI_BARRIER + consumers)
             # ---- a new group: this warpgroup's C descriptor describes the group's C
-            if store and cur.g != last:
+            if cur.g != last:
                 if store_warp:
                     # Earlier stores must be done with the slot before it changes.
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
@@ -813,11 +704,11 @@ def grouped_kernel(
                     else:
                         publish_descriptor_unfenced(workspace, bid, c_slot, smem_c)
                 last = cur.g
-            if store:
-                desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
-                # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
-                store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
-                           half, store_warp, cfg, c_type, desc_c)
+            desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
+
+            # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
+            store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
+                       half, store_warp, cfg, c_type, desc_c)
             if cutlass.const_expr(trace):
                 if tidx == 128:
                     if linear == cluster_id:
@@ -831,8 +722,7 @@ def grouped_kernel(
                     linear = Int32(2**31 - 1)  # past every group: seek ends the loop
             else:
                 linear = linear + num_clusters
-            tile, part = unit_tile(linear, head, splits)
-            cur = seek(cur, tile, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         if cutlass.const_expr(dynamic):
             # Free the stage that said "no more tiles" (it may be the first this consumer sees).
             cute.arch.mbarrier_wait(full + read.index, read.phase)
@@ -852,11 +742,10 @@ def grouped_kernel(
 
 @cute.jit
 def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
-                   workspace: cute.Tensor, partials: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
+                   workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
                    by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None,
-                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-                   splits: cutlass.Constexpr = 1):
+                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -886,24 +775,22 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     n = cute.size(c, mode=[1])
     k = cute.size(a, mode=[1])
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
-    grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace, partials,
+    grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic,
-                   splits).launch(
+                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
 def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None,
-                 trace: bool = False, dynamic: bool = False, splits: int = 1):
+                 trace: bool = False, dynamic: bool = False):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
-                          workspace: cute.Tensor, partials: cute.Tensor, groups: Int32, grid: Int32,
-                          stream: cuda.CUstream):
-        launch_grouped(a, b, c, offs, table, workspace, partials, groups, grid, stream, cfg, mode, fences, by_size,
-                       l2_promotion, trace, dynamic, splits)
+                          workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
+        launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
+                       l2_promotion, trace, dynamic)
 
     return grouped_sm90_host
 
@@ -914,8 +801,7 @@ MODES = ("ragged", "table")
 
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
                     target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
-                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False,
-                    splits: int = 1):
+                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
@@ -956,10 +842,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    if splits not in (1, 2, 3, 4) or (splits > 1 and (cfg.cluster != (1, 1) or mode != "ragged")):
-        raise ValueError(f"splits: 1 to 4, and above 1 only for one CTA per tile in the ragged form; got {splits} "
-                         f"with {cfg.name}, mode {mode!r}")
-    partials = fake_tensor(Float32, (cute.sym_int(), cfg.tile_m * cfg.tile_n), align=16, stride_order=(1, 0))
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, int(splits))
-    return compile_for(target, host, a, b, c, offs, table, workspace, partials, Int32(1), Int32(1),
-                       fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic)
+    return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
+                       tvm_ffi=tvm_ffi)
