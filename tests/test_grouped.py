@@ -488,6 +488,15 @@ def test_every_variant_compiles_for_sm90a(cfg, mode, b_major):
     assert "tensormap.cp_fenceproxy" in ptx
 
 
+def test_kernel_fixes_its_register_count_at_entry():
+    """`.minnctapersm 1` (min_blocks_per_mp=1): without it ptxas ignores setmaxnreg in the 64-row kernels and
+    serialises their wgmmas. The PTX must carry it beside the setmaxnreg pair."""
+    for cfg in (grouped.SMALL, grouped.LARGE):
+        ptx = ptx_of(compile_grouped(cfg, "ragged", "k", dynamic=True))
+        assert re.search(r"^\.minnctapersm 1$", ptx, re.M)
+        assert "setmaxnreg.dec.sync.aligned.u32 \t40;" in ptx and "setmaxnreg.inc.sync.aligned.u32 \t232;" in ptx
+
+
 def test_cluster_variant_multicasts_b_and_releases_both_ctas():
     ptx = ptx_of(compile_grouped(grouped.LARGE_C2))
     # B's slice goes to both CTAs through the rewritten descriptor; A stays per CTA
