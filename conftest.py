@@ -69,3 +69,19 @@ def pytest_configure(config):
         self.skip_compare = tuple(self.skip_compare) + ("text/markdown", "text/html")
 
     nbp.IPyNbFile.__init__ = __init__
+
+
+@pytest.fixture
+def bench_script():
+    """``bench_script("grouped_gemm")``: ``benchmarks/grouped_gemm.py`` loaded as a module (the benchmark
+    scripts are not a package; tests check their tables and refusals without running them on a GPU)."""
+    import importlib.util
+
+    def load(name: str):
+        path = os.path.join(os.path.dirname(__file__), "benchmarks", f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"{name}_script", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load

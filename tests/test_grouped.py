@@ -311,18 +311,8 @@ def test_largest_first_threshold_between_the_measured_token_counts(gpu):
     assert max(below) < 1.0 and min(above) > 0.999
 
 
-def _bench_script():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "grouped_gemm.py"
-    spec = importlib.util.spec_from_file_location("grouped_gemm_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_sweeps_time_the_configs_the_heuristic_picks_under_the_names_it_looks_up():
-    mod = _bench_script()
+def test_sweeps_time_the_configs_the_heuristic_picks_under_the_names_it_looks_up(bench_script):
+    mod = bench_script("grouped_gemm")
     assert len(mod.SWEEP_CONFIGS) == len(mod.SWEPT), "two swept entries share a column name"
     for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE, grouped.MEDIUM_C2, grouped.LARGE_C2):
         name = grouped.sweep_column(cfg, grouped.dynamic_schedule(cfg))

@@ -1,5 +1,4 @@
 """Chapter 07's feature ladder: the rungs, and the table and figure drawn from a results file (no GPU)."""
-import importlib.util
 import json
 from pathlib import Path
 
@@ -7,15 +6,6 @@ import pytest
 
 from gemmlab.family import ladder
 from gemmlab.family.configs import Sm90Config
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("gemm_ladder_script", ROOT / "benchmarks" / "gemm_ladder.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ---- the rungs
@@ -190,8 +180,8 @@ def test_not_measured_names_the_command_and_the_file():
 # ---- the benchmark script, without a GPU
 
 
-def test_script_arguments():
-    s = _script()
+def test_script_arguments(bench_script):
+    s = bench_script("gemm_ladder")
     assert s.parse_shapes("8192x8192x8192, 4096X7168X2048") == [(8192, 8192, 8192), (4096, 7168, 2048)]
     with pytest.raises(Exception, match="MxNxK with positive integers; got '8192x8192'"):
         s.parse_shapes("8192x8192")
@@ -204,17 +194,17 @@ def test_script_arguments():
         s.main(["--rounds", "0"])
 
 
-def test_script_needs_hopper(capsys):
+def test_script_needs_hopper(capsys, bench_script):
     from gemmlab.tiers import detect_tier
 
     if detect_tier() == "sm90":
         pytest.skip("this machine is a Hopper GPU: the script would run")
-    assert _script().main([]) == 2
+    assert bench_script("gemm_ladder").main([]) == 2
     assert "needs a Hopper GPU (tier sm90" in capsys.readouterr().out
 
 
-def test_script_writes_what_the_table_reads(tmp_path):
-    s = _script()
+def test_script_writes_what_the_table_reads(tmp_path, bench_script):
+    s = bench_script("gemm_ladder")
     doc = synthetic_doc()
     path = s.write(doc["rows"], ladder.RUNGS, ladder.LADDER_SHAPES, str(tmp_path), rounds=3, per_round=4)
     stored = json.loads(Path(path).read_text())
@@ -222,10 +212,10 @@ def test_script_writes_what_the_table_reads(tmp_path):
     assert ladder.ladder_table(stored).split("\n", 1)[1] == ladder.ladder_table(doc).split("\n", 1)[1]
 
 
-def test_a_failing_rung_is_a_row_and_the_run_goes_on(monkeypatch):
+def test_a_failing_rung_is_a_row_and_the_run_goes_on(monkeypatch, bench_script):
     import torch
 
-    s = _script()
+    s = bench_script("gemm_ladder")
 
     class Props:
         L2_cache_size = 50 * 2 ** 20
