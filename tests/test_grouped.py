@@ -77,7 +77,8 @@ def test_largest_first_with_dynamic_scheduling_only_from_many_tokens():
     assert not grouped.largest_first(grouped.LARGE, many - 1) and grouped.largest_first(grouped.LARGE, many)
     assert not grouped.largest_first(grouped.MEDIUM, 512)  # where choose_config picks 128 x 192: index order
     # static scheduling keeps largest first at any size; the scheduling passed in overrides the tile's
-    assert grouped.largest_first(grouped.MEDIUM, 64, dynamic=False) and grouped.largest_first(grouped.LARGE, 64, dynamic=False)
+    assert grouped.largest_first(grouped.MEDIUM, 64, dynamic=False)
+    assert grouped.largest_first(grouped.LARGE, 64, dynamic=False)
     assert not grouped.largest_first(grouped.MEDIUM, 64, dynamic=True)
 
 

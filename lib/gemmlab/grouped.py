@@ -751,7 +751,8 @@ def fit_launch_cost(rows, min_waves: float = 4.0) -> dict:
 
 
 def against_streaming_read(moe_doc: dict, tail_doc: dict) -> list[tuple[dict, float]]:
-    """Each decode set of a ``moe`` run (:func:`decode_rows`) against a plain streaming read of its bytes on the same GPU: ``[(row, read_us / kernel_us), ...]``.
+    """Each decode set of a ``moe`` run (:func:`decode_rows`) against a plain streaming read of its bytes on the
+    same GPU: ``[(row, read_us / kernel_us), ...]``.
 
     ``read_us`` is the line ``benchmarks/grouped_gemm.py tail`` fits through ``torch.sum`` over 128 MiB to
     2 GiB (``tail_doc["stream_read_fit"]``: fixed cost plus bytes at its rate), for the bytes the set must
