@@ -154,6 +154,33 @@ def test_decode_sets_against_a_streaming_read_of_their_bytes():
     assert "2 decode sets" in gt.streaming_read_line(moe_doc, tail_doc) and "0.500 to 1.000" in gt.streaming_read_line(moe_doc, tail_doc)
 
 
+def test_measured_roofline_by_hand():
+    from gemmlab import grouped_tables as gt
+    # Ceilings of 4.0 TB/s and 800 TFLOP/s. A decode set moving 400 MB with 8 GFLOP: the bytes bound it,
+    # 100 us; run in 125 us it is at 0.80. A compute-bound set of 1.6 TFLOP and 1 GB: 2 ms of MMAs against
+    # 0.25 ms of bytes; run in 2.5 ms, 0.80 too. The datasheet's column stays as it was.
+    decode = {"tokens": 64, "groups": 8, "flops": 8e9, "bytes": 4e8, "gemmlab_kernel_ms": 0.125, "of_roofline": 0.7}
+    big = {"tokens": 16384, "groups": 8, "flops": 1.6e12, "bytes": 1e9, "gemmlab_kernel_ms": 2.5, "of_roofline": 0.6}
+    rows = grouped.measured_roofline([decode, big], {"copy_tbs": 4.0, "gemm_tflops": 800.0})
+    assert [r["measured_floor_ms"] for r in rows] == pytest.approx([0.1, 2.0])
+    assert [r["of_measured_roofline"] for r in rows] == pytest.approx([0.8, 0.8])
+    assert decode["of_roofline"] == 0.7
+    with pytest.raises(ValueError, match="ceilings"):
+        grouped.measured_roofline([decode], {"copy_tbs": 0.0, "gemm_tflops": 800.0})
+    # The summary and the chapter's lines name both rooflines once a run has the measured one.
+    full = {"vs_torch": 1.0, "vs_torch_novalidate": 1.0, "vs_torch_kernel": 1.0, "vs_loop": 1.0, "rel_err": 1e-3,
+            "shape": "test", "nonempty": 8, "config": "64x128 c1x1", "gemmlab_novalidate_ms": 1.0,
+            "torch_grouped_mm_ms": 1.0, "matmul_loop_ms": 1.0}
+    doc = {"device": "test GPU", "date": "2026-11-25", "measured": {"copy_tbs": 4.0, "gemm_tflops": 800.0},
+           "rows": [{**decode, **full}, {**decode, **full, "gemmlab_kernel_ms": 0.2}, {**big, **full}]}
+    grouped.measured_roofline(doc["rows"], doc["measured"])
+    s = grouped.summarize(doc["rows"])
+    assert s["decode_of_measured_roofline_min"] == pytest.approx(0.5)
+    assert s["decode_of_measured_roofline_geomean"] == pytest.approx((0.8 * 0.5) ** 0.5)
+    assert "0.63 of the measured one (geomean), lowest 0.50 (this run's copy 4.00 TB/s" in gt.summary_lines(doc)
+    assert gt.moe_table(doc).splitlines()[0].endswith("meas")
+
+
 def test_timeline_from_hand_made_traces():
     pts = grouped_sm90_points()
     def launch(t0):

@@ -13,6 +13,9 @@ cuBLAS) side by side in the same run. Results are written as JSON under
 * :func:`host_us`: the CPU time one call costs (Python, argument conversion,
   the driver's launch), measured while the GPU is kept busy.
 * :func:`gpu_clocks`: SM clock, temperature and power, stored with results.
+* :func:`measured_ceilings`: this GPU's two ceilings, measured in the run that
+  uses them (a large device-to-device copy, a large cuBLAS GEMM): datasheet
+  rates are leads, these are what a roofline should be drawn with.
 """
 from __future__ import annotations
 
@@ -150,6 +153,36 @@ def gpu_clocks() -> dict | None:
         return {"sm_mhz": int(float(sm)), "temp_c": int(float(temp)), "power_w": float(power)}
     except Exception:  # no nvidia-smi, or a field it cannot report: the table goes on without it
         return None
+
+
+def measured_ceilings(*, copy_bytes: int = 1 << 30, gemm_size: int = 8192, rounds: int = 5) -> dict:
+    """This GPU's memory and tensor ceilings as measured now: ``{"copy_tbs", "gemm_tflops", ...}``.
+
+    ``copy_tbs``: torch's device-to-device copy of ``copy_bytes`` (bytes read plus bytes written, TB/s);
+    ``gemm_tflops``: ``torch.matmul`` of two random BF16 ``gemm_size``-square matrices (cuBLAS). Both timed
+    side by side in :func:`time_interleaved` rounds; the copy runs over two buffer pairs, each far beyond
+    L2. A benchmark calls this in the same run as its kernels, so the roofline it draws belongs to the
+    clocks and the memory of that machine (two H100s of one day can differ by a few percent).
+    """
+    import torch
+
+    elems = copy_bytes // 2
+    src = [torch.randn(elems, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    dst = [torch.empty_like(x) for x in src]
+    a = torch.randn(gemm_size, gemm_size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(gemm_size, gemm_size, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(gemm_size, gemm_size, device="cuda", dtype=torch.bfloat16)
+    t = time_interleaved({
+        "copy": [lambda i=i: dst[i].copy_(src[i]) for i in range(2)],
+        "gemm": [lambda: torch.matmul(a, b, out=c)],
+    }, rounds=rounds, per_round=5, warmup=3, gpu_only=True)
+    copy_ms, gemm_ms = t["copy"]["median_ms"], t["gemm"]["median_ms"]
+    out = {"copy_tbs": copy_bandwidth_gbs(2 * elems * 2, copy_ms) / 1e3,
+           "gemm_tflops": 2 * gemm_size ** 3 / (gemm_ms * 1e-3) / 1e12,
+           "copy_bytes": copy_bytes, "gemm_size": gemm_size}
+    del src, dst, a, b, c
+    torch.cuda.empty_cache()
+    return out
 
 
 def geomean(values) -> float:

@@ -700,6 +700,26 @@ def decode_rows(rows) -> list[dict]:
     return [r for r in rows if r["tokens"] <= 16 * r["groups"]]
 
 
+def measured_roofline(rows, ceilings: dict) -> list[dict]:
+    """Each ``moe`` row's floor against the GPU's *measured* ceilings, added to the row and returned.
+
+    ``ceilings``: :func:`gemmlab.bench.measured_ceilings` of the same run (``copy_tbs``, ``gemm_tflops``).
+    A row's floor is then ``max(FLOPs / gemm_tflops, bytes / copy_tbs)`` (``measured_floor_ms``) and
+    ``of_measured_roofline`` that floor over the kernel's time. The datasheet's floor (``floor_ms``,
+    ``of_roofline``) stays beside it: neither a copy nor cuBLAS reaches the datasheet (an H200's 4.8 TB/s
+    copies at about 4.2-4.3), so that one is a bound no kernel meets, this one the best this GPU showed
+    doing the simplest thing with the same resource.
+    """
+    tflops, tbs = ceilings["gemm_tflops"], ceilings["copy_tbs"]
+    if not (tflops > 0 and tbs > 0):
+        raise ValueError(f"ceilings: gemm_tflops and copy_tbs must be positive; got {tflops!r}, {tbs!r}")
+    for r in rows:
+        floor = max(r["flops"] / (tflops * 1e12), r["bytes"] / (tbs * 1e12)) * 1e3
+        r["measured_floor_ms"] = floor
+        r["of_measured_roofline"] = floor / r["gemmlab_kernel_ms"]
+    return rows
+
+
 def summarize(rows) -> dict:
     """The MoE benchmark's headline numbers from its rows (``benchmarks/grouped_gemm.py moe``; decode sets as
     :func:`decode_rows` counts them)."""
@@ -718,6 +738,9 @@ def summarize(rows) -> dict:
         "decode_of_roofline_geomean": geomean([r["of_roofline"] for r in decode]) if decode else None,
         "max_rel_err": max(r["rel_err"] for r in rows),
     }
+    if decode and all("of_measured_roofline" in r for r in rows):
+        out["decode_of_measured_roofline_min"] = min(r["of_measured_roofline"] for r in decode)
+        out["decode_of_measured_roofline_geomean"] = geomean([r["of_measured_roofline"] for r in decode])
     if all("order_gain" in r for r in rows):
         out["geomean_order_gain"] = geomean([r["order_gain"] for r in rows])
         out["min_order_gain"] = min(r["order_gain"] for r in rows)

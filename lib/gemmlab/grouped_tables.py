@@ -182,14 +182,16 @@ def streaming_read_line(moe_doc: dict, tail_doc: dict) -> str:
 
 def moe_table(doc: dict) -> str:
     """One line per MoE set: tokens, groups, our tile, the times (ms) and ratios."""
+    measured = all("of_measured_roofline" in r for r in doc["rows"])
     head = (f"{'set':22s} {'G':>4s} {'T':>6s} {'live':>4s} {'tile':>8s} {'ours':>7s} {'torch':>7s} "
-            f"{'loop':>7s} {'padded':>7s} {'x torch':>7s} {'roof':>5s}")
+            f"{'loop':>7s} {'padded':>7s} {'x torch':>7s} {'roof':>5s}" + (f" {'meas':>5s}" if measured else ""))
     lines = [head, "-" * len(head)]
     for r in doc["rows"]:
         padded = f"{r['padded_bmm_ms']:7.3f}" if "padded_bmm_ms" in r else f"{'-':>7s}"
         lines.append(f"{r['shape']:22s} {r['groups']:4d} {r['tokens']:6d} {r['nonempty']:4d} "
                      f"{r['config'].split()[0]:>8s} {r['gemmlab_novalidate_ms']:7.3f} {r['torch_grouped_mm_ms']:7.3f} "
-                     f"{r['matmul_loop_ms']:7.3f} {padded} {r['vs_torch_kernel']:7.2f} {r['of_roofline']:5.2f}")
+                     f"{r['matmul_loop_ms']:7.3f} {padded} {r['vs_torch_kernel']:7.2f} {r['of_roofline']:5.2f}"
+                     + (f" {r['of_measured_roofline']:5.2f}" if measured else ""))
     return "\n".join(lines)
 
 
@@ -207,7 +209,12 @@ def summary_lines(doc: dict) -> str:
     if "geomean_vs_padded" in s:
         lines.append(f"  vs a padded batched GEMM (torch.bmm, padding not timed): {s['geomean_vs_padded']:.3f}x")
     lines.append(f"  decode sets (<= 16 tokens per expert, {s['decode_sets']}): {s['decode_of_roofline_geomean']:.2f} "
-                 f"of the roofline (geomean), lowest {s['decode_of_roofline_min']:.2f}")
+                 f"of the datasheet roofline (geomean), lowest {s['decode_of_roofline_min']:.2f}")
+    if "decode_of_measured_roofline_geomean" in s:
+        m = doc["measured"]
+        lines.append(f"  ... and {s['decode_of_measured_roofline_geomean']:.2f} of the measured one (geomean), lowest "
+                     f"{s['decode_of_measured_roofline_min']:.2f} (this run's copy {m['copy_tbs']:.2f} TB/s, "
+                     f"cuBLAS {m['gemm_tflops']:.0f} TFLOP/s)")
     if "geomean_l2_gain" in s:
         lines.append(f"  256-byte L2 promotion vs the DSL's 128: {s['geomean_l2_gain']:.3f}x geomean, "
                      f"lowest {s['min_l2_gain']:.3f}x")
