@@ -154,7 +154,8 @@ def test_decode_sets_against_a_streaming_read_of_their_bytes():
     assert "2 decode sets" in gt.streaming_read_line(moe_doc, tail_doc) and "0.500 to 1.000" in gt.streaming_read_line(moe_doc, tail_doc)
 
 
-def test_measured_roofline_by_hand():
+def test_measured_roofline_by_hand(tmp_path, monkeypatch):
+    import gemmlab.figures as figs
     from gemmlab import grouped_tables as gt
     # Ceilings of 4.0 TB/s and 800 TFLOP/s. A decode set moving 400 MB with 8 GFLOP: the bytes bound it,
     # 100 us; run in 125 us it is at 0.80. A compute-bound set of 1.6 TFLOP and 1 GB: 2 ms of MMAs against
@@ -179,6 +180,18 @@ def test_measured_roofline_by_hand():
     assert s["decode_of_measured_roofline_geomean"] == pytest.approx((0.8 * 0.5) ** 0.5)
     assert "0.63 of the measured one (geomean), lowest 0.50 (this run's copy 4.00 TB/s" in gt.summary_lines(doc)
     assert gt.moe_table(doc).splitlines()[0].endswith("meas")
+    # The figure draws the measured roofline as its own series (the datasheet's stays), only where the run has it.
+    monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
+    for r in doc["rows"]:
+        r.update(n=4096, k=7168, floor_ms=0.1, torch_grouped_mm_kernel_tflops=1.0, gemmlab_kernel_tflops=1.0)
+    captured = {}
+    monkeypatch.setattr(figs, "save", lambda fig, name: captured.setdefault(name, fig) and tmp_path / name)
+    gt.draw_moe([doc], name="with")
+    gt.draw_moe([{**doc, "rows": [{k: v for k, v in r.items() if k != "measured_floor_ms"} for r in doc["rows"]]}],
+                name="without")
+    labels = {n: [ln.get_label() for ln in f.axes[0].get_lines()] for n, f in captured.items()}
+    assert "measured roofline (device copy, cuBLAS)" in labels["with"]
+    assert "measured roofline (device copy, cuBLAS)" not in labels["without"] and len(labels["without"]) == 3
 
 
 def test_timeline_from_hand_made_traces():

@@ -55,7 +55,10 @@ def draw_tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, name: 
 
 
 def draw_moe(docs: list[dict], name: str = "08_moe"):
-    """TFLOP/s against tokens per expert, ours and torch._grouped_mm, with the roofline; a panel per device."""
+    """TFLOP/s against tokens per expert, ours and torch._grouped_mm, with the roofline; a panel per device.
+
+    Black bars: the datasheet's roofline; grey bars, where the run measured its ceilings
+    (:func:`gemmlab.grouped.measured_roofline`): the roofline of this GPU's device copy and cuBLAS."""
     from .figures import new_figure, save
 
     fig, axes = new_figure(1, len(docs), figsize=(6.4 * len(docs), 4.6), squeeze=False, sharey=True)
@@ -63,7 +66,10 @@ def draw_moe(docs: list[dict], name: str = "08_moe"):
         rows = sorted(doc["rows"], key=lambda r: r["tokens"] / r["groups"])
         x = [r["tokens"] / r["groups"] for r in rows]
         roof = [2 * r["tokens"] * r["n"] * r["k"] / (r["floor_ms"] * 1e-3) / 1e12 for r in rows]
-        ax.plot(x, roof, "_", ms=12, color="black", label="roofline (max of FLOPs/peak, bytes/HBM)")
+        ax.plot(x, roof, "_", ms=12, color="black", label="datasheet roofline (max of FLOPs/peak, bytes/HBM)")
+        if all("measured_floor_ms" in r for r in rows):
+            meas = [2 * r["tokens"] * r["n"] * r["k"] / (r["measured_floor_ms"] * 1e-3) / 1e12 for r in rows]
+            ax.plot(x, meas, "_", ms=12, mew=2, color="0.6", label="measured roofline (device copy, cuBLAS)")
         ax.plot(x, [r["torch_grouped_mm_kernel_tflops"] for r in rows], "s", ms=4, mfc="none",
                 color="tab:orange", label="torch._grouped_mm")
         ax.plot(x, [r["gemmlab_kernel_tflops"] for r in rows], "o", ms=4, color="tab:blue",
