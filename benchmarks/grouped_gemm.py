@@ -159,7 +159,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         out = torch.empty((T, n), device="cuda", dtype=a.dtype)
         out_t = torch.empty((T, n), device="cuda", dtype=a.dtype)
         flops, nbytes = grouped.flops_bytes(sizes, n, k)
-        floor_ms = max(flops / peak, nbytes / hbm) * 1e3
+        floor_ms = grouped.floor_ms(flops, nbytes, peak / 1e12, hbm / 1e12)
         cfg = grouped.default_config(T, G, n, k, a.device)
         grouped.grouped_gemm(a, b, offs, out=out)  # compile + warm up
         ref = grouped.reference(a, b, offs)

@@ -700,6 +700,11 @@ def decode_rows(rows) -> list[dict]:
     return [r for r in rows if r["tokens"] <= 16 * r["groups"]]
 
 
+def floor_ms(flops: float, nbytes: float, tflops: float, tbs: float) -> float:
+    """The roofline's time for ``flops`` and ``nbytes`` at ``tflops`` TFLOP/s and ``tbs`` TB/s, in ms."""
+    return max(flops / (tflops * 1e12), nbytes / (tbs * 1e12)) * 1e3
+
+
 def measured_roofline(rows, ceilings: dict) -> list[dict]:
     """Each ``moe`` row's floor against the GPU's *measured* ceilings, added to the row and returned.
 
@@ -714,7 +719,7 @@ def measured_roofline(rows, ceilings: dict) -> list[dict]:
     if not (tflops > 0 and tbs > 0):
         raise ValueError(f"ceilings: gemm_tflops and copy_tbs must be positive; got {tflops!r}, {tbs!r}")
     for r in rows:
-        floor = max(r["flops"] / (tflops * 1e12), r["bytes"] / (tbs * 1e12)) * 1e3
+        floor = floor_ms(r["flops"], r["bytes"], tflops, tbs)
         r["measured_floor_ms"] = floor
         r["of_measured_roofline"] = floor / r["gemmlab_kernel_ms"]
     return rows
