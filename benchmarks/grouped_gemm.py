@@ -8,6 +8,8 @@
     python benchmarks/grouped_gemm.py sweep_decode  # the 64-row tiles, 64 to 256 wide, on the decode sets
     python benchmarks/grouped_gemm.py sweep_narrow  # the two decode tiles on outputs 512 to 3072 wide
     python benchmarks/grouped_gemm.py sweep_medium  # 128 x 192 static against dynamic, where it is chosen
+    python benchmarks/grouped_gemm.py sweep_128x128  # 128 x 128 tiles (a ping-pong warpgroup's) against 128 x 256
+    python benchmarks/grouped_gemm.py overlap    # each tile's store between main loops or under the next one
     python benchmarks/grouped_gemm.py all
 
 Results go to ``results/<device>/grouped_gemm*.json`` (``--out DIR`` writes there instead); the
@@ -260,6 +262,9 @@ SWEPT = [
     dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, dynamic=True),
     dict(tile_m=128, tile_n=192, stages=4, cluster=(2, 1), dynamic=True),
     dict(tile_m=128, tile_n=256, stages=4, epi_stages=2, cluster=(2, 1), dynamic=True),
+    dict(tile_m=128, tile_n=128, stages=6, dynamic=True),
+    dict(tile_m=128, tile_n=128, stages=6, cluster=(2, 1)),
+    dict(tile_m=128, tile_n=128, stages=6, cluster=(2, 1), dynamic=True),
 ]
 
 
@@ -333,7 +338,54 @@ SWEEP_MODES = {
                         configs=("128x192 s4", "128x256 s4 dyn", "128x256 c2 s4", "128x192 c2 s4 dyn",
                                  "128x256 c2 s4 dyn"),
                         doc_name="grouped_gemm_sweep_pairs"),
+    # 128 x 128 tiles, the tile one warpgroup of a ping-pong kernel would own, against the 128 x 256 ones on the
+    # compute-heavy sets: the same operand bytes per FLOP as ping-pong, but the store still exposed
+    "sweep_128x128": dict(tokens=(4096, 16384), groups=GROUPS,
+                          configs=("128x256 s4 dyn", "128x256 c2 s4", "128x256 c2 s4 dyn", "128x128 s5",
+                                   "128x128 s6 dyn", "128x128 c2 s6", "128x128 c2 s6 dyn"),
+                          doc_name="grouped_gemm_sweep_128x128"),
 }
+
+
+def overlap(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=5):
+    """The chosen tile on every MoE set with its store between two main loops against under the next one
+    (``overlap_store``), kernel time side by side with ``torch._grouped_mm``; each variant's output poisoned
+    and checked against the FP32 reference first."""
+    rows = []
+    for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
+        label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
+        cfg = grouped.default_config(T, G, n, k, a.device)
+        ref = grouped.reference(a, b, offs)
+        out = torch.empty((T, n), device="cuda", dtype=a.dtype)
+        for flag in (False, True):
+            out.fill_(float("nan"))
+            grouped.grouped_gemm(a, b, offs, out=out, validate=False, overlap_store=flag)
+            row[f"rel_err_{'under' if flag else 'between'}"] = rel_err(out, ref, T)
+        del ref
+        launches = {name: [lambda flag=flag: grouped.grouped_gemm(a, b, offs, out=out, validate=False,
+                                                                  overlap_store=flag)]
+                    for name, flag in (("between", False), ("under", True))}
+        launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
+        t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+        row.update({"config": cfg.name, **{f"{name}_ms": v["median_ms"] for name, v in t.items()}})
+        row["under_gain"] = row["between_ms"] / row["under_ms"]
+        row["vs_torch_between"] = row["torch_ms"] / row["between_ms"]
+        row["vs_torch_under"] = row["torch_ms"] / row["under_ms"]
+        rows.append(row)
+        err = max(row["rel_err_between"], row["rel_err_under"])
+        print(f"{label:20s} G={G:3d} T={T:5d} {cfg.name:18s} err={err:.1e} "
+              f"between={row['between_ms']:.3f} under={row['under_ms']:.3f} torch={row['torch_ms']:.3f} "
+              f"gain={row['under_gain']:.3f} x{row['vs_torch_between']:.3f}->{row['vs_torch_under']:.3f}", flush=True)
+        del a, b, out
+    summary = {key: bench.geomean([r[key] for r in rows]) for key in ("under_gain", "vs_torch_between",
+                                                                         "vs_torch_under")}
+    summary["worst_rel_err"] = max(max(r["rel_err_between"], r["rel_err_under"]) for r in rows)
+    for tile in sorted({r["config"].split()[0] for r in rows}):
+        gains = [r["under_gain"] for r in rows if r["config"].split()[0] == tile]
+        summary[f"under_gain_{tile}"] = {"sets": len(gains), "geomean": bench.geomean(gains),
+                                         "min": min(gains), "max": max(gains)}
+    _write("grouped_gemm_overlap", {"rows": rows, "summary": summary}, out_dir)
+    print(json.dumps(summary, indent=1))
 
 
 #: Decode launches for ``tail``: (N, K, live experts); 4 tokens each, so one 64-row tile per tile width of
@@ -442,7 +494,8 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "moe", "quick", "sweep", *SWEEP_MODES, "tail", "order", "all"))
+    p.add_argument("what", choices=("check", "moe", "quick", "sweep", *SWEEP_MODES, "tail", "order", "overlap",
+                                    "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -458,6 +511,8 @@ def main(argv=None):
         tail(args.out)
     if args.what == "order":  # largest first against index order around DYNAMIC_LARGEST_FIRST_FROM
         order(args.out)
+    if args.what == "overlap":  # the store between main loops against under the next one
+        overlap(args.out)
     if args.what in ("moe", "all"):
         moe(args.out)
     return 0 if ok else 1

@@ -1,4 +1,5 @@
-"""Small grouped GEMMs for compute-sanitizer (memcheck, racecheck): every tile, both forms, both schedulings.
+"""Small grouped GEMMs for compute-sanitizer (memcheck, racecheck): every tile, both forms, both schedulings,
+both places of the store.
 
     compute-sanitizer --tool memcheck python benchmarks/sanitize_grouped.py
 """
@@ -16,21 +17,25 @@ from gemmlab import grouped  # noqa: E402
 
 def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
-    # (tile, dynamic, visiting order: None for the default of so few tokens, True for largest first)
-    runs = [(cfg, dyn, None) for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE)
-            for dyn in (False, True)] + [(cfg, dyn, None) for cfg in (grouped.MEDIUM_C2, grouped.LARGE_C2)
+    # (tile, dynamic, visiting order: None for the default of so few tokens, True for largest first, the store
+    # under the next main loop: None for the default of so few tokens per expert, True to force it)
+    runs = [(cfg, dyn, None, None) for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE)
+            for dyn in (False, True)] + [(cfg, dyn, None, None) for cfg in (grouped.MEDIUM_C2, grouped.LARGE_C2)
                                          for dyn in (False, True)]
-    runs.append((grouped.LARGE, True, True))  # dynamic and largest first: the default from 8192 tokens
-    for cfg, dyn, by_size in runs:
+    runs.append((grouped.LARGE, True, True, None))  # dynamic and largest first: the default from 8192 tokens
+    runs += [(cfg, dyn, None, True) for cfg, dyn in ((grouped.SMALL, True), (grouped.LARGE, False),
+                                                     (grouped.LARGE, True), (grouped.LARGE_C2, False))]
+    for cfg, dyn, by_size, overlap in runs:
         sizes = [0, 70, 3, 0, 200, 1]
         n, k = 264, 200
         a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16, generator=gen)
         b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
         offs = grouped.offsets_of(sizes)
-        out = grouped.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn, by_size=by_size)
+        out = grouped.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn, by_size=by_size, overlap_store=overlap)
         ref = grouped.reference(a, b, offs)
         order = ", largest first" if by_size else ""
-        print(f"ragged {cfg.name} {'dynamic' if dyn else 'static'}{order}: rel. Frobenius error "
+        store = ", store under the next main loop" if overlap else ""
+        print(f"ragged {cfg.name} {'dynamic' if dyn else 'static'}{order}{store}: rel. Frobenius error "
               f"{((out.float() - ref).norm() / ref.norm()).item():.2e}")
     pairs = [(torch.randn(m, kk, device="cuda", dtype=torch.bfloat16, generator=gen),
               torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16, generator=gen))

@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-from gemmlab import bench, grouped
-from gemmlab.compile import ptx_of
+from gemmlab import bench, grouped, grouped_tables as gt
+from gemmlab.compile import ptx_lines, ptx_of
 from gemmlab.grouped_sm90 import compile_grouped
 
 
@@ -84,7 +84,6 @@ def test_largest_first_with_dynamic_scheduling_only_from_many_tokens():
 
 def test_tile_order_figures(tmp_path, monkeypatch):
     import gemmlab.figures as figs
-    from gemmlab import grouped_tables as gt
 
     monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
     for cluster in (1, 2):  # the pairs' figure draws the slots past the rows too: every handed-out tile has a cell
@@ -109,7 +108,6 @@ def test_fit_launch_cost_on_a_line():
 
 def test_finish_times_figure(tmp_path, monkeypatch):
     import gemmlab.figures as figs
-    from gemmlab import grouped_tables as gt
 
     monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
     p = gt.draw_finish_times(tiles=40, grid=8, name="finish")
@@ -118,7 +116,6 @@ def test_finish_times_figure(tmp_path, monkeypatch):
 
 def test_tail_figure_and_lines(tmp_path, monkeypatch):
     import gemmlab.figures as figs
-    from gemmlab import grouped_tables as gt
 
     monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
     rows = _tail_rows(12.0, 7.0) + _tail_rows(8.0, 14.0, n=4096, k=7168)
@@ -141,7 +138,6 @@ def test_tail_figure_and_lines(tmp_path, monkeypatch):
 
 
 def test_decode_sets_against_a_streaming_read_of_their_bytes():
-    from gemmlab import grouped_tables as gt
     # a weight-bound decode set of 3.2 GB/s * 100 us = 320 MB at the datasheet's 3.2 TB/s, run in 110 us; a read of
     # it on the fitted line takes 10 us + 320 MB at 3.2 TB/s = 110 us: ratio 1. A compute-bound or a 64-per-expert
     # row is not a decode set.
@@ -156,7 +152,6 @@ def test_decode_sets_against_a_streaming_read_of_their_bytes():
 
 def test_measured_roofline_by_hand(tmp_path, monkeypatch):
     import gemmlab.figures as figs
-    from gemmlab import grouped_tables as gt
     # Ceilings of 4.0 TB/s and 800 TFLOP/s. A decode set moving 400 MB with 8 GFLOP: the bytes bound it,
     # 100 us; run in 125 us it is at 0.80. A compute-bound set of 1.6 TFLOP and 1 GB: 2 ms of MMAs against
     # 0.25 ms of bytes; run in 2.5 ms, 0.80 too. The datasheet's column stays as it was.
@@ -292,6 +287,48 @@ def test_flops_bytes_count_only_live_weights():
     assert nbytes == 2 * (5 * 16 + 5 * 8 + 2 * 16 * 8)
 
 
+def test_store_under_next_from_256_tokens_per_expert_on_128_row_tiles():
+    assert grouped.store_under_next(grouped.LARGE, 16384, 64)  # 256 per expert
+    assert not grouped.store_under_next(grouped.LARGE, 16383, 64)
+    assert grouped.store_under_next(grouped.LARGE_C2, 4096, 8) and grouped.store_under_next(grouped.MEDIUM, 4096, 8)
+    assert not grouped.store_under_next(grouped.LARGE, 4096, 32)  # 128 per expert: waits on memory
+    assert not grouped.store_under_next(grouped.SMALL, 16384, 8)  # 64-row tiles: never
+
+
+def test_store_gains_by_hand():
+    def row(config, tokens, groups, between, under, torch_ms):
+        return {"config": config, "tokens": tokens, "groups": groups, "between_ms": between, "under_ms": under,
+                "torch_ms": torch_ms, "under_gain": between / under, "vs_torch_between": torch_ms / between}
+    doc = {"device": "GPU", "rows": [row("128x256 c2x1 m8 s4", 4096, 8, 1.02, 1.00, 1.1),  # 512 per expert: on
+                                     row("128x256 c1x1 m8 s4", 4096, 32, 1.00, 1.01, 1.3),  # 128: off
+                                     row("64x128 c1x1 m8 s8", 64, 8, 1.00, 0.99, 1.2)]}  # 64-row: neither
+    got = grouped.store_gains(doc)
+    assert got["on"] == {"sets": 1, "geomean": pytest.approx(1.02), "min": pytest.approx(1.02),
+                         "max": pytest.approx(1.02), "faster": 1}
+    assert got["off"]["sets"] == 1 and got["off"]["faster"] == 0 and got["off"]["min"] == pytest.approx(1 / 1.01)
+    assert got["vs_torch_between"] == pytest.approx((1.1 / 1.02 * 1.3 * 1.2) ** (1 / 3))
+    assert got["vs_torch_rule"] == pytest.approx((1.1 * 1.3 * 1.2) ** (1 / 3))  # under only where the rule says
+    line = gt.overlap_line(doc)
+    assert "from 256 tokens per expert (1 sets): geomean 1.020, 1.020 to 1.020, 1 faster; below (1 sets): 0.990" in line
+    assert line.endswith(f"{(1.1 / 1.02 * 1.3 * 1.2) ** (1 / 3):.3f}x with the store between main loops, "
+                         f"{(1.1 * 1.3 * 1.2) ** (1 / 3):.3f}x with it where the rule puts it")
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_store_under_next_threshold_on_its_stored_data(gpu):
+    """The stored ``overlap`` runs are the rule's data: where it turns the store under the next main loop on, that
+    is faster (geomean over 1 %, at most one set of 16 not faster); where it leaves it off, no set would gain 1.5 %."""
+    from gemmlab.bench import load_results
+    slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
+    doc = load_results("grouped_gemm_overlap", slug)
+    if doc is None:
+        pytest.skip(f"no stored overlap run for the {gpu}")
+    got = grouped.store_gains(doc)
+    assert got["on"]["sets"] == 16 and got["on"]["geomean"] > 1.01 and got["on"]["faster"] >= 15
+    assert got["off"]["sets"] == 20 and got["off"]["max"] < 1.015
+    assert got["vs_torch_rule"] > got["vs_torch_between"]
+
+
 def test_choose_config_by_tokens_and_experts():
     choose = grouped.choose_config
     assert choose(64, 8, 4096, 7168) is grouped.SMALL  # decode: 8 per expert
@@ -325,6 +362,51 @@ def test_heuristic_is_near_the_best_tile_of_its_sweep(gpu):
     assert len(regret) == 64
     assert sum(map(math.log, regret)) / len(regret) < math.log(1.01)
     assert max(regret) < 1.2
+
+
+def test_best_tile_ratio_by_hand():
+    doc = {"configs": {"128x128 s5": {}, "128x128 c2 s6 dyn": {}, "128x256 s4 dyn": {}, "128x256 c2 s4": {}},
+           "rows": [{"128x128 s5_ms": 3.0, "128x128 c2 s6 dyn_ms": 2.5, "128x256 s4 dyn_ms": 2.0, "128x256 c2 s4_ms": 2.2},
+                    {"128x128 s5_ms": 1.0, "128x128 c2 s6 dyn_ms": 1.2, "128x256 s4 dyn_ms": 1.1, "128x256 c2 s4_ms": 1.25}]}
+    got = grouped.best_tile_ratio(doc, "128x128", "128x256")
+    assert [round(x, 6) for x, _ in got] == [1.25, round(1.0 / 1.1, 6)]
+    assert got[1][1] is doc["rows"][1]
+    with pytest.raises(ValueError, match="no 64x64 tile"):
+        grouped.best_tile_ratio(doc, "64x64", "128x256")
+    for r, (shape, g, t) in zip(doc["rows"], [("A", 8, 4096), ("B", 32, 16384)]):
+        r.update(shape=shape, groups=g, tokens=t)
+    line = gt.tile_ratio_line({**doc, "device": "GPU"})
+    assert line.startswith("GPU: 128x128 at its best over 128x256 at its best, 2 sets: geomean ")
+    assert f"geomean {(1.25 / 1.1) ** 0.5:.3f}, 0.909 to 1.250 (closest: B, 32 experts, 16384 tokens)" in line
+
+
+def test_ping_pong_bound_by_hand():
+    doc = {"configs": {"128x128 s5": {}, "128x256 s4 dyn": {}},
+           "rows": [{"k": 2048, "128x128 s5_ms": 1.2, "128x256 s4 dyn_ms": 1.0},
+                    {"k": 8192, "128x128 s5_ms": 1.2, "128x256 s4 dyn_ms": 1.0}]}
+    got = [x for x, _ in grouped.ping_pong_bound(doc, store_share=0.05)]
+    assert got == pytest.approx([1.2 - 0.1, 1.2 - 0.025])
+    for r, (shape, g, t) in zip(doc["rows"], [("A", 8, 4096), ("B", 32, 16384)]):
+        r.update(shape=shape, groups=g, tokens=t)
+    line = gt.ping_pong_line(doc)  # with the default share, 0.07: 1.2 - 0.14 and 1.2 - 0.035
+    assert line.endswith(f"geomean {(1.06 * 1.165) ** 0.5:.3f} of our time, ahead of ours on 0 of 2 sets; "
+                         "lowest 1.060 (A, 8 experts, 4096 tokens)")
+
+
+@pytest.mark.parametrize("gpu,ahead", [("H100", 1), ("H200", 0)])
+def test_stored_128x128_sweep_leaves_a_ping_pong_little_to_win(gpu, ahead):
+    """Chapter 08's argument against a ping-pong kernel: a 128 x 128 tile (what one of its warpgroups would own) is
+    slower at its best than the 128 x 256 tile on every one of the 32 sets of 4096 and 16384 tokens, and hiding its
+    stores would put it ahead of ours on at most one H100 set, by under 3 %, and on no H200 set."""
+    from gemmlab.bench import load_results
+    slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
+    doc = load_results("grouped_gemm_sweep_128x128", slug)
+    if doc is None:
+        pytest.skip(f"no stored 128 x 128 sweep for the {gpu}")
+    ratios = [x for x, _ in grouped.best_tile_ratio(doc, "128x128", "128x256")]
+    assert len(ratios) == 32 and min(ratios) > 1.07
+    bounds = [x for x, _ in grouped.ping_pong_bound(doc)]
+    assert sum(b < 1 for b in bounds) == ahead and min(bounds) > 0.97
 
 
 def test_order_by_tokens_by_hand():
@@ -539,6 +621,27 @@ def test_cluster_variant_multicasts_b_and_releases_both_ctas():
     assert "multicast::cluster" not in single and "mapa" not in single
 
 
+@pytest.mark.parametrize("cname", ["LARGE", "SMALL"])
+def test_overlapped_store_runs_inside_the_next_main_loop(cname):
+    """overlap_store: the previous tile's sub-tile stores (stmatrix + TMA store) sit between the wgmma batches
+    of the next tile's main loop, one after each of its first tile_n / epi_n k-blocks; without it every store
+    comes after the main loop's last batch."""
+    cfg = getattr(grouped, cname)
+    epi_count = cfg.tile_n // cfg.epi_n
+
+    def between_batches(ptx):
+        lines = ptx_lines(ptx, r"^wgmma\.commit_group", r"^cp\.async\.bulk\.tensor\.2d\.global\.shared::cta",
+                          r"^stmatrix")
+        commits = [i for i, l in enumerate(lines) if l.startswith("wgmma.commit_group")]
+        inside = lines[commits[0]:commits[-1]]
+        return (sum(l.startswith("cp.async.bulk.tensor") for l in inside),
+                sum(l.startswith("stmatrix") for l in inside), len(commits))
+    stores, stm, commits = between_batches(ptx_of(compile_grouped(cfg, dynamic=True, overlap_store=True)))
+    assert stores == epi_count and stm > 0
+    assert commits == epi_count + 2  # the peeled first k-block, one per sub-tile, the loop's
+    assert between_batches(ptx_of(compile_grouped(cfg, dynamic=True, overlap_store=False)))[:2] == (0, 0)
+
+
 def test_compile_rejects_other_targets_and_clusters():
     with pytest.raises(ValueError, match="sm_90a"):
         compile_grouped(grouped.SMALL, target="sm_100a")
@@ -575,9 +678,11 @@ GPU_CASES = [
 
 
 @pytest.mark.sm90
-@pytest.mark.parametrize("other_order", [False, True], ids=["chosen-order", "other-order"])
+@pytest.mark.parametrize("variant", ["chosen", "other-order", "other-store"])
 @pytest.mark.parametrize("sizes, n, k, major, cname", GPU_CASES)
-def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
+def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, variant):
+    """The kernel as chosen, with the other visiting order, and with the store placed the other way
+    (between main loops or under the next one, grouped.store_under_next)."""
     a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes), extra=16)
     out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
     chosen = grouped.default_config(a.shape[0], len(sizes), n, k, a.device)
@@ -585,8 +690,9 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, other_order):
     if cname and cname.endswith(" dynamic"):
         cname, dynamic = cname.split()[0], True
     cfg = getattr(grouped, cname) if cname else chosen
-    by_size = not grouped.largest_first(cfg, a.shape[0], dynamic) if other_order else None
-    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic)
+    by_size = not grouped.largest_first(cfg, a.shape[0], dynamic) if variant == "other-order" else None
+    overlap = not grouped.store_under_next(cfg, a.shape[0], len(sizes)) if variant == "other-store" else None
+    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic, overlap_store=overlap)
     rows = sum(sizes)
     ref = grouped.reference(a, b, offs)
     got = out[:rows].float()

@@ -134,6 +134,22 @@ def ragged_grid(cfg: Sm90Config, sms: int, rows: int, groups: int, n: int) -> in
 DYNAMIC_LARGEST_FIRST_FROM = 12288
 
 
+#: Tokens per expert (on average) from which a 128-row tile stores its output under the next tile's main loop.
+#: ``benchmarks/grouped_gemm.py overlap`` (the 36 sets of 128-row tiles; the kernel time with the store between two
+#: main loops over with it under the next one): from 256 tokens per expert 1.013x on an H100 (1.000-1.032x, 15 of
+#: 16 sets faster) and 1.015x on an H200 (0.999-1.033x, 15 of 16); below, where the tiles wait on memory and the
+#: tensor cores have time to spare anyway, 0.994-1.008x and 0.994-1.012x.
+OVERLAP_STORE_FROM = 256
+
+
+def store_under_next(cfg: Sm90Config, tokens: int, groups: int) -> bool:
+    """Whether the kernel stores each tile while the next tile's main loop runs
+    (:func:`gemmlab.grouped_sm90.mma_tile_storing`) rather than between the two main loops: for the
+    128-row tiles from :data:`OVERLAP_STORE_FROM` tokens per expert, where the tensor cores are the bound and
+    would otherwise wait out each store."""
+    return cfg.tile_m == 128 and tokens >= OVERLAP_STORE_FROM * max(groups, 1)
+
+
 def largest_first(cfg: Sm90Config, tokens: int, dynamic: bool | None = None) -> bool:
     """Whether the kernel visits the groups largest first with tile ``cfg`` (else in index order).
 
@@ -196,23 +212,25 @@ L2_PROMOTION = 3
 
 def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None,
              l2_promotion: int | None = L2_PROMOTION, trace: bool = False, dynamic: bool | None = None,
-             *, tokens: int):
+             *, tokens: int, overlap_store: bool = False):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
 
     ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg`` and ``tokens``, the rows
     of ``a``; required, so that no call gets the order of some other size by default).
     ``l2_promotion``: the A and B descriptors' L2 promotion (None: the DSL's, 128 bytes).
     ``dynamic``: hand out tiles from a counter (None: :func:`dynamic_schedule` decides for ``cfg``).
+    ``overlap_store``: store each tile during the next one's main loop (:func:`store_under_next`).
     """
     dynamic = dynamic_schedule(cfg) if dynamic is None else bool(dynamic)
     by_size = largest_first(cfg, tokens, dynamic) if by_size is None else bool(by_size)
-    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic)
+    overlap_store = bool(overlap_store)
+    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic, overlap_store)
     fn = _KERNELS.get(key)
     if fn is None:
         from .grouped_sm90 import compile_grouped
         t0 = time.perf_counter()
         fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size,
-                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic)
+                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic, overlap_store=overlap_store)
         COMPILE_SECONDS[key] = time.perf_counter() - t0
         if hasattr(fn, "__tvm_ffi_object__"):
             fn = fn.__tvm_ffi_object__()
@@ -373,7 +391,7 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
 
 def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True,
                  fences: bool = True, by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION,
-                 dynamic: bool | None = None):
+                 dynamic: bool | None = None, overlap_store: bool | None = None):
     """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
 
     ``validate=False`` skips the one check that reads ``offs`` back to the host
@@ -384,7 +402,8 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     ``by_size``: visit the groups largest first (see :func:`largest_first`;
     default: as that function decides for the tile and the rows of ``a``). ``l2_promotion``: see
     :data:`L2_PROMOTION` (None: the DSL's 128 bytes). ``dynamic``: see
-    :func:`dynamic_schedule` (None: as it decides). Calls on one stream at a
+    :func:`dynamic_schedule` (None: as it decides). ``overlap_store``: see
+    :func:`store_under_next` (None: as it decides). Calls on one stream at a
     time only: the per-CTA descriptor slots and the tile counter are shared.
     """
     import torch
@@ -397,7 +416,9 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     cfg = config or default_config(rows, groups, n, k, a.device)
     sms = hardware.sm_count(a.device)
     grid = ragged_grid(cfg, sms, rows, groups, n)
-    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic, tokens=rows)
+    overlap = store_under_next(cfg, rows, groups) if overlap_store is None else bool(overlap_store)
+    fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic, tokens=rows,
+                  overlap_store=overlap)
     _, table = _dummies(a.device)
     workspace = _workspace(a.device, sms, cfg)
     if validate:
@@ -680,6 +701,59 @@ def heuristic_regret(doc: dict, gpu: str) -> list[tuple[float, dict]]:
         best = min(r[f"{c}_ms"] for c in doc["configs"])
         out.append((r[f"{sweep_column(cfg, dynamic_schedule(cfg))}_ms"] / best, r))
     return out
+
+
+def best_tile_ratio(doc: dict, tile: str, against: str) -> list[tuple[float, dict]]:
+    """For each set of a stored sweep: the fastest swept configuration of ``tile`` (a column prefix such as
+    ``"128x128"``: alone or in pairs, static or dynamic) over the fastest of ``against``, ``[(ratio, row), ...]``.
+    Above 1: ``tile`` is slower even at its best."""
+    def best(prefix):
+        cols = [c for c in doc["configs"] if c.split(" ")[0] == prefix]
+        if not cols:
+            raise ValueError(f"the sweep times no {prefix} tile; its columns: {sorted(doc['configs'])}")
+        return lambda row: min(row[f"{c}_ms"] for c in cols)
+    slow, fast = best(tile), best(against)
+    return [(slow(r) / fast(r), r) for r in doc["rows"]]
+
+
+#: A 128 x 256 tile's store as a share of its main loop with K = 2048, traced on an H100 (chapter 08: 1.4-2.0 us
+#: against about 22 us); with a longer K the main loop grows and the share shrinks as 2048 / K.
+STORE_SHARE_K2048 = 0.07
+
+
+def ping_pong_bound(doc: dict, store_share: float = STORE_SHARE_K2048) -> list[tuple[float, dict]]:
+    """For each set of a stored ``sweep_128x128``: how fast a ping-pong kernel with 128 x 128 tiles could be at
+    best, as its time over our best 128 x 256 time, ``[(bound, row), ...]``.
+
+    It runs the same main loops as our kernel with 128 x 128 tiles and hides their stores, no more. Those stores
+    take at most what a 128 x 256 tile's does (each warpgroup stores half as much) and there are twice as many,
+    so hiding them all wins back at most twice the store's share of our time: ``store_share * 2048 / K`` each.
+    """
+    return [(x - 2 * store_share * 2048 / r["k"], r) for x, r in best_tile_ratio(doc, "128x128", "128x256")]
+
+
+def store_gains(doc: dict) -> dict:
+    """A stored ``overlap`` run: the store under the next main loop against between main loops, split by
+    :func:`store_under_next` over the 128-row tiles (``"on"``: the sets it turns it on for, ``"off"``: the others;
+    each ``{"sets", "geomean", "min", "max", "faster"}``), and the kernel against ``torch._grouped_mm`` over all
+    sets with the store between main loops and as the rule places it (``"vs_torch_between"``,
+    ``"vs_torch_rule"``)."""
+    from .bench import geomean
+
+    def tile(r):
+        return Sm90Config(**dict(zip(("tile_m", "tile_n"), map(int, r["config"].split()[0].split("x")))))
+
+    def stats(gains):
+        return {"sets": len(gains), "geomean": geomean(gains), "min": min(gains), "max": max(gains),
+                "faster": sum(g > 1 for g in gains)}
+    rows = doc["rows"]
+    big = [r for r in rows if tile(r).tile_m == 128]
+    on = [r["under_gain"] for r in big if store_under_next(tile(r), r["tokens"], r["groups"])]
+    off = [r["under_gain"] for r in big if not store_under_next(tile(r), r["tokens"], r["groups"])]
+    rule = [r["torch_ms"] / (r["under_ms"] if store_under_next(tile(r), r["tokens"], r["groups"]) else r["between_ms"])
+            for r in rows]
+    return {"on": stats(on), "off": stats(off), "vs_torch_between": geomean([r["vs_torch_between"] for r in rows]),
+            "vs_torch_rule": geomean(rule)}
 
 
 def order_by_tokens(rows) -> dict:

@@ -36,6 +36,11 @@ changes:
   and the CTAs finish together; a last empty stage says the tiles ran out. In
   a pair only the first CTA claims; it posts each unit to its partner through
   a small mailbox in the workspace (:func:`post_unit`, :func:`wait_unit`).
+* **The store under the next main loop** (``overlap_store``; the host turns it on for 128-row tiles from 256
+  tokens per expert, :func:`gemmlab.grouped.store_under_next`). A warpgroup converts its finished accumulators
+  to ``c_type`` in registers of their own (64 per thread for a 64 x 256 slab), starts the next tile, and stores
+  the saved one sub-tile by sub-tile between that tile's first k-blocks, while their wgmmas run
+  (:func:`mma_tile_storing`): the tensor cores no longer wait out the store between two tiles.
 * **Clusters inside a group** (``cfg.cluster = (2, 1)``). A unit of work is
   two M-tiles of one group and one N-tile; the cluster's two CTAs take one
   each and share the weight tile by multicast. Units never straddle groups,
@@ -72,8 +77,8 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .family.configs import Sm90Config
-from .gemm_sm90 import (CONSUMER_REGS, PRODUCER_REGS, WG_ROWS, epilogue_operands, mma_and_smem_layouts,
-                        mma_operands, mma_tile, release_stage, store_tile)
+from .gemm_sm90 import (CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, epilogue_operands,
+                        mma_and_smem_layouts, mma_operands, mma_tile, release_stage, store_tile)
 from .pipeline import DevicePipelineState
 
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
@@ -465,6 +470,87 @@ def seek(cur: GroupCursor, linear: Int32, order, groups: Int32, offs, table, row
 
 
 # --------------------------------------------------------------------------------------
+# The store under the next main loop (``overlap_store``)
+# --------------------------------------------------------------------------------------
+
+
+@cute.jit
+def store_staged(tma_c: cute.CopyAtom, bSG_sC: cute.Tensor, bSG_gC: cute.Tensor, r2s: cute.TiledCopy,
+                 staged: cute.Tensor, tRS_sC: cute.Tensor, sub_out: cute.Tensor, half, store_warp,
+                 e: cutlass.Constexpr, cfg: cutlass.Constexpr, desc):
+    """Sub-tile ``e`` of a warpgroup's staged output (already ``c_type``, in registers): ``stmatrix`` into its
+    ring buffer, then one TMA store, as :func:`gemmlab.gemm_sm90.store_tile` does for one sub-tile.
+
+    ``e`` is a compile-time number: the staged values are registers, which can only be indexed by constants.
+    """
+    sub_size = cute.size(sub_out)
+    epi_count = cfg.tile_n // cfg.epi_n
+    buf = half * cfg.epi_stages + e % cfg.epi_stages
+    for v in cutlass.range_constexpr(sub_size):
+        sub_out[v] = staged[e * sub_size + v]
+    cute.copy(r2s, sub_out, tRS_sC[(None, None, None, buf)])
+    cute.arch.fence_proxy("async.shared", space="cta")  # stmatrix writes, then the TMA (async proxy) reads
+    cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+    if store_warp:
+        cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))], tma_desc_ptr=desc)
+        cute.arch.cp_async_bulk_commit_group()
+        cute.arch.cp_async_bulk_wait_group(cfg.epi_stages - 1, read=True)  # the buffer reused next is free
+        if cutlass.const_expr(e == epi_count - 1 and not cfg.epi_ring_aligned):
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+    cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+
+
+@cute.jit
+def mma_k_block(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, full, empty,
+                read: DevicePipelineState, release: DevicePipelineState, cluster_size: cutlass.Constexpr):
+    """One k-block after the first, as in :func:`gemmlab.gemm_sm90.mma_tile`'s loop: wait for its stage, issue
+    its wgmmas, wait for the previous batch and free that stage. Returns the advanced ``(read, release)``."""
+    cute.arch.mbarrier_wait(full + read.index, read.phase)
+    for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+        cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc)
+    warpgroup.commit_group()
+    warpgroup.wait_group(1)
+    release_stage(empty, release.index, cluster_size)
+    release = release.next()
+    return read.next(), release
+
+
+@cute.jit
+def mma_tile_storing(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, full, empty,
+                     read: DevicePipelineState, release: DevicePipelineState, kc: Int32,
+                     cluster_size: cutlass.Constexpr, pending: Int32, tma_c: cute.CopyAtom, sC: cute.Tensor,
+                     gC_prev: cute.Tensor, r2s: cute.TiledCopy, staged: cute.Tensor, tRS_sC: cute.Tensor,
+                     sub_out: cute.Tensor, half, store_warp, cfg: cutlass.Constexpr, desc):
+    """:func:`gemmlab.gemm_sm90.mma_tile`, storing the previous tile on the way (when ``pending``).
+
+    The previous tile's output waits in registers (``staged``, converted to ``c_type``: 64 registers per
+    thread for a 64 x 256 slab). After each of this tile's first ``tile_n / epi_n`` k-blocks is issued,
+    the warpgroup stores one sub-tile of it while that k-block's wgmmas run: the tensor cores no longer
+    wait for the store between two tiles. A tile shorter than that stores the rest after its last k-block.
+    """
+    epi_count = cfg.tile_n // cfg.epi_n
+    gC_epi = cute.zipped_divide(gC_prev, (WG_ROWS, cfg.epi_n))
+    bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_epi)
+    warpgroup.fence()
+    cute.arch.mbarrier_wait(full + read.index, read.phase)  # the first k-block, peeled as in mma_tile
+    for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+        cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc)
+    warpgroup.commit_group()
+    read.advance()
+    for e in cutlass.range_constexpr(epi_count):  # unrolled: sub-tile e is a compile-time index into `staged`
+        if e + 1 < kc:
+            read, release = mma_k_block(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, cluster_size)
+        if pending != 0:  # ...while k-block e + 1 runs, sub-tile e of the previous tile
+            store_staged(tma_c, bSG_sC, bSG_gC, r2s, staged, tRS_sC, sub_out, half, store_warp, e, cfg, desc)
+    for k in cutlass.range(epi_count + 1, kc, unroll=1):
+        read, release = mma_k_block(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, cluster_size)
+    warpgroup.wait_group(0)
+    release_stage(empty, release.index, cluster_size)
+    release.advance()
+    return read, release
+
+
+# --------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------
 
@@ -482,6 +568,7 @@ def grouped_kernel(
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
     ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
     l2_promotion: cutlass.Constexpr = None, trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
+    overlap_store: cutlass.Constexpr = False,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -675,6 +762,13 @@ def grouped_kernel(
         last = Int32(-1)
         linear = Int32(cluster_id)
         ntiles = Int32(0)
+        # overlap_store: the tile whose output waits in `staged` to be stored during the next main loop.
+        pending = Int32(0)
+        prev_m = Int32(0)
+        prev_n = Int32(0)
+        if cutlass.const_expr(overlap_store):
+            staged = cute.make_rmem_tensor_like(tRS_acc, c_type)
+        own_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
         cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         while cur.g < groups:
             m_unit, n_tile, kc = cur.tile(linear, BK)
@@ -683,7 +777,14 @@ def grouped_kernel(
             # ---- main loop (chapter 07's): one wgmma batch in flight, free the stage before it
             acc.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-            read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM)
+            if cutlass.const_expr(overlap_store):
+                # ...storing the previous tile's output on the way, through the descriptor still describing its
+                # group (a new group's rewrite comes after this loop)
+                read, release = mma_tile_storing(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM,
+                                                 pending, tma_c, sC, gC[(None, None, prev_m, prev_n)], r2s, staged,
+                                                 tRS_sC, sub_out, half, store_warp, cfg, own_c)
+            else:
+                read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM)
             if cutlass.const_expr(trace):
                 if tidx == 128:
                     if linear == cluster_id:
@@ -707,8 +808,14 @@ def grouped_kernel(
             desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
 
             # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
-            store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
-                       half, store_warp, cfg, c_type, desc_c)
+            if cutlass.const_expr(overlap_store):
+                staged.store(tRS_acc.load().to(c_type))  # stored during the next main loop (or after the last)
+                pending = Int32(1)
+                prev_m = m_tile
+                prev_n = n_tile
+            else:
+                store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
+                           half, store_warp, cfg, c_type, desc_c)
             if cutlass.const_expr(trace):
                 if tidx == 128:
                     if linear == cluster_id:
@@ -727,6 +834,14 @@ def grouped_kernel(
             # Free the stage that said "no more tiles" (it may be the first this consumer sees).
             cute.arch.mbarrier_wait(full + read.index, read.phase)
             release_stage(empty, release.index, CM)
+        if cutlass.const_expr(overlap_store):
+            if pending != 0:  # the last tile's output: no main loop left to hide its store under
+                gC_epi = cute.zipped_divide(gC[(None, None, prev_m, prev_n)], (WG_ROWS, cfg.epi_n))
+                bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
+                                                       gC_epi)
+                for e in cutlass.range_constexpr(BN // cfg.epi_n):
+                    store_staged(tma_c, bSG_sC, bSG_gC, r2s, staged, tRS_sC, sub_out, half, store_warp, e, cfg,
+                                 own_c)
         if store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         if cutlass.const_expr(trace):
@@ -745,7 +860,8 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
                    workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
                    by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None,
-                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False):
+                   trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
+                   overlap_store: cutlass.Constexpr = False):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -777,7 +893,8 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic).launch(
+                   cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic,
+                   overlap_store).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream,
         # `.minnctapersm 1`. Without it ptxas compiles the 64-row kernels (256 threads) to about 105 registers,
         # ignores their setmaxnreg ("unable to determine register count at entry", C7508) and serialises the
@@ -789,14 +906,14 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
 
 @functools.lru_cache(maxsize=None)
 def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None,
-                 trace: bool = False, dynamic: bool = False):
+                 trace: bool = False, dynamic: bool = False, overlap_store: bool = False):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
         launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
-                       l2_promotion, trace, dynamic)
+                       l2_promotion, trace, dynamic, overlap_store)
 
     return grouped_sm90_host
 
@@ -807,7 +924,8 @@ MODES = ("ragged", "table")
 
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
                     target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
-                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False):
+                    l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False,
+                    overlap_store: bool = False):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
@@ -818,7 +936,8 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     default 3, 256 bytes; None keeps the DSL's 128). ``trace``: record each CTA's timeline in one more
     workspace slot (:data:`TRACE_POINTS`; :func:`gemmlab.grouped.trace_launches`). ``dynamic``: after its
     first tile a CTA (in a pair: the pair's first CTA, for both) claims the next one from a global counter
-    (:func:`claim_tile`) instead of taking every ``grid``-th.
+    (:func:`claim_tile`) instead of taking every ``grid``-th. ``overlap_store``: each consumer warpgroup keeps a
+    finished tile in registers and stores it during the next tile's first k-blocks (:func:`mma_tile_storing`).
     """
     from .checks import check_choice
     from .compile import check_target, compile_for, fake_stream, fake_tensor
@@ -848,6 +967,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic)
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, bool(overlap_store))
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)

@@ -189,6 +189,44 @@ def streaming_read_line(moe_doc: dict, tail_doc: dict) -> str:
             f"over our kernel time: geomean {geomean(ratios):.3f}, {min(ratios):.3f} to {max(ratios):.3f}")
 
 
+def tile_ratio_line(doc: dict, tile: str = "128x128", against: str = "128x256") -> str:
+    """One line of a stored sweep: ``tile`` at its best over ``against`` at its best
+    (:func:`gemmlab.grouped.best_tile_ratio`), geomean and range, and the set closest to a tie."""
+    from .grouped import best_tile_ratio
+    got = best_tile_ratio(doc, tile, against)
+    ratios = [x for x, _ in got]
+    x, r = min(got, key=lambda p: p[0])
+    return (f"{doc['device']}: {tile} at its best over {against} at its best, {len(ratios)} sets: geomean "
+            f"{geomean(ratios):.3f}, {min(ratios):.3f} to {max(ratios):.3f} (closest: {r['shape']}, "
+            f"{r['groups']} experts, {r['tokens']} tokens)")
+
+
+def ping_pong_line(doc: dict) -> str:
+    """One line of a stored ``sweep_128x128``: the best a ping-pong kernel with 128 x 128 tiles could do
+    (:func:`gemmlab.grouped.ping_pong_bound`), the sets where it could be ahead of ours and the closest one."""
+    from .grouped import ping_pong_bound
+    got = ping_pong_bound(doc)
+    x, r = min(got, key=lambda p: p[0])
+    ahead = sum(b < 1 for b, _ in got)
+    return (f"  a ping-pong with every store hidden, at best: geomean {geomean([b for b, _ in got]):.3f} of our time, "
+            f"ahead of ours on {ahead} of {len(got)} sets; lowest {x:.3f} ({r['shape']}, {r['groups']} experts, "
+            f"{r['tokens']} tokens)")
+
+
+def overlap_line(doc: dict) -> str:
+    """Two lines of a stored ``overlap`` run (:func:`gemmlab.grouped.store_gains`)."""
+    from .grouped import OVERLAP_STORE_FROM, store_gains
+    g = store_gains(doc)
+    on, off = g["on"], g["off"]
+    return (f"{doc['device']}: time with the store between two main loops over with it under the next one, "
+            f"128-row tiles:\n"
+            f"  from {OVERLAP_STORE_FROM} tokens per expert ({on['sets']} sets): geomean {on['geomean']:.3f}, "
+            f"{on['min']:.3f} to {on['max']:.3f}, {on['faster']} faster; below ({off['sets']} sets): "
+            f"{off['min']:.3f} to {off['max']:.3f}\n"
+            f"  all {len(doc['rows'])} sets vs torch._grouped_mm: {g['vs_torch_between']:.3f}x with the store between "
+            f"main loops, {g['vs_torch_rule']:.3f}x with it where the rule puts it")
+
+
 def moe_table(doc: dict) -> str:
     """One line per MoE set: tokens, groups, our tile, the times (ms) and ratios."""
     measured = all("of_measured_roofline" in r for r in doc["rows"])
