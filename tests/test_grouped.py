@@ -329,6 +329,46 @@ def test_store_under_next_threshold_on_its_stored_data(gpu):
     assert got["vs_torch_rule"] > got["vs_torch_between"]
 
 
+def test_expert_bounds_by_hand():
+    # N = K = 1000, BF16, 1 TFLOP/s and 5 GB/s: the expert of 100 rows waits on its bytes (2.4 MB: 0.48 ms against
+    # 0.256 ms of its 128 padded rows), the one of 300 on its compute (384 rows: 0.768 ms against 3.2 MB, 0.64 ms)
+    serial, overlapped = grouped.expert_bounds([0, 100, 300], 1000, 1000, tflops=1.0, tbs=0.005)
+    assert serial == pytest.approx(0.48 + 0.768)
+    assert overlapped == pytest.approx(max(0.256 + 0.768, 0.48 + 0.64))
+    serial, _ = grouped.expert_bounds([300], 1000, 1000, tflops=1.0, tbs=0.005, unit_rows=256)
+    assert serial == pytest.approx(0.512 * 2)  # 512 rows in units of 256
+
+
+def test_expert_bound_rows_and_lines():
+    rows = [{"shape": "S", "n": 512, "k": 256, "groups": 8, "tokens": 4096, "config": cfg, "gemmlab_kernel_ms": 0.1}
+            for cfg in ("128x256 c1x1 m8 s4", "128x256 c2x1 m8 s4", "64x128 c1x1 m8 s8")]
+    doc = {"device": "GPU", "rows": rows, "measured": {"gemm_tflops": 700.0, "copy_tbs": 3.0}}
+    got = grouped.expert_bound_rows(doc)
+    assert [g["row"]["config"] for g in got] == ["128x256 c1x1 m8 s4", "128x256 c2x1 m8 s4"]  # 128 x 256 only
+    sizes = grouped.skewed_sizes(4096, 8)
+    for g, unit in zip(got, (128, 256)):
+        serial, overlapped = grouped.expert_bounds(sizes, 512, 256, 700.0, 3.0, unit_rows=unit)
+        assert g["serial_ms"] == serial and g["overlapped_ms"] == overlapped
+        assert g["measured_over_serial"] == pytest.approx(0.1 / serial)
+    lines = gt.expert_bound_lines(doc, most=1).splitlines()
+    assert len(lines) == 2 and lines[0].startswith("GPU: 2 sets of 128 x 256 tiles; kernel time over the experts")
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_stored_moe_runs_the_experts_as_if_one_after_another(gpu):
+    """Chapter 08's model: on every set of 128 x 256 tiles the kernel takes within 0.95-1.10x of the experts' time
+    one after another, and overlapping them would be worth 20 % or more somewhere."""
+    from gemmlab.bench import load_results
+    slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
+    doc = load_results("grouped_gemm", slug)
+    if doc is None:
+        pytest.skip(f"no stored moe run for the {gpu}")
+    got = grouped.expert_bound_rows(doc)
+    assert len(got) == 32
+    assert all(0.95 < g["measured_over_serial"] < 1.10 for g in got)
+    assert all(g["overlapped_over_serial"] <= 1.0 for g in got) and min(g["overlapped_over_serial"] for g in got) < 0.8
+
+
 def test_choose_config_by_tokens_and_experts():
     choose = grouped.choose_config
     assert choose(64, 8, 4096, 7168) is grouped.SMALL  # decode: 8 per expert

@@ -756,6 +756,44 @@ def store_gains(doc: dict) -> dict:
             "vs_torch_rule": geomean(rule)}
 
 
+def expert_bounds(m_sizes, n: int, k: int, tflops: float, tbs: float, unit_rows: int = 128,
+                  dtype: str = "bfloat16") -> tuple[float, float]:
+    """Two model times (ms) for a ragged launch: ``(one_after_another, overlapped)``.
+
+    Each live expert costs its padded compute (its rows rounded up to ``unit_rows``, the rows a tile or a pair's
+    unit computes, at ``tflops``) and its bytes (its weights and its rows of A and C, at ``tbs``). Run one after
+    another, each bound by the larger of the two, the experts take the sum of those maxima; with the
+    bandwidth-bound experts running beside the compute-bound ones, the launch could take the larger of the two sums.
+    """
+    esize = DTYPE_BITS[dtype] // 8
+    comp = byts = serial = 0.0
+    for m in m_sizes:
+        if m <= 0:
+            continue
+        c = 2 * -(-m // unit_rows) * unit_rows * n * k / (tflops * 1e12)
+        b = esize * (n * k + m * k + m * n) / (tbs * 1e12)
+        comp, byts, serial = comp + c, byts + b, serial + max(c, b)
+    return serial * 1e3, max(comp, byts) * 1e3
+
+
+def expert_bound_rows(doc: dict) -> list[dict]:
+    """The sets of a stored ``moe`` run with 128 x 256 tiles, against :func:`expert_bounds` at the run's own measured
+    ceilings (the router's sizes recomputed by :func:`skewed_sizes`): each ``{"row", "serial_ms", "overlapped_ms",
+    "measured_over_serial", "overlapped_over_serial"}``."""
+    out = []
+    ceil = doc["measured"]
+    for r in doc["rows"]:
+        tile, *rest = r["config"].split()
+        if tile != "128x256":
+            continue
+        unit = 128 * (2 if "c2x1" in rest else 1)
+        serial, overlapped = expert_bounds(skewed_sizes(r["tokens"], r["groups"]), r["n"], r["k"],
+                                           ceil["gemm_tflops"], ceil["copy_tbs"], unit_rows=unit)
+        out.append({"row": r, "serial_ms": serial, "overlapped_ms": overlapped,
+                    "measured_over_serial": r["gemmlab_kernel_ms"] / serial, "overlapped_over_serial": overlapped / serial})
+    return out
+
+
 def order_by_tokens(rows) -> dict:
     """Rows of ``benchmarks/grouped_gemm.py order`` by token count: ``{tokens: {"sets", "geomean",
     "largest_first_wins"}}``, the geomean of index order's time over largest first's (above 1: largest first is

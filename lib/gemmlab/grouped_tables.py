@@ -227,6 +227,24 @@ def overlap_line(doc: dict) -> str:
             f"main loops, {g['vs_torch_rule']:.3f}x with it where the rule puts it")
 
 
+def expert_bound_lines(doc: dict, most: int = 4) -> str:
+    """A stored ``moe`` run's 128 x 256 sets against the two model times of :func:`gemmlab.grouped.expert_bounds`:
+    how close the kernel is to "one expert after another", and the ``most`` sets with the most to gain from
+    overlapping them."""
+    from .grouped import expert_bound_rows
+    got = expert_bound_rows(doc)
+    meas = [g["measured_over_serial"] for g in got]
+    over = [g["overlapped_over_serial"] for g in got]
+    lines = [f"{doc['device']}: {len(got)} sets of 128 x 256 tiles; kernel time over the experts one after another: "
+             f"geomean {geomean(meas):.3f}, {min(meas):.3f} to {max(meas):.3f}; overlapped over one after another: "
+             f"geomean {geomean(over):.3f}, lowest {min(over):.3f}"]
+    for g in sorted(got, key=lambda g: g["overlapped_over_serial"])[:most]:
+        r = g["row"]
+        lines.append(f"  {r['shape']:20s} G={r['groups']:3d} T={r['tokens']:5d}: kernel {r['gemmlab_kernel_ms']:.3f} ms, "
+                     f"one after another {g['serial_ms']:.3f}, overlapped {g['overlapped_ms']:.3f}")
+    return "\n".join(lines)
+
+
 def moe_table(doc: dict) -> str:
     """One line per MoE set: tokens, groups, our tile, the times (ms) and ratios."""
     measured = all("of_measured_roofline" in r for r in doc["rows"])
