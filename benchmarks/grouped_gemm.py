@@ -388,46 +388,6 @@ def overlap(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, round
     print(json.dumps(summary, indent=1))
 
 
-def mixed(out_dir=None, tokens=(4096, 16384), groups=(32, 64, 128), shapes=MOE_SHAPES, rounds=5,
-          light=(128, 256)):
-    """The default kernel against the light experts' tiles spread among the heavy ones' (``mixed``, each
-    threshold of ``light`` rows), kernel time side by side with ``torch._grouped_mm``; every variant's output
-    poisoned and checked against the FP32 reference first."""
-    rows = []
-    variants = {"default": 0, **{f"mixed{r}": r for r in light}}
-    for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
-        label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
-        cfg = grouped.default_config(T, G, n, k, a.device)
-        ref = grouped.reference(a, b, offs)
-        out = torch.empty((T, n), device="cuda", dtype=a.dtype)
-        ok = cfg.cluster == (1, 1) and grouped.dynamic_schedule(cfg)
-        names = [v for v in variants if ok or v == "default"]
-        for name in names:
-            out.fill_(float("nan"))
-            grouped.grouped_gemm(a, b, offs, out=out, validate=False, mixed=variants[name])
-            row[f"rel_err_{name}"] = rel_err(out, ref, T)
-        del ref
-        launches = {name: [lambda r=variants[name]: grouped.grouped_gemm(a, b, offs, out=out, validate=False, mixed=r)]
-                    for name in names}
-        launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
-        t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
-        row.update({"config": cfg.name, **{f"{name}_ms": v["median_ms"] for name, v in t.items()}})
-        for name in names[1:]:
-            row[f"{name}_gain"] = row["default_ms"] / row[f"{name}_ms"]
-        rows.append(row)
-        err = max(row[f"rel_err_{name}"] for name in names)
-        print(f"{label:20s} G={G:3d} T={T:5d} {cfg.name:18s} err={err:.1e} "
-              + " ".join(f"{name}={row[name + '_ms']:.3f}" for name in names)
-              + f" torch={row['torch_ms']:.3f} " + " ".join(f"{name}x{row[name + '_gain']:.3f}" for name in names[1:]),
-              flush=True)
-        del a, b, out
-    summary = {f"{name}_gain": bench.geomean([r[f"{name}_gain"] for r in rows if f"{name}_gain" in r])
-               for name in variants if name != "default"}
-    summary["worst_rel_err"] = max(v for r in rows for key, v in r.items() if key.startswith("rel_err_"))
-    _write("grouped_gemm_mixed", {"rows": rows, "summary": summary}, out_dir)
-    print(json.dumps(summary, indent=1))
-
-
 #: Decode launches for ``tail``: (N, K, live experts); 4 tokens each, so one 64-row tile per tile width of
 #: columns. With the 128-wide tile the live counts straddle whole waves on 132 SMs (56 or 32 tiles per expert).
 STREAM_MIB = (128, 256, 512, 1024, 2048)  # the streaming reads' sizes
@@ -535,7 +495,7 @@ def _write(name, doc, out_dir):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("check", "moe", "quick", "sweep", *SWEEP_MODES, "tail", "order", "overlap",
-                                    "mixed", "all"))
+                                    "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -553,8 +513,6 @@ def main(argv=None):
         order(args.out)
     if args.what == "overlap":  # the store between main loops against under the next one
         overlap(args.out)
-    if args.what == "mixed":  # light experts' tiles spread among the heavy ones'
-        mixed(args.out)
     if args.what in ("moe", "all"):
         moe(args.out)
     return 0 if ok else 1

@@ -682,34 +682,6 @@ def test_overlapped_store_runs_inside_the_next_main_loop(cname):
     assert between_batches(ptx_of(compile_grouped(cfg, dynamic=True, overlap_store=False)))[:2] == (0, 0)
 
 
-def test_mixed_order_by_hand():
-    # 3 heavy tiles, 2 light: L(i) = floor(2 i / 5) light tiles before claim i
-    assert grouped.mixed_order(3, 5) == [(False, 0), (False, 1), (True, 3), (False, 2), (True, 4)]
-    for heavy, total in [(0, 7), (7, 7), (100, 164), (13, 250)]:
-        got = grouped.mixed_order(heavy, total)
-        assert sorted(t for _, t in got) == list(range(total))  # every tile once
-        light = [t for is_light, t in got if is_light]
-        assert all(t >= heavy for t in light) and light == sorted(light)
-        assert [t for is_light, t in got if not is_light] == list(range(heavy))
-        # spread evenly: every window of claims holds its share of light tiles, give or take one
-        for i in range(0, total, 10):
-            window = got[i:i + 20]
-            assert abs(sum(x for x, _ in window) - len(window) * (total - heavy) / total) <= 1
-
-
-def test_mixed_variant_compiles_with_more_producer_registers():
-    ptx = ptx_of(compile_grouped(grouped.LARGE, dynamic=True, overlap_store=True, mixed=256))
-    # 8 registers move from the consumers to the producer: 128 x 48 + 256 x 224 stays within the 384 x 168 of
-    # the launch (setmaxnreg.inc would wait forever for registers the CTA does not have)
-    assert "setmaxnreg.dec.sync.aligned.u32 \t48;" in ptx and "setmaxnreg.inc.sync.aligned.u32 \t224;" in ptx
-    plain = ptx_of(compile_grouped(grouped.LARGE, dynamic=True))
-    assert "setmaxnreg.dec.sync.aligned.u32 \t40;" in plain and "setmaxnreg.inc.sync.aligned.u32 \t232;" in plain
-    with pytest.raises(ValueError, match="mixed: spreading"):
-        compile_grouped(grouped.LARGE_C2, mixed=256)
-    with pytest.raises(ValueError, match="mixed: spreading"):
-        compile_grouped(grouped.LARGE, dynamic=False, mixed=256)
-
-
 def test_compile_rejects_other_targets_and_clusters():
     with pytest.raises(ValueError, match="sm_90a"):
         compile_grouped(grouped.SMALL, target="sm_100a")
@@ -742,9 +714,6 @@ GPU_CASES = [
     ([5, 0, 24, 1, 17, 64, 9] * 3, 1280, 384, "n", "SMALL_WIDE"),  # the wide decode tile: N not a multiple
     ([0, 700, 3, 0, 200, 1] * 3, 512, 256, "k", "LARGE_C2 dynamic"),  # pairs with the mailbox
     ([1, 7, 333, 63, 65, 2] * 4, 264, 136, "n", "MEDIUM_C2 dynamic"),
-    ([0, 700, 3, 0, 200, 1] * 3, 512, 256, "k", "LARGE mixed"),  # light experts' tiles among the heavy ones'
-    ([1500, 40, 90, 0, 300, 17, 60] * 4, 1024, 256, "n", "LARGE mixed"),
-    ([5, 9, 100] * 10, 384, 200, "k", "LARGE mixed"),  # light only
 ]
 
 
@@ -757,16 +726,13 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, variant):
     a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes), extra=16)
     out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
     chosen = grouped.default_config(a.shape[0], len(sizes), n, k, a.device)
-    dynamic, mixed = None, 0
+    dynamic = None
     if cname and cname.endswith(" dynamic"):
         cname, dynamic = cname.split()[0], True
-    if cname and cname.endswith(" mixed"):
-        cname, dynamic, mixed = cname.split()[0], True, 128
     cfg = getattr(grouped, cname) if cname else chosen
     by_size = not grouped.largest_first(cfg, a.shape[0], dynamic) if variant == "other-order" else None
     overlap = not grouped.store_under_next(cfg, a.shape[0], len(sizes)) if variant == "other-store" else None
-    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic, overlap_store=overlap,
-                         mixed=mixed)
+    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic, overlap_store=overlap)
     rows = sum(sizes)
     ref = grouped.reference(a, b, offs)
     got = out[:rows].float()

@@ -212,7 +212,7 @@ L2_PROMOTION = 3
 
 def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None,
              l2_promotion: int | None = L2_PROMOTION, trace: bool = False, dynamic: bool | None = None,
-             *, tokens: int, overlap_store: bool = False, mixed: int = 0):
+             *, tokens: int, overlap_store: bool = False):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
 
     ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg`` and ``tokens``, the rows
@@ -220,19 +220,17 @@ def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_s
     ``l2_promotion``: the A and B descriptors' L2 promotion (None: the DSL's, 128 bytes).
     ``dynamic``: hand out tiles from a counter (None: :func:`dynamic_schedule` decides for ``cfg``).
     ``overlap_store``: store each tile during the next one's main loop (:func:`store_under_next`).
-    ``mixed``: spread the tiles of groups of at most that many rows among the others' (0: off; :func:`mixed_order`).
     """
     dynamic = dynamic_schedule(cfg) if dynamic is None else bool(dynamic)
     by_size = largest_first(cfg, tokens, dynamic) if by_size is None else bool(by_size)
     overlap_store = bool(overlap_store)
-    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic, overlap_store, int(mixed))
+    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic, overlap_store)
     fn = _KERNELS.get(key)
     if fn is None:
         from .grouped_sm90 import compile_grouped
         t0 = time.perf_counter()
         fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size,
-                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic, overlap_store=overlap_store,
-                             mixed=int(mixed))
+                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic, overlap_store=overlap_store)
         COMPILE_SECONDS[key] = time.perf_counter() - t0
         if hasattr(fn, "__tvm_ffi_object__"):
             fn = fn.__tvm_ffi_object__()
@@ -240,7 +238,7 @@ def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_s
     return fn
 
 
-def _workspace(device, grid: int, cfg: Sm90Config, mixed: bool = False):
+def _workspace(device, grid: int, cfg: Sm90Config):
     """The descriptor slots: (grid, slots, 16) int64, one set per CTA, cached per device.
 
     Calls on one stream reuse it safely (a launch starts after the previous one
@@ -248,20 +246,19 @@ def _workspace(device, grid: int, cfg: Sm90Config, mixed: bool = False):
     rewrite each other's descriptors: that is not supported.
     """
     from .grouped_sm90 import slots_per_cta
-    key = (device, grid, slots_per_cta(cfg, mixed=mixed))
+    key = (device, grid, slots_per_cta(cfg))
     ws = _WORKSPACES.get(key)
     if ws is None:
-        ws = _new_workspace(device, grid, cfg, mixed=mixed)
+        ws = _new_workspace(device, grid, cfg)
         _WORKSPACES[key] = ws
     return ws
 
 
-def _new_workspace(device, grid: int, cfg: Sm90Config, trace: bool = False, mixed: bool = False):
-    """A zeroed workspace: (grid, slots, 16) int64 (the tile counters at 0), one more slot with ``trace``, the
-    light stream's descriptor slots with ``mixed``."""
+def _new_workspace(device, grid: int, cfg: Sm90Config, trace: bool = False):
+    """A zeroed workspace: (grid, slots, 16) int64 (the tile counters at 0), one more slot with ``trace``."""
     import torch
     from .grouped_sm90 import DESC_WORDS, slots_per_cta
-    return torch.zeros((grid, slots_per_cta(cfg, trace, mixed), DESC_WORDS), dtype=torch.int64, device=device)
+    return torch.zeros((grid, slots_per_cta(cfg, trace), DESC_WORDS), dtype=torch.int64, device=device)
 
 
 def _dummies(device):
@@ -394,7 +391,7 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
 
 def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True,
                  fences: bool = True, by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION,
-                 dynamic: bool | None = None, overlap_store: bool | None = None, mixed: int = 0):
+                 dynamic: bool | None = None, overlap_store: bool | None = None):
     """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
 
     ``validate=False`` skips the one check that reads ``offs`` back to the host
@@ -420,16 +417,10 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     sms = hardware.sm_count(a.device)
     grid = ragged_grid(cfg, sms, rows, groups, n)
     overlap = store_under_next(cfg, rows, groups) if overlap_store is None else bool(overlap_store)
-    if mixed:
-        from .grouped_sm90 import ORDER_MAX
-        if groups > ORDER_MAX:
-            mixed = 0  # the light groups are found by the ranking, which covers ORDER_MAX groups
-        else:
-            by_size = True  # the heavy groups must come first in the tile numbers
     fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic, tokens=rows,
-                  overlap_store=overlap, mixed=mixed)
+                  overlap_store=overlap)
     _, table = _dummies(a.device)
-    workspace = _workspace(a.device, sms, cfg, mixed=bool(mixed))
+    workspace = _workspace(a.device, sms, cfg)
     if validate:
         # Last, with everything else ready: reading offs waits for the GPU to finish the work queued
         # before this call, and the GPU idles from then until the launch below.
@@ -800,18 +791,6 @@ def expert_bound_rows(doc: dict) -> list[dict]:
                                            ceil["gemm_tflops"], ceil["copy_tbs"], unit_rows=unit)
         out.append({"row": r, "serial_ms": serial, "overlapped_ms": overlapped,
                     "measured_over_serial": r["gemmlab_kernel_ms"] / serial, "overlapped_over_serial": overlapped / serial})
-    return out
-
-
-def mixed_order(heavy: int, total: int) -> list[tuple[bool, int]]:
-    """CPU twin of :func:`gemmlab.grouped_sm90.mixed_tile`: for each claim ``i`` in ``0 .. total - 1``,
-    ``(light, tile)``. The ``total - heavy`` light tiles (numbers ``heavy ..``) are spread evenly among the heavy
-    ones (numbers ``0 .. heavy - 1``), each stream in its own order."""
-    light_n, all_n = total - heavy, max(total, 1)
-    out = []
-    for i in range(total):
-        before, after = i * light_n // all_n, (i + 1) * light_n // all_n
-        out.append((True, heavy + before) if after > before else (False, i - before))
     return out
 
 
