@@ -747,11 +747,13 @@ def store_gains(doc: dict) -> dict:
         return {"sets": len(gains), "geomean": geomean(gains), "min": min(gains), "max": max(gains),
                 "faster": sum(g > 1 for g in gains)}
     rows = doc["rows"]
-    big = [r for r in rows if tile(r).tile_m == 128]
-    on = [r["under_gain"] for r in big if store_under_next(tile(r), r["tokens"], r["groups"])]
-    off = [r["under_gain"] for r in big if not store_under_next(tile(r), r["tokens"], r["groups"])]
-    rule = [r["torch_ms"] / (r["under_ms"] if store_under_next(tile(r), r["tokens"], r["groups"]) else r["between_ms"])
-            for r in rows]
+    on, off, rule = [], [], []
+    for r in rows:
+        cfg = tile(r)
+        under = store_under_next(cfg, r["tokens"], r["groups"])
+        if cfg.tile_m == 128:
+            (on if under else off).append(r["under_gain"])
+        rule.append(r["torch_ms"] / (r["under_ms"] if under else r["between_ms"]))
     return {"on": stats(on), "off": stats(off), "vs_torch_between": geomean([r["vs_torch_between"] for r in rows]),
             "vs_torch_rule": geomean(rule)}
 

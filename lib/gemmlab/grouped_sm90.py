@@ -768,6 +768,7 @@ def grouped_kernel(
         prev_n = Int32(0)
         if cutlass.const_expr(overlap_store):
             staged = cute.make_rmem_tensor_like(tRS_acc, c_type)
+        # Every store goes through this warpgroup's C slot (rewritten in place at each new group).
         own_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
         cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         while cur.g < groups:
@@ -805,7 +806,6 @@ def grouped_kernel(
                     else:
                         publish_descriptor_unfenced(workspace, bid, c_slot, smem_c)
                 last = cur.g
-            desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
 
             # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
             if cutlass.const_expr(overlap_store):
@@ -815,7 +815,7 @@ def grouped_kernel(
                 prev_n = n_tile
             else:
                 store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
-                           half, store_warp, cfg, c_type, desc_c)
+                           half, store_warp, cfg, c_type, own_c)
             if cutlass.const_expr(trace):
                 if tidx == 128:
                     if linear == cluster_id:
