@@ -212,7 +212,7 @@ L2_PROMOTION = 3
 
 def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_size: bool | None = None,
              l2_promotion: int | None = L2_PROMOTION, trace: bool = False, dynamic: bool | None = None,
-             *, tokens: int, overlap_store: bool = False, experiment: str = ""):
+             *, tokens: int, overlap_store: bool = False):
     """The compiled grouped kernel for (cfg, mode, B's layout): compiled on first use, then cached.
 
     ``by_size``: the visiting order (None: :func:`largest_first` decides for ``cfg`` and ``tokens``, the rows
@@ -224,14 +224,13 @@ def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_s
     dynamic = dynamic_schedule(cfg) if dynamic is None else bool(dynamic)
     by_size = largest_first(cfg, tokens, dynamic) if by_size is None else bool(by_size)
     overlap_store = bool(overlap_store)
-    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic, overlap_store, experiment)
+    key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic, overlap_store)
     fn = _KERNELS.get(key)
     if fn is None:
         from .grouped_sm90 import compile_grouped
         t0 = time.perf_counter()
         fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size,
-                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic, overlap_store=overlap_store,
-                             experiment=experiment)
+                             l2_promotion=l2_promotion, trace=trace, dynamic=dynamic, overlap_store=overlap_store)
         COMPILE_SECONDS[key] = time.perf_counter() - t0
         if hasattr(fn, "__tvm_ffi_object__"):
             fn = fn.__tvm_ffi_object__()
@@ -392,7 +391,7 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
 
 def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, validate: bool = True,
                  fences: bool = True, by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION,
-                 dynamic: bool | None = None, overlap_store: bool | None = None, _experiment: str = ""):
+                 dynamic: bool | None = None, overlap_store: bool | None = None):
     """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
 
     ``validate=False`` skips the one check that reads ``offs`` back to the host
@@ -419,7 +418,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     grid = ragged_grid(cfg, sms, rows, groups, n)
     overlap = store_under_next(cfg, rows, groups) if overlap_store is None else bool(overlap_store)
     fn = compiled(cfg, "ragged", major, fences, by_size, l2_promotion, dynamic=dynamic, tokens=rows,
-                  overlap_store=overlap, experiment=_experiment)
+                  overlap_store=overlap)
     _, table = _dummies(a.device)
     workspace = _workspace(a.device, sms, cfg)
     if validate:

@@ -568,7 +568,7 @@ def grouped_kernel(
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
     ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
     l2_promotion: cutlass.Constexpr = None, trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-    overlap_store: cutlass.Constexpr = False, experiment: cutlass.Constexpr = "",
+    overlap_store: cutlass.Constexpr = False,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -653,14 +653,6 @@ def grouped_kernel(
             set_l2_promotion(smem_a, l2_promotion)
             set_l2_promotion(smem_b, l2_promotion)
             state = DevicePipelineState.producer(stages)
-            if cutlass.const_expr(experiment != ""):
-                pol_first = cute.arch.inline_ptx("createpolicy.fractional.L2::evict_first.b64 {$w0}, 1.0;",
-                                                 write_only_types=[Int64])
-                pol_normal = cute.arch.inline_ptx("createpolicy.fractional.L2::evict_normal.b64 {$w0}, 1.0;",
-                                                  write_only_types=[Int64])
-                pol_last = cute.arch.inline_ptx("createpolicy.fractional.L2::evict_last.b64 {$w0}, 1.0;",
-                                                write_only_types=[Int64])
-                pol_b = pol_first
             cur = first_group(sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             last = Int32(-1)
             flips = Int32(0)  # group changes so far: which of the two A/B slots is current
@@ -692,11 +684,6 @@ def grouped_kernel(
                 desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, A_SLOTS + slot),
                                                  cute.AddressSpace.generic)
                 m_unit, n_tile, k_tiles = cur.tile(linear, BK)
-                if cutlass.const_expr(experiment in ("bfirst", "bfirst_alast")):
-                    # the group's weight tile is read by this CTA only when the group has one M-unit
-                    pol_b = pol_normal
-                    if cur.m_tiles == 1:
-                        pol_b = pol_first
                 if cutlass.const_expr(trace):
                     if linear == cluster_id:
                         if cute.arch.lane_idx() == 0:
@@ -715,16 +702,9 @@ def grouped_kernel(
                             if kt == 0:
                                 put_tile_of(ring, stages, state.index, linear)
                         cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)
-                    if cutlass.const_expr(experiment in ("bfirst_alast", "alast")):
-                        cute.copy(tma_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
-                                  tma_bar_ptr=full + state.index, tma_desc_ptr=desc_a, cache_policy=pol_last)
-                    else:
-                        cute.copy(tma_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
-                                  tma_bar_ptr=full + state.index, tma_desc_ptr=desc_a)
-                    if cutlass.const_expr(experiment in ("bfirst", "bfirst_alast", "ball_first")):
-                        cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
-                                  tma_bar_ptr=full + state.index, tma_desc_ptr=desc_b, cache_policy=pol_b)
-                    elif cutlass.const_expr(CM > 1):
+                    cute.copy(tma_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
+                              tma_bar_ptr=full + state.index, tma_desc_ptr=desc_a)
+                    if cutlass.const_expr(CM > 1):
                         cute.copy(tma_b, tBgB[(None, n_tile, kt)], tBsB[(None, state.index)],
                                   tma_bar_ptr=full + state.index, mcast_mask=mcast_mask, tma_desc_ptr=desc_b)
                     else:
@@ -813,7 +793,7 @@ def grouped_kernel(
                     stamp(workspace, bid, "last_mainloop_end", trace)
 
             # ---- a new group: this warpgroup's C descriptor describes the group's C
-            if cur.g != last and (cutlass.const_expr(experiment != "skip_c") or last < 0):
+            if cur.g != last:
                 if store_warp:
                     # Earlier stores must be done with the slot before it changes.
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
@@ -881,7 +861,7 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
                    by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None,
                    trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-                   overlap_store: cutlass.Constexpr = False, experiment: cutlass.Constexpr = ""):
+                   overlap_store: cutlass.Constexpr = False):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -914,7 +894,7 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
                    cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic,
-                   overlap_store, experiment).launch(
+                   overlap_store).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream,
         # `.minnctapersm 1`. Without it ptxas compiles the 64-row kernels (256 threads) to about 105 registers,
         # ignores their setmaxnreg ("unable to determine register count at entry", C7508) and serialises the
@@ -926,14 +906,14 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
 
 @functools.lru_cache(maxsize=None)
 def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None,
-                 trace: bool = False, dynamic: bool = False, overlap_store: bool = False, experiment: str = ""):
+                 trace: bool = False, dynamic: bool = False, overlap_store: bool = False):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
         launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
-                       l2_promotion, trace, dynamic, overlap_store, experiment)
+                       l2_promotion, trace, dynamic, overlap_store)
 
     return grouped_sm90_host
 
@@ -945,7 +925,7 @@ MODES = ("ragged", "table")
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
                     target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
                     l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False,
-                    overlap_store: bool = False, experiment: str = ""):
+                    overlap_store: bool = False):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
@@ -987,7 +967,6 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace), DESC_WORDS), align=DESC_BYTES,
                             stride_order=(2, 1, 0))
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, bool(overlap_store),
-                        experiment)
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, bool(overlap_store))
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)
