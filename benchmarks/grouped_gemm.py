@@ -10,6 +10,7 @@
     python benchmarks/grouped_gemm.py sweep_medium  # 128 x 192 static against dynamic, where it is chosen
     python benchmarks/grouped_gemm.py sweep_128x128  # 128 x 128 tiles (a ping-pong warpgroup's) against 128 x 256
     python benchmarks/grouped_gemm.py overlap    # each tile's store between main loops or under the next one
+    python benchmarks/grouped_gemm.py fences     # the unfenced variant on MoE sets: wrong, and "faster" than its floor
     python benchmarks/grouped_gemm.py all
 
 Results go to ``results/<device>/grouped_gemm*.json`` (``--out DIR`` writes there instead); the
@@ -388,6 +389,49 @@ def overlap(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, round
     print(json.dumps(summary, indent=1))
 
 
+#: The sets of ``fences``: (label, N, K, experts, tokens); three where every CTA changes group at almost every tile.
+FENCE_SETS = (("DeepSeek-V3 gate/up", 4096, 7168, 128, 16384), ("DeepSeek-V3 down", 7168, 2048, 64, 16384),
+              ("Mixtral down", 4096, 14336, 128, 16384), ("DeepSeek-V3 gate/up", 4096, 7168, 64, 4096))
+
+
+def fences(out_dir=None, sets=FENCE_SETS, rounds=5, runs=3):
+    """The broken variant (``fences=False``: descriptors published without release or acquire) on MoE sets.
+
+    For each set: both variants' errors against FP32 over ``runs`` launches (outputs poisoned with NaN first),
+    both kernel times side by side, and the set's floor at this GPU's measured ceilings (the copy rate: the time
+    to read every byte of the set once). A time under that floor means the kernel did not read its inputs.
+    """
+    ceil = bench.measured_ceilings()
+    rows = []
+    for label, n, k, G, T in sets:
+        sizes = grouped.skewed_sizes(T, G)
+        a, b, offs = ragged_inputs(sizes, n, k)
+        ref = grouped.reference(a, b, offs)
+        out = torch.empty((T, n), device="cuda", dtype=a.dtype)
+        row = {"shape": label, "n": n, "k": k, "groups": G, "tokens": T}
+        for name, flag in (("fenced", True), ("unfenced", False)):
+            errs = []
+            for _ in range(runs):
+                out.fill_(POISON)
+                grouped.grouped_gemm(a, b, offs, out=out, validate=False, fences=flag)
+                errs.append(rel_err(out, ref, T))
+            row[f"rel_err_{name}"] = errs
+        del ref
+        t = bench.time_interleaved(
+            {name: [lambda flag=flag: grouped.grouped_gemm(a, b, offs, out=out, validate=False, fences=flag)]
+             for name, flag in (("fenced", True), ("unfenced", False))},
+            rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+        flops, nbytes = grouped.flops_bytes(sizes, n, k)
+        row.update({f"{name}_ms": v["median_ms"] for name, v in t.items()})
+        row["measured_floor_ms"] = grouped.floor_ms(flops, nbytes, ceil["gemm_tflops"], ceil["copy_tbs"])
+        rows.append(row)
+        print(f"{label:20s} G={G:3d} T={T:5d} fenced {row['fenced_ms']:.3f} ms (err {max(row['rel_err_fenced']):.1e}), "
+              f"unfenced {row['unfenced_ms']:.3f} ms (err {max(row['rel_err_unfenced']):.1e}), "
+              f"floor {row['measured_floor_ms']:.3f} ms", flush=True)
+        del a, b, out
+    _write("grouped_gemm_fences", {"rows": rows, "measured": ceil}, out_dir)
+
+
 #: Decode launches for ``tail``: (N, K, live experts); 4 tokens each, so one 64-row tile per tile width of
 #: columns. With the 128-wide tile the live counts straddle whole waves on 132 SMs (56 or 32 tiles per expert).
 STREAM_MIB = (128, 256, 512, 1024, 2048)  # the streaming reads' sizes
@@ -495,7 +539,7 @@ def _write(name, doc, out_dir):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("check", "moe", "quick", "sweep", *SWEEP_MODES, "tail", "order", "overlap",
-                                    "all"))
+                                    "fences", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -513,6 +557,8 @@ def main(argv=None):
         order(args.out)
     if args.what == "overlap":  # the store between main loops against under the next one
         overlap(args.out)
+    if args.what == "fences":  # the unfenced variant: its errors, and its time against the set's floor
+        fences(args.out)
     if args.what in ("moe", "all"):
         moe(args.out)
     return 0 if ok else 1

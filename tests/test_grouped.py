@@ -354,6 +354,31 @@ def test_expert_bound_rows_and_lines():
     assert len(lines) == 2 and lines[0].startswith("GPU: 2 sets of 128 x 256 tiles; kernel time over the experts")
 
 
+def test_fences_lines_by_hand():
+    rows = [{"shape": "S", "groups": 4, "tokens": 64, "fenced_ms": 2.0, "unfenced_ms": 1.5, "measured_floor_ms": 1.8,
+             "rel_err_fenced": [1e-3, 2e-3], "rel_err_unfenced": [0.5, float("inf")]},
+            {"shape": "T", "groups": 8, "tokens": 512, "fenced_ms": 1.0, "unfenced_ms": 1.1, "measured_floor_ms": 0.5,
+             "rel_err_fenced": [1e-3], "rel_err_unfenced": [0.25]}]
+    lines = gt.fences_lines({"device": "GPU", "rows": rows}).splitlines()
+    assert lines[0] == "GPU: the kernel with and without the descriptor fences"
+    assert lines[1] == ("  S, 4 experts, 64 tokens: fenced 2.00 ms (error 2.0e-03), unfenced 1.50 ms "
+                        "(non-finite values in the output), 0.83 of the floor")
+    assert lines[2].endswith("unfenced 1.10 ms (error 2.5e-01), 2.20 of the floor")
+
+
+def test_stored_fences_run_is_wrong_and_under_its_floor():
+    """Chapter 08's claim from the stored H100 run: the unfenced kernel's output is wrong on every set and on at
+    least one it finished in less time than reading its bytes once takes."""
+    from gemmlab.bench import load_results
+    doc = load_results("grouped_gemm_fences", "nvidia-h100-80gb-hbm3")
+    if doc is None:
+        pytest.skip("no stored fences run for the H100")
+    rows = doc["rows"]
+    assert all(max(r["rel_err_fenced"]) < 1e-2 for r in rows)
+    assert all(min(r["rel_err_unfenced"]) > 1e-2 for r in rows)
+    assert min(r["unfenced_ms"] / r["measured_floor_ms"] for r in rows) < 1.0
+
+
 @pytest.mark.parametrize("gpu", ["H100", "H200"])
 def test_stored_moe_runs_the_experts_as_if_one_after_another(gpu):
     """Chapter 08's model: on every set of 128 x 256 tiles the kernel takes within 0.95-1.10x of the experts' time

@@ -227,6 +227,19 @@ def overlap_line(doc: dict) -> str:
             f"main loops, {g['vs_torch_rule']:.3f}x with it where the rule puts it")
 
 
+def fences_lines(doc: dict) -> str:
+    """A stored ``fences`` run, one line per set: each variant's time and worst error, and the unfenced time over
+    the set's measured floor (under 1: it finished before its bytes could have been read once)."""
+    lines = [f"{doc['device']}: the kernel with and without the descriptor fences"]
+    for r in doc["rows"]:
+        worst = max(r["rel_err_unfenced"])
+        lines.append(f"  {r['shape']}, {r['groups']} experts, {r['tokens']} tokens: fenced {r['fenced_ms']:.2f} ms "
+                     f"(error {max(r['rel_err_fenced']):.1e}), unfenced {r['unfenced_ms']:.2f} ms "
+                     f"({'non-finite values in the output' if worst == float('inf') else f'error {worst:.1e}'}), "
+                     f"{r['unfenced_ms'] / r['measured_floor_ms']:.2f} of the floor")
+    return "\n".join(lines)
+
+
 def expert_bound_lines(doc: dict, most: int = 4) -> str:
     """A stored ``moe`` run's 128 x 256 sets against the two model times of :func:`gemmlab.grouped.expert_bounds`:
     how close the kernel is to "one expert after another", and the ``most`` sets with the most to gain from
