@@ -11,6 +11,8 @@
     python benchmarks/grouped_gemm.py sweep_128x128  # 128 x 128 tiles (a ping-pong warpgroup's) against 128 x 256
     python benchmarks/grouped_gemm.py overlap    # each tile's store between main loops or under the next one
     python benchmarks/grouped_gemm.py fences     # the unfenced variant on MoE sets: wrong, and "faster" than its floor
+    python benchmarks/grouped_gemm.py kernel     # the headline alone: kernel time vs torch._grouped_mm, 64 sets
+    python benchmarks/grouped_gemm.py mixed      # the mixed order in blocks of 64, 128, 256 claims, and without it
     python benchmarks/grouped_gemm.py all
 
 Results go to ``results/<device>/grouped_gemm*.json`` (``--out DIR`` writes there instead); the
@@ -188,13 +190,18 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
             "padded_bmm": [lambda: torch.bmm(a_pad, b, out=out_pad)],
         }
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2)
-        # The visiting order the heuristic did not choose (largest first or index order), for its gain.
-        other = not grouped.largest_first(cfg, T)
-        other_order = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, by_size=other)]
         # The DSL's own L2 promotion (128 bytes) in place of ours (256), for its gain.
         l2_128 = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, l2_promotion=None)]
-        kernels = {"gemmlab_kernel": launches["gemmlab_novalidate"], "gemmlab_other_order_kernel": other_order,
-                   "gemmlab_l2_128_kernel": l2_128, "torch_grouped_mm_kernel": launches["torch_grouped_mm"]}
+        kernels = {"gemmlab_kernel": launches["gemmlab_novalidate"], "gemmlab_l2_128_kernel": l2_128,
+                   "torch_grouped_mm_kernel": launches["torch_grouped_mm"]}
+        mixed = grouped.mixed_rows(cfg, T, G)
+        other = not grouped.largest_first(cfg, T)
+        if mixed:  # the mixed order against the order the kernel takes without it, for its gain
+            kernels["gemmlab_other_mixed_kernel"] = [
+                lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, mixed=0, by_size=not other)]
+        else:  # the visiting order the heuristic did not choose (largest first or index order), for its gain
+            kernels["gemmlab_other_order_kernel"] = [
+                lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, by_size=other)]
         if cfg.cluster == (1, 1):  # the tile scheduling the heuristic did not choose (dynamic or static)
             dyn = not grouped.dynamic_schedule(cfg)
             kernels["gemmlab_other_sched_kernel"] = [
@@ -207,15 +214,16 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
             row[f"{name}_ms"] = v["median_ms"]
         row["padded_flops_ratio"] = G * mmax / max(T, 1)
         for name in ("gemmlab", "gemmlab_novalidate", "torch_grouped_mm", "matmul_loop", "padded_bmm",
-                     "gemmlab_kernel", "gemmlab_other_order_kernel", "gemmlab_l2_128_kernel",
-                     "torch_grouped_mm_kernel"):
+                     "gemmlab_kernel", "gemmlab_l2_128_kernel", "torch_grouped_mm_kernel"):
             row[f"{name}_tflops"] = flops / (row[f"{name}_ms"] * 1e-3) / 1e12
         row["vs_torch"] = row["torch_grouped_mm_ms"] / row["gemmlab_ms"]
         row["vs_torch_novalidate"] = row["torch_grouped_mm_ms"] / row["gemmlab_novalidate_ms"]
         row["vs_torch_kernel"] = row["torch_grouped_mm_kernel_ms"] / row["gemmlab_kernel_ms"]
         row["vs_loop"] = row["matmul_loop_ms"] / row["gemmlab_ms"]
-        row["largest_first"] = not other
-        row["order_gain"] = row["gemmlab_other_order_kernel_ms"] / row["gemmlab_kernel_ms"]
+        row["largest_first"] = bool(mixed) or not other
+        row["mixed"] = bool(mixed)
+        row["order_gain"] = (None if mixed else row["gemmlab_other_order_kernel_ms"] / row["gemmlab_kernel_ms"])
+        row["mixed_gain"] = (row["gemmlab_other_mixed_kernel_ms"] / row["gemmlab_kernel_ms"] if mixed else None)
         row["l2_gain"] = row["gemmlab_l2_128_kernel_ms"] / row["gemmlab_kernel_ms"]
         row["dynamic"] = grouped.dynamic_schedule(cfg)
         row["sched_gain"] = (row["gemmlab_other_sched_kernel_ms"] / row["gemmlab_kernel_ms"]
@@ -226,7 +234,8 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         print(f"{label:20s} G={G:3d} T={T:5d} {cfg.name:18s} err={err:.1e} "
               f"ours={row['gemmlab_ms']:.3f} nov={row['gemmlab_novalidate_ms']:.3f} "
               f"torch={row['torch_grouped_mm_ms']:.3f} loop={row['matmul_loop_ms']:.3f} "
-              f"x{row['vs_torch']:.2f} k{row['vs_torch_kernel']:.2f} order{row['order_gain']:.2f} "
+              f"x{row['vs_torch']:.2f} k{row['vs_torch_kernel']:.2f} order{row['order_gain'] or 1:.2f} "
+              f"mixed{row['mixed_gain'] or 1:.2f} "
               f"l2{row['l2_gain']:.2f} sched{row['sched_gain'] or 1:.2f} "
               f"roof={row['of_roofline']:.2f}", flush=True)
         del a, b, out, out_t, a_pad, out_pad
@@ -389,6 +398,39 @@ def overlap(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, round
     print(json.dumps(summary, indent=1))
 
 
+def kernel(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=5):
+    """The headline alone: the default kernel against ``torch._grouped_mm``'s, kernel time side by side (GPU-only
+    timing, as ``moe``'s second pass) on the 64 MoE sets, each output poisoned and checked against FP32 first; the
+    file is rewritten after every set, so a run cut short keeps what it measured."""
+    rows = []
+    for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
+        label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
+        cfg = grouped.default_config(T, G, n, k, a.device)
+        out = torch.empty((T, n), device="cuda", dtype=a.dtype)
+        out.fill_(POISON)
+        grouped.grouped_gemm(a, b, offs, out=out, validate=False)
+        ref = grouped.reference(a, b, offs)
+        row["rel_err"] = rel_err(out, ref, T)
+        del ref
+        launches = {"gemmlab_kernel": [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False)],
+                    "torch_grouped_mm_kernel": [lambda: torch._grouped_mm(a, b, offs=offs)]}
+        t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+        row.update({"config": cfg.name, "mixed": bool(grouped.mixed_rows(cfg, T, G)),
+                    **{f"{name}_ms": v["median_ms"] for name, v in t.items()}})
+        row["vs_torch_kernel"] = row["torch_grouped_mm_kernel_ms"] / row["gemmlab_kernel_ms"]
+        rows.append(row)
+        print(f"{label:20s} G={G:3d} T={T:5d} {cfg.name:18s} err={row['rel_err']:.1e} "
+              f"ours={row['gemmlab_kernel_ms']:.3f} torch={row['torch_grouped_mm_kernel_ms']:.3f} "
+              f"x{row['vs_torch_kernel']:.3f}{' mixed' if row['mixed'] else ''}", flush=True)
+        del a, b, out
+        ratios = [r["vs_torch_kernel"] for r in rows]
+        _write("grouped_gemm_kernel", {"rows": rows, "summary": {
+            "sets": len(rows), "geomean_vs_torch_kernel": bench.geomean(ratios), "min_vs_torch_kernel": min(ratios),
+            "max_rel_err": max(r["rel_err"] for r in rows)}}, out_dir)
+    print(f"{len(rows)} sets: kernel time vs torch._grouped_mm, geomean {bench.geomean(ratios):.3f}x, "
+          f"lowest {min(ratios):.3f}x")
+
+
 #: The sets of ``fences``: (label, N, K, experts, tokens); three where every CTA changes group at almost every tile.
 FENCE_SETS = (("DeepSeek-V3 gate/up", 4096, 7168, 128, 16384), ("DeepSeek-V3 down", 7168, 2048, 64, 16384),
               ("Mixtral down", 4096, 14336, 128, 16384), ("DeepSeek-V3 gate/up", 4096, 7168, 64, 4096))
@@ -430,6 +472,46 @@ def fences(out_dir=None, sets=FENCE_SETS, rounds=5, runs=3):
               f"floor {row['measured_floor_ms']:.3f} ms", flush=True)
         del a, b, out
     _write("grouped_gemm_fences", {"rows": rows, "measured": ceil}, out_dir)
+
+
+def mixed(out_dir=None, tokens=(4096, 16384), groups=(32, 64, 128), shapes=MOE_SHAPES, rounds=5,
+          bursts=(64, 128, 256)):
+    """The mixed order (:func:`gemmlab.grouped.mixed_rows`) in blocks of each of ``bursts`` claims against the kernel
+    without it (its order as :func:`gemmlab.grouped.largest_first` decides), on the sets of
+    :data:`gemmlab.grouped.MIXED_FROM` or more tokens per expert (the data behind :data:`gemmlab.grouped.MIXED_BURST`);
+    every variant's output poisoned and checked against FP32 first."""
+    rows = []
+    variants = {"unmixed": {"mixed": 0},
+                **{f"burst{q}": {"mixed": grouped.MIXED_LIGHT_ROWS, "burst": q} for q in bursts}}
+    for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
+        label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
+        cfg = grouped.default_config(T, G, n, k, a.device)
+        if T < grouped.MIXED_FROM * G or cfg != grouped.LARGE:
+            del a, b, offs
+            continue
+        ref = grouped.reference(a, b, offs)
+        out = torch.empty((T, n), device="cuda", dtype=a.dtype)
+        for name, kw in variants.items():
+            out.fill_(POISON)
+            grouped.grouped_gemm(a, b, offs, out=out, validate=False, **kw)
+            row[f"rel_err_{name}"] = rel_err(out, ref, T)
+        del ref
+        launches = {name: [lambda kw=kw: grouped.grouped_gemm(a, b, offs, out=out, validate=False, **kw)]
+                    for name, kw in variants.items()}
+        launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
+        t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+        row.update({"config": cfg.name, **{f"{name}_ms": v["median_ms"] for name, v in t.items()}})
+        for name in list(variants)[1:]:
+            row[f"{name}_gain"] = row["unmixed_ms"] / row[f"{name}_ms"]
+        rows.append(row)
+        err = max(row[f"rel_err_{name}"] for name in variants)
+        print(f"{label:20s} G={G:3d} T={T:5d} err={err:.1e} unmixed={row['unmixed_ms']:.3f} "
+              + " ".join(f"{name}x{row[name + '_gain']:.3f}" for name in list(variants)[1:]), flush=True)
+        del a, b, out
+    summary = {f"{name}_gain": bench.geomean([r[f"{name}_gain"] for r in rows]) for name in list(variants)[1:]}
+    summary["worst_rel_err"] = max(v for r in rows for key, v in r.items() if key.startswith("rel_err_"))
+    _write("grouped_gemm_mixed", {"rows": rows, "summary": summary}, out_dir)
+    print(json.dumps(summary, indent=1))
 
 
 #: Decode launches for ``tail``: (N, K, live experts); 4 tokens each, so one 64-row tile per tile width of
@@ -539,7 +621,7 @@ def _write(name, doc, out_dir):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("check", "moe", "quick", "sweep", *SWEEP_MODES, "tail", "order", "overlap",
-                                    "fences", "all"))
+                                    "fences", "mixed", "kernel", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -559,6 +641,10 @@ def main(argv=None):
         overlap(args.out)
     if args.what == "fences":  # the unfenced variant: its errors, and its time against the set's floor
         fences(args.out)
+    if args.what == "kernel":  # the headline alone: kernel time against torch._grouped_mm on the 64 sets
+        kernel(args.out)
+    if args.what == "mixed":  # the light experts' tiles claimed among the heavy ones', in blocks
+        mixed(args.out)
     if args.what in ("moe", "all"):
         moe(args.out)
     return 0 if ok else 1

@@ -1,7 +1,7 @@
 """Small grouped GEMMs for compute-sanitizer (memcheck, racecheck): every tile, both forms, both schedulings,
-both places of the store.
+both places of the store, the mixed order.
 
-    compute-sanitizer --tool memcheck python benchmarks/sanitize_grouped.py
+    compute-sanitizer --tool memcheck python benchmarks/sanitize_grouped.py [mixed]
 """
 from __future__ import annotations
 
@@ -25,17 +25,24 @@ def main():
     runs.append((grouped.LARGE, True, True, None))  # dynamic and largest first: the default from 8192 tokens
     runs += [(cfg, dyn, None, True) for cfg, dyn in ((grouped.SMALL, True), (grouped.LARGE, False),
                                                      (grouped.LARGE, True), (grouped.LARGE_C2, False))]
-    for cfg, dyn, by_size, overlap in runs:
-        sizes = [0, 70, 3, 0, 200, 1]
+    runs = [r + ({},) for r in runs]
+    # the mixed order (light experts' tiles claimed among the heavy ones'), in one block and in blocks of 5
+    runs += [(grouped.LARGE, True, None, True, {"mixed": 128, "burst": q}) for q in (None, 5)]
+    if sys.argv[1:] == ["mixed"]:  # only the mixed order
+        runs = [r for r in runs if r[4]]
+    for cfg, dyn, by_size, overlap, extra in runs:
+        sizes = [0, 70, 3, 0, 200, 1] if not extra else [0, 700, 3, 0, 200, 1, 90, 40]
         n, k = 264, 200
         a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16, generator=gen)
         b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
         offs = grouped.offsets_of(sizes)
-        out = grouped.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn, by_size=by_size, overlap_store=overlap)
+        out = grouped.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn, by_size=by_size, overlap_store=overlap,
+                                   **extra)
         ref = grouped.reference(a, b, offs)
         order = ", largest first" if by_size else ""
         store = ", store under the next main loop" if overlap else ""
-        print(f"ragged {cfg.name} {'dynamic' if dyn else 'static'}{order}{store}: rel. Frobenius error "
+        mix = f", mixed in blocks of {extra['burst'] or grouped.MIXED_BURST}" if extra else ""
+        print(f"ragged {cfg.name} {'dynamic' if dyn else 'static'}{order}{store}{mix}: rel. Frobenius error "
               f"{((out.float() - ref).norm() / ref.norm()).item():.2e}")
     pairs = [(torch.randn(m, kk, device="cuda", dtype=torch.bfloat16, generator=gen),
               torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16, generator=gen))

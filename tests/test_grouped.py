@@ -380,6 +380,41 @@ def test_stored_fences_run_is_wrong_and_under_its_floor():
 
 
 @pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_stored_mixed_runs_back_the_block_size(gpu):
+    """MIXED_BURST is the fastest block size each GPU measured, and the mixed order in it beats the kernel without
+    it as a geomean over the sets where mixed_rows turns it on (on the H100, on every one of them)."""
+    from gemmlab.bench import load_results
+    slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
+    doc = load_results("grouped_gemm_mixed", slug)
+    if doc is None:
+        pytest.skip(f"no stored mixed run for the {gpu}")
+    rows = doc["rows"]
+    assert rows and all(grouped.mixed_rows(grouped.LARGE, r["tokens"], r["groups"]) for r in rows)
+    best = max(doc["summary"], key=lambda key: doc["summary"][key] if key.endswith("_gain") else 0)
+    assert best == f"burst{grouped.MIXED_BURST}_gain" and doc["summary"][best] > 1
+    if gpu == "H100":
+        assert all(r[best] > 1 for r in rows)
+    assert doc["summary"]["worst_rel_err"] < 1e-2
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_stored_kernel_runs_follow_the_rules(gpu):
+    """The stored headline runs: the 64 sets, each with the tile and the mixed order the library picks today."""
+    from gemmlab.bench import load_results
+    slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
+    doc = load_results("grouped_gemm_kernel", slug)
+    if doc is None:
+        pytest.skip(f"no stored kernel run for the {gpu}")
+    rows = doc["rows"]
+    assert len(rows) == 64 and all(r["rel_err"] < 1e-2 for r in rows)
+    for r in rows:
+        cfg = grouped.config_for_gpu(gpu, r["tokens"], r["groups"], r["n"], r["k"])
+        assert r["config"] == cfg.name
+        assert r["mixed"] == bool(grouped.mixed_rows(cfg, r["tokens"], r["groups"]))
+    assert sum(r["mixed"] for r in rows) == 16
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
 def test_stored_moe_runs_the_experts_as_if_one_after_another(gpu):
     """Chapter 08's model: on every set of 128 x 256 tiles the kernel takes within 0.95-1.10x of the experts' time
     one after another, and overlapping them would be worth 20 % or more somewhere."""
@@ -707,6 +742,49 @@ def test_overlapped_store_runs_inside_the_next_main_loop(cname):
     assert between_batches(ptx_of(compile_grouped(cfg, dynamic=True, overlap_store=False)))[:2] == (0, 0)
 
 
+def test_mixed_order_by_hand():
+    # 3 heavy tiles, 5 light, blocks of 4: H(1) = floor(4 * 3 / 8) = 1 heavy tile in block 0, then 3 light ones;
+    # H(2) = 3: 2 heavy in block 1, then 2 light
+    assert grouped.mixed_order(3, 8, 4) == [(False, 0), (True, 3), (True, 4), (True, 5),
+                                            (False, 1), (False, 2), (True, 6), (True, 7)]
+    # blocks of 1: claim i is heavy when H(i + 1) > H(i), H(i) = floor(3 i / 5)
+    assert grouped.mixed_order(3, 5) == [(True, 3), (False, 0), (True, 4), (False, 1), (False, 2)]
+    for heavy, total, burst in [(0, 7, 1), (7, 7, 3), (100, 164, 1), (13, 250, 16), (900, 2300, 128), (5, 64, 128)]:
+        got = grouped.mixed_order(heavy, total, burst)
+        assert sorted(t for _, t in got) == list(range(total))  # every tile once
+        light = [t for is_light, t in got if is_light]
+        assert all(t >= heavy for t in light) and light == sorted(light)
+        assert [t for is_light, t in got if not is_light] == list(range(heavy))
+        for j in range(0, total, burst):  # each block: its share of heavy tiles, give or take one, and those first
+            block = [is_light for is_light, _ in got[j:j + burst]]
+            assert abs(block.count(False) - len(block) * heavy / total) <= 1
+            assert block == sorted(block)
+
+
+def test_mixed_rows_by_hand():
+    rows = grouped.mixed_rows
+    assert rows(grouped.LARGE, 4096, 32) == grouped.MIXED_LIGHT_ROWS == 128  # 128 tokens per expert
+    assert rows(grouped.LARGE, 4095, 32) == 0 and rows(grouped.LARGE, 4096, 64) == 0
+    assert rows(grouped.LARGE, 16384, 128) == 128
+    for cfg in (grouped.LARGE_C2, grouped.MEDIUM, grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM_C2):
+        assert rows(cfg, 16384, 8) == 0  # pairs keep the static order; the others are not 128 x 256
+
+
+def test_mixed_variant_compiles_with_more_producer_registers():
+    ptx = ptx_of(compile_grouped(grouped.LARGE, dynamic=True, overlap_store=True, mixed=256))
+    # 8 registers move from the consumers to the producer: 128 x 48 + 256 x 224 stays within the 384 x 168 of
+    # the launch (setmaxnreg.inc would wait forever for registers the CTA does not have)
+    assert "setmaxnreg.dec.sync.aligned.u32 \t48;" in ptx and "setmaxnreg.inc.sync.aligned.u32 \t224;" in ptx
+    plain = ptx_of(compile_grouped(grouped.LARGE, dynamic=True))
+    assert "setmaxnreg.dec.sync.aligned.u32 \t40;" in plain and "setmaxnreg.inc.sync.aligned.u32 \t232;" in plain
+    with pytest.raises(ValueError, match="mixed: claiming"):
+        compile_grouped(grouped.LARGE_C2, mixed=256)
+    with pytest.raises(ValueError, match="mixed: claiming"):
+        compile_grouped(grouped.LARGE, dynamic=False, mixed=256)
+    with pytest.raises(ValueError, match="burst"):
+        compile_grouped(grouped.LARGE, dynamic=True, mixed=256, burst=0)
+
+
 def test_compile_rejects_other_targets_and_clusters():
     with pytest.raises(ValueError, match="sm_90a"):
         compile_grouped(grouped.SMALL, target="sm_100a")
@@ -739,6 +817,9 @@ GPU_CASES = [
     ([5, 0, 24, 1, 17, 64, 9] * 3, 1280, 384, "n", "SMALL_WIDE"),  # the wide decode tile: N not a multiple
     ([0, 700, 3, 0, 200, 1] * 3, 512, 256, "k", "LARGE_C2 dynamic"),  # pairs with the mailbox
     ([1, 7, 333, 63, 65, 2] * 4, 264, 136, "n", "MEDIUM_C2 dynamic"),
+    ([0, 700, 3, 0, 200, 1] * 3, 512, 256, "k", "LARGE mixed"),  # light experts' tiles among the heavy ones'
+    ([1500, 40, 90, 0, 300, 17, 60] * 4, 1024, 256, "n", "LARGE mixed5"),  # in blocks of 5 claims
+    ([5, 9, 100] * 10, 384, 200, "k", "LARGE mixed1"),  # light only, blocks of 1
 ]
 
 
@@ -751,13 +832,17 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, variant):
     a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes), extra=16)
     out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
     chosen = grouped.default_config(a.shape[0], len(sizes), n, k, a.device)
-    dynamic = None
+    dynamic, mixed, burst = None, None, None
     if cname and cname.endswith(" dynamic"):
         cname, dynamic = cname.split()[0], True
+    if cname and " mixed" in cname:
+        cname, tag = cname.split()
+        dynamic, mixed, burst = True, 128, int(tag[5:]) if tag[5:] else None
     cfg = getattr(grouped, cname) if cname else chosen
     by_size = not grouped.largest_first(cfg, a.shape[0], dynamic) if variant == "other-order" else None
     overlap = not grouped.store_under_next(cfg, a.shape[0], len(sizes)) if variant == "other-store" else None
-    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic, overlap_store=overlap)
+    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic, overlap_store=overlap,
+                         mixed=mixed, burst=burst)
     rows = sum(sizes)
     ref = grouped.reference(a, b, offs)
     got = out[:rows].float()

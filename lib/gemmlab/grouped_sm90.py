@@ -92,13 +92,20 @@ A_SLOTS, B_SLOTS = 2, 2
 CLAIM_LEAD = 4
 
 
-def slots_per_cta(cfg: Sm90Config, trace: bool = False) -> int:
+def slots_per_cta(cfg: Sm90Config, trace: bool = False, mixed: bool = False) -> int:
     """Slots one CTA owns in the workspace: 2 for A, 2 for B, 1 per consumer warpgroup for C, then one for
     the tile counters (CTA 0's holds them: :func:`claim_tile`).
 
+    ``mixed``: as many descriptor slots again after that, for the light experts' stream (:func:`light_base`).
     ``trace``: one more, the CTA's timeline (:data:`TRACE_POINTS`).
     """
-    return sched_slot(cfg) + 1 + int(bool(trace))
+    return sched_slot(cfg) + 1 + (sched_slot(cfg) if mixed else 0) + int(bool(trace))
+
+
+def light_base(cfg: Sm90Config) -> int:
+    """``mixed``: the light stream's descriptor slots start here (its A, B and C slots at the heavy stream's
+    offsets), so a CTA going back and forth between the streams does not rewrite the heavy group's descriptors."""
+    return sched_slot(cfg) + 1
 
 
 def sched_slot(cfg: Sm90Config) -> int:
@@ -414,6 +421,54 @@ def tile_of(ring, stages: cutlass.Constexpr, stage: Int32):
     return cute.make_tensor(ring, cute.make_layout(stages))[stage]
 
 
+@cute.jit
+def count_streams(sizes, groups: Int32, n: Int32, bm: cutlass.Constexpr, bn: cutlass.Constexpr,
+                  light_rows: cutlass.Constexpr, mix):
+    """``mixed``: one warp writes ``mix[0]``, the tiles of groups with more than ``light_rows`` rows (the
+    heavy, compute-bound experts), and ``mix[1]``, all tiles (after :func:`rank_groups`: ``sizes`` by group)."""
+    lane = cute.arch.lane_idx()
+    n_tiles = (n + bn - 1) // bn
+    heavy = Int32(0)
+    total = Int32(0)
+    for g in cutlass.range(lane, groups, 32, unroll=1):
+        m = sizes[g]
+        t = (m + bm - 1) // bm * n_tiles
+        total = total + t
+        if m > light_rows:
+            heavy = heavy + t
+    heavy = cute.arch.warp_reduction(heavy, lambda x, y: x + y)
+    total = cute.arch.warp_reduction(total, lambda x, y: x + y)
+    if lane == 0:
+        mix[0] = heavy
+        mix[1] = total
+
+
+@cute.jit
+def mixed_tile(i: Int32, heavy: Int32, total: Int32, burst: cutlass.Constexpr):
+    """``mixed``: claim ``i`` -> ``(light, tile)``. Claims come in blocks of ``burst``; each block takes its share
+    of heavy tiles first, then its share of light ones, in the proportion of the two counts. With
+    ``H(j) = floor(min(j * burst, total) * heavy / total)`` heavy tiles before block ``j``, claim ``i`` of block ``j``
+    at offset ``r`` is heavy tile ``H(j) + r`` if ``r < H(j + 1) - H(j)``, else the next light one. With largest
+    first the heavy groups' tiles are numbers ``0 .. heavy - 1`` and the light groups' the rest, so each stream keeps
+    its own order (:func:`gemmlab.grouped.mixed_order` is the CPU twin). Past the last tile: a tile number past
+    every group. ``burst = 1`` spreads the light tiles one by one among the heavy ones.
+    """
+    j = i // burst
+    r = i - j * burst
+    all_n = Int64(cutlass.max(total, 1))
+    h0 = Int32(Int64(cutlass.min(j * burst, total)) * Int64(heavy) // all_n)
+    h1 = Int32(Int64(cutlass.min((j + 1) * burst, total)) * Int64(heavy) // all_n)
+    light = Int32(0)
+    t = h0 + r
+    if r >= h1 - h0:
+        light = Int32(1)
+        t = heavy + (j * burst - h0) + (r - (h1 - h0))
+    if i >= total:
+        light = Int32(0)
+        t = Int32(2**31 - 1)
+    return light, t
+
+
 class GroupCursor:
     """Where a CTA is in the list of groups: the group, its first tile's number, its shape.
 
@@ -467,6 +522,22 @@ def seek(cur: GroupCursor, linear: Int32, order, groups: Int32, offs, table, row
                                       offs, table, rows, n, k, mode)
         mt, tiles = group_tiles(m, gn, bm, bn)
     return GroupCursor(g, base, row0, m, gn, gk, mt, tiles)
+
+
+@cute.jit
+def seek_stream(heavy_cur: GroupCursor, light_cur: GroupCursor, light: Int32, t: Int32, order, groups: Int32, offs,
+                table, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr, bn: cutlass.Constexpr,
+                mode: cutlass.Constexpr, by_size: cutlass.Constexpr):
+    """``mixed``: move the cursor of tile ``t``'s stream to it (each stream's tiles only increase, so each
+    cursor still only moves forward); returns ``(heavy cursor, light cursor, tile t's cursor)``."""
+    if light != 0:
+        light_cur = seek(light_cur, t, order, groups, offs, table, rows, n, k, bm, bn, mode, by_size)
+    else:
+        heavy_cur = seek(heavy_cur, t, order, groups, offs, table, rows, n, k, bm, bn, mode, by_size)
+    cur = heavy_cur
+    if light != 0:
+        cur = light_cur
+    return heavy_cur, light_cur, cur
 
 
 # --------------------------------------------------------------------------------------
@@ -568,7 +639,7 @@ def grouped_kernel(
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
     ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr, fences: cutlass.Constexpr, by_size: cutlass.Constexpr,
     l2_promotion: cutlass.Constexpr = None, trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-    overlap_store: cutlass.Constexpr = False,
+    overlap_store: cutlass.Constexpr = False, mixed: cutlass.Constexpr = 0, burst: cutlass.Constexpr = 1,
 ):
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
@@ -609,6 +680,8 @@ def grouped_kernel(
     # Dynamic scheduling: the tile each ring stage's first k-block belongs to, written by the producer before
     # it arms the stage's barrier, read by the consumers after they waited on it (the barrier orders the two).
     ring = smem.allocate_array(Int32, stages if dynamic else 1, byte_alignment=4)
+    if cutlass.const_expr(mixed > 0):  # the heavy groups' tile count and all tiles (count_streams)
+        sMix = cute.make_tensor(smem.allocate_array(Int32, 2, byte_alignment=4), cute.make_layout(2))
     counter = workspace[(0, sched_slot(cfg), None)].iterator  # CTA 0's scheduler slot: the two counters
     mailbox = workspace[(cluster_id * CM, sched_slot(cfg), None)].iterator  # pairs: the first CTA's slot
 
@@ -622,6 +695,8 @@ def grouped_kernel(
         if warp == 1:  # otherwise idle: ranks the groups while warp 0 sets up the barriers
             if groups <= ORDER_MAX:
                 rank_groups(sOrder, sSizes, offs, table, groups, rows, n, k, mode)
+                if cutlass.const_expr(mixed > 0):
+                    count_streams(sSizes, groups, n, UM, BN, mixed, sMix)
     cute.arch.sync_threads()
     if cutlass.const_expr(CM > 1):
         # The peer's barriers must be initialised before a multicast or a remote arrive touches them.
@@ -644,7 +719,9 @@ def grouped_kernel(
 
     if wg == 0:
         # ============================================================ producer warpgroup
-        cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
+        # mixed: two streams' cursors need 8 more registers, which the consumers give up (setmaxnreg only moves
+        # registers within the CTA's 384 x 168 at launch: 128 x 48 + 256 x 224 fit, 128 x 48 + 256 x 232 never would).
+        cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS + (8 if mixed > 0 else 0))
         if warp == 0:
             smem_a = smem_slot(sDesc, 0)
             smem_b = smem_slot(sDesc, 1)
@@ -659,31 +736,59 @@ def grouped_kernel(
             linear = Int32(cluster_id)
             claim = Int32(0)
             posts = Int32(0)  # pairs: units posted (first CTA) or read (partner) so far
-            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+            if cutlass.const_expr(mixed > 0):
+                # Two streams, each with its cursor, its last group, its group changes and its slots.
+                cur_h = cur
+                cur_l = cur
+                last_l = Int32(-1)
+                flips_l = Int32(0)
+                light, t = mixed_tile(linear, sMix[0], sMix[1], burst)
+                cur_h, cur_l, cur = seek_stream(cur_h, cur_l, light, t, sOrder, groups, offs, table, rows, n, k,
+                                                UM, BN, mode, by_size)
+            else:
+                cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             while cur.g < groups:
-                slot = flips % 2
-                if cur.g != last:
+                base = 0
+                s_last = last
+                s_flips = flips
+                if cutlass.const_expr(mixed > 0):
+                    base = light * light_base(cfg)
+                    if light != 0:
+                        s_last = last_l
+                        s_flips = flips_l
+                slot = s_flips % 2
+                if cur.g != s_last:
                     # A new group: rewrite A and B, publish them into the other slot.
-                    flips = flips + 1
-                    slot = flips % 2
+                    s_flips = s_flips + 1
+                    slot = s_flips % 2
                     g = group_at(cur.g, sOrder, groups, by_size)
                     rewrite_descriptor(tma_a, group_tensor("a", g, cur.row0, cur.m, cur.n, cur.k, tA0,
                                                            b_group_stride, table, mode, b_major_n), smem_a)
                     rewrite_descriptor(tma_b, group_tensor("b", g, cur.row0, cur.m, cur.n, cur.k, tB0,
                                                            b_group_stride, table, mode, b_major_n), smem_b)
                     if cutlass.const_expr(fences):
-                        publish_descriptor(global_slot(workspace, bid, slot), smem_a)
-                        publish_descriptor(global_slot(workspace, bid, A_SLOTS + slot), smem_b)
-                        acquire_descriptor(global_slot(workspace, bid, slot))
-                        acquire_descriptor(global_slot(workspace, bid, A_SLOTS + slot))
+                        publish_descriptor(global_slot(workspace, bid, base + slot), smem_a)
+                        publish_descriptor(global_slot(workspace, bid, base + A_SLOTS + slot), smem_b)
+                        acquire_descriptor(global_slot(workspace, bid, base + slot))
+                        acquire_descriptor(global_slot(workspace, bid, base + A_SLOTS + slot))
                     else:
-                        publish_descriptor_unfenced(workspace, bid, slot, smem_a)
-                        publish_descriptor_unfenced(workspace, bid, A_SLOTS + slot, smem_b)
-                    last = cur.g
-                desc_a = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, slot), cute.AddressSpace.generic)
-                desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, A_SLOTS + slot),
+                        publish_descriptor_unfenced(workspace, bid, base + slot, smem_a)
+                        publish_descriptor_unfenced(workspace, bid, base + A_SLOTS + slot, smem_b)
+                    s_last = cur.g
+                if cutlass.const_expr(mixed > 0):
+                    if light != 0:
+                        last_l = s_last
+                        flips_l = s_flips
+                    else:
+                        last = s_last
+                        flips = s_flips
+                else:
+                    last = s_last
+                    flips = s_flips
+                desc_a = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, base + slot), cute.AddressSpace.generic)
+                desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, base + A_SLOTS + slot),
                                                  cute.AddressSpace.generic)
-                m_unit, n_tile, k_tiles = cur.tile(linear, BK)
+                m_unit, n_tile, k_tiles = cur.tile(t if cutlass.const_expr(mixed > 0) else linear, BK)
                 if cutlass.const_expr(trace):
                     if linear == cluster_id:
                         if cute.arch.lane_idx() == 0:
@@ -723,7 +828,12 @@ def grouped_kernel(
                             linear = wait_unit(mailbox, posts)
                 else:
                     linear = linear + num_clusters
-                cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+                if cutlass.const_expr(mixed > 0):
+                    light, t = mixed_tile(linear, sMix[0], sMix[1], burst)
+                    cur_h, cur_l, cur = seek_stream(cur_h, cur_l, light, t, sOrder, groups, offs, table, rows, n, k,
+                                                    UM, BN, mode, by_size)
+                else:
+                    cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             if cutlass.const_expr(dynamic):
                 # One more stage, with no data: it tells the consumers the tiles have run out.
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)
@@ -744,7 +854,7 @@ def grouped_kernel(
                 state.advance()
     else:
         # ============================================================ consumer warpgroups
-        cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
+        cute.arch.warpgroup_reg_alloc(CONSUMER_REGS - (8 if mixed > 0 else 0))
         ctid = tidx - 128
         half = wg - 1
         _, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
@@ -770,9 +880,19 @@ def grouped_kernel(
             staged = cute.make_rmem_tensor_like(tRS_acc, c_type)
         # Every store goes through this warpgroup's C slot (rewritten in place at each new group).
         own_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
-        cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+        if cutlass.const_expr(mixed > 0):
+            # As the producer: a cursor and a last group per stream; the pending tile's stream picks its C slot.
+            cur_h = cur
+            cur_l = cur
+            last_l = Int32(-1)
+            prev_light = Int32(0)
+            light, t = mixed_tile(linear, sMix[0], sMix[1], burst)
+            cur_h, cur_l, cur = seek_stream(cur_h, cur_l, light, t, sOrder, groups, offs, table, rows, n, k,
+                                            UM, BN, mode, by_size)
+        else:
+            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         while cur.g < groups:
-            m_unit, n_tile, kc = cur.tile(linear, BK)
+            m_unit, n_tile, kc = cur.tile(t if cutlass.const_expr(mixed > 0) else linear, BK)
             m_tile = m_unit * CM + rank
 
             # ---- main loop (chapter 07's): one wgmma batch in flight, free the stage before it
@@ -781,9 +901,13 @@ def grouped_kernel(
             if cutlass.const_expr(overlap_store):
                 # ...storing the previous tile's output on the way, through the descriptor still describing its
                 # group (a new group's rewrite comes after this loop)
+                prev_c = own_c
+                if cutlass.const_expr(mixed > 0):
+                    prev_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, prev_light * light_base(cfg) + c_slot),
+                                                     cute.AddressSpace.generic)
                 read, release = mma_tile_storing(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM,
                                                  pending, tma_c, sC, gC[(None, None, prev_m, prev_n)], r2s, staged,
-                                                 tRS_sC, sub_out, half, store_warp, cfg, own_c)
+                                                 tRS_sC, sub_out, half, store_warp, cfg, prev_c)
             else:
                 read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM)
             if cutlass.const_expr(trace):
@@ -793,7 +917,13 @@ def grouped_kernel(
                     stamp(workspace, bid, "last_mainloop_end", trace)
 
             # ---- a new group: this warpgroup's C descriptor describes the group's C
-            if cur.g != last:
+            base = 0
+            s_last = last
+            if cutlass.const_expr(mixed > 0):
+                base = light * light_base(cfg)
+                if light != 0:
+                    s_last = last_l
+            if cur.g != s_last:
                 if store_warp:
                     # Earlier stores must be done with the slot before it changes.
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
@@ -801,11 +931,19 @@ def grouped_kernel(
                     rewrite_descriptor(tma_c, group_tensor("c", g, cur.row0, cur.m, cur.n, cur.k, tC0,
                                                            b_group_stride, table, mode, b_major_n), smem_c)
                     if cutlass.const_expr(fences):
-                        publish_descriptor(global_slot(workspace, bid, c_slot), smem_c)
-                        acquire_descriptor(global_slot(workspace, bid, c_slot))
+                        publish_descriptor(global_slot(workspace, bid, base + c_slot), smem_c)
+                        acquire_descriptor(global_slot(workspace, bid, base + c_slot))
                     else:
-                        publish_descriptor_unfenced(workspace, bid, c_slot, smem_c)
-                last = cur.g
+                        publish_descriptor_unfenced(workspace, bid, base + c_slot, smem_c)
+                s_last = cur.g
+            if cutlass.const_expr(mixed > 0):
+                if light != 0:
+                    last_l = s_last
+                else:
+                    last = s_last
+            else:
+                last = s_last
+            desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, base + c_slot), cute.AddressSpace.generic)
 
             # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
             if cutlass.const_expr(overlap_store):
@@ -813,9 +951,11 @@ def grouped_kernel(
                 pending = Int32(1)
                 prev_m = m_tile
                 prev_n = n_tile
+                if cutlass.const_expr(mixed > 0):
+                    prev_light = light
             else:
                 store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
-                           half, store_warp, cfg, c_type, own_c)
+                           half, store_warp, cfg, c_type, desc_c)
             if cutlass.const_expr(trace):
                 if tidx == 128:
                     if linear == cluster_id:
@@ -829,7 +969,12 @@ def grouped_kernel(
                     linear = Int32(2**31 - 1)  # past every group: seek ends the loop
             else:
                 linear = linear + num_clusters
-            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+            if cutlass.const_expr(mixed > 0):
+                light, t = mixed_tile(linear, sMix[0], sMix[1], burst)
+                cur_h, cur_l, cur = seek_stream(cur_h, cur_l, light, t, sOrder, groups, offs, table, rows, n, k,
+                                                UM, BN, mode, by_size)
+            else:
+                cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
         if cutlass.const_expr(dynamic):
             # Free the stage that said "no more tiles" (it may be the first this consumer sees).
             cute.arch.mbarrier_wait(full + read.index, read.phase)
@@ -839,9 +984,13 @@ def grouped_kernel(
                 gC_epi = cute.zipped_divide(gC[(None, None, prev_m, prev_n)], (WG_ROWS, cfg.epi_n))
                 bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
                                                        gC_epi)
+                last_c = own_c
+                if cutlass.const_expr(mixed > 0):
+                    last_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, prev_light * light_base(cfg) + c_slot),
+                                                     cute.AddressSpace.generic)
                 for e in cutlass.range_constexpr(BN // cfg.epi_n):
                     store_staged(tma_c, bSG_sC, bSG_gC, r2s, staged, tRS_sC, sub_out, half, store_warp, e, cfg,
-                                 own_c)
+                                 last_c)
         if store_warp:
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         if cutlass.const_expr(trace):
@@ -861,7 +1010,8 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
                    by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None,
                    trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
-                   overlap_store: cutlass.Constexpr = False):
+                   overlap_store: cutlass.Constexpr = False, mixed: cutlass.Constexpr = 0,
+                   burst: cutlass.Constexpr = 1):
     """Template descriptors from ``a``, ``b``, ``c`` (group 0's tensors) and the persistent launch.
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
@@ -894,7 +1044,7 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
                    groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
                    cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic,
-                   overlap_store).launch(
+                   overlap_store, mixed, burst).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream,
         # `.minnctapersm 1`. Without it ptxas compiles the 64-row kernels (256 threads) to about 105 registers,
         # ignores their setmaxnreg ("unable to determine register count at entry", C7508) and serialises the
@@ -906,14 +1056,15 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
 
 @functools.lru_cache(maxsize=None)
 def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool = True, l2_promotion=None,
-                 trace: bool = False, dynamic: bool = False, overlap_store: bool = False):
+                 trace: bool = False, dynamic: bool = False, overlap_store: bool = False, mixed: int = 0,
+                 burst: int = 1):
     """The ``@cute.jit`` host function of one compiled variant (sizes and group count at run time)."""
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
                           workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
         launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
-                       l2_promotion, trace, dynamic, overlap_store)
+                       l2_promotion, trace, dynamic, overlap_store, mixed, burst)
 
     return grouped_sm90_host
 
@@ -925,7 +1076,7 @@ MODES = ("ragged", "table")
 def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
                     target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
                     l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False,
-                    overlap_store: bool = False):
+                    overlap_store: bool = False, mixed: int = 0, burst: int = 1):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
 
     Every size (T, N, K, the group count, each group's M) is a run-time value:
@@ -938,6 +1089,8 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     first tile a CTA (in a pair: the pair's first CTA, for both) claims the next one from a global counter
     (:func:`claim_tile`) instead of taking every ``grid``-th. ``overlap_store``: each consumer warpgroup keeps a
     finished tile in registers and stores it during the next tile's first k-blocks (:func:`mma_tile_storing`).
+    ``mixed``: light experts' rows (0: off): the tiles of groups of at most that many rows are claimed among the
+    others' (:func:`mixed_tile`), in blocks of ``burst`` claims; ragged, dynamic, one CTA, largest first only.
     """
     from .checks import check_choice
     from .compile import check_target, compile_for, fake_stream, fake_tensor
@@ -965,8 +1118,16 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
         b = fake_tensor(dt, (k, n), stride_order=(1, 0) if b_major == "n" else (0, 1))
     offs = fake_tensor(Int32, (cute.sym_int(),), align=4, stride_order=(0,))
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
-    workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace), DESC_WORDS), align=DESC_BYTES,
-                            stride_order=(2, 1, 0))
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, bool(overlap_store))
+    workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace, bool(mixed)), DESC_WORDS),
+                            align=DESC_BYTES, stride_order=(2, 1, 0))
+    mixed = int(mixed)
+    if not (isinstance(burst, int) and burst >= 1):
+        raise ValueError(f"burst: claims per block of the mixed order, an int >= 1; got {burst!r}")
+    if mixed and (mode != "ragged" or not dynamic or cfg.cluster != (1, 1) or not by_size):
+        raise ValueError(f"mixed: claiming light experts' tiles among the heavy ones' needs the ragged form, dynamic "
+                         f"scheduling, one CTA per tile and largest first; got mode={mode!r}, dynamic={dynamic}, "
+                         f"{cfg.name}, by_size={by_size}")
+    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, bool(overlap_store),
+                        mixed, int(burst) if mixed else 1)
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)

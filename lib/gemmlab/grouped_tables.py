@@ -296,6 +296,9 @@ def summary_lines(doc: dict) -> str:
     if "geomean_l2_gain" in s:
         lines.append(f"  256-byte L2 promotion vs the DSL's 128: {s['geomean_l2_gain']:.3f}x geomean, "
                      f"lowest {s['min_l2_gain']:.3f}x")
+    if "geomean_mixed_gain" in s:
+        lines.append(f"  mixed order vs the order without it ({s['mixed_sets']} sets): {s['geomean_mixed_gain']:.3f}x "
+                     f"geomean, lowest {s['min_mixed_gain']:.3f}x")
     if "geomean_sched_gain" in s:
         lines.append(f"  chosen tile scheduling (dynamic or static) vs the other: {s['geomean_sched_gain']:.3f}x "
                      f"geomean, lowest {s['min_sched_gain']:.3f}x")
