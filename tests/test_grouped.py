@@ -354,6 +354,18 @@ def test_expert_bound_rows_and_lines():
     assert len(lines) == 2 and lines[0].startswith("GPU: 2 sets of 128 x 256 tiles; kernel time over the experts")
 
 
+def test_kernel_and_mixed_lines_by_hand():
+    rows = [{"vs_torch_kernel": 1.21, "mixed": True}, {"vs_torch_kernel": 1.0, "mixed": False}]
+    doc = {"device": "GPU", "date": "2026-01-02 03:04", "rows": rows,
+           "summary": {"geomean_vs_torch_kernel": 1.1, "min_vs_torch_kernel": 1.0}}
+    assert gt.kernel_lines(doc) == ("GPU (2026-01-02): kernel time vs torch._grouped_mm over 2 sets: geomean 1.100x, "
+                                    "lowest 1.000x; the 1 sets in the mixed order 1.210x")
+    rows = [{"burst128_gain": 1.1, "burst64_gain": 0.9}, {"burst128_gain": 1.0, "burst64_gain": 0.9}]
+    assert gt.mixed_lines({"device": "GPU", "rows": rows}) == (
+        "GPU, 2 sets, the mixed order over the kernel without it: blocks of 64: 0.900x (0.900-0.900, 0 faster); "
+        "blocks of 128: 1.049x (1.000-1.100, 1 faster)")
+
+
 def test_fences_lines_by_hand():
     rows = [{"shape": "S", "groups": 4, "tokens": 64, "fenced_ms": 2.0, "unfenced_ms": 1.5, "measured_floor_ms": 1.8,
              "rel_err_fenced": [1e-3, 2e-3], "rel_err_unfenced": [0.5, float("inf")]},

@@ -227,6 +227,28 @@ def overlap_line(doc: dict) -> str:
             f"main loops, {g['vs_torch_rule']:.3f}x with it where the rule puts it")
 
 
+def kernel_lines(doc: dict) -> str:
+    """A stored ``kernel`` run (the headline alone): the geomean and lowest ratio of torch's kernel time over ours,
+    over all sets and over the sets in the mixed order."""
+    rows = doc["rows"]
+    mixed = [r["vs_torch_kernel"] for r in rows if r.get("mixed")]
+    s = doc["summary"]
+    return (f"{doc['device']} ({doc['date'][:10]}): kernel time vs torch._grouped_mm over {len(rows)} sets: geomean "
+            f"{s['geomean_vs_torch_kernel']:.3f}x, lowest {s['min_vs_torch_kernel']:.3f}x"
+            + (f"; the {len(mixed)} sets in the mixed order {geomean(mixed):.3f}x" if mixed else ""))
+
+
+def mixed_lines(doc: dict) -> str:
+    """A stored ``mixed`` run: each block size's time over the kernel without the mixed order (geomean, range)."""
+    rows = doc["rows"]
+    bursts = sorted(int(k[5:-5]) for k in rows[0] if k.startswith("burst") and k.endswith("_gain"))
+    parts = []
+    for q in bursts:
+        g = [r[f"burst{q}_gain"] for r in rows]
+        parts.append(f"blocks of {q}: {geomean(g):.3f}x ({min(g):.3f}-{max(g):.3f}, {sum(x > 1 for x in g)} faster)")
+    return f"{doc['device']}, {len(rows)} sets, the mixed order over the kernel without it: " + "; ".join(parts)
+
+
 def fences_lines(doc: dict) -> str:
     """A stored ``fences`` run, one line per set: each variant's time and worst error, and the unfenced time over
     the set's measured floor (under 1: it finished before its bytes could have been read once)."""
