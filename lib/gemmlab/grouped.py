@@ -790,9 +790,11 @@ def store_gains(doc: dict) -> dict:
     sets with the store between main loops and as the rule places it (``"vs_torch_between"``,
     ``"vs_torch_rule"``)."""
     from .bench import geomean
+    from .calibration import parse_sm90_config
 
     def tile(r):
-        return Sm90Config(**dict(zip(("tile_m", "tile_n"), map(int, r["config"].split()[0].split("x")))))
+        tile_m, tile_n, _, _ = parse_sm90_config(r["config"])
+        return Sm90Config(tile_m=tile_m, tile_n=tile_n)
 
     def stats(gains):
         return {"sets": len(gains), "geomean": geomean(gains), "min": min(gains), "max": max(gains),
@@ -833,13 +835,14 @@ def expert_bound_rows(doc: dict) -> list[dict]:
     """The sets of a stored ``moe`` run with 128 x 256 tiles, against :func:`expert_bounds` at the run's own measured
     ceilings (the router's sizes recomputed by :func:`skewed_sizes`): each ``{"row", "serial_ms", "overlapped_ms",
     "measured_over_serial", "overlapped_over_serial"}``."""
+    from .calibration import parse_sm90_config
     out = []
     ceil = doc["measured"]
     for r in doc["rows"]:
-        tile, *rest = r["config"].split()
-        if tile != "128x256":
+        tile_m, tile_n, cluster, _ = parse_sm90_config(r["config"])
+        if (tile_m, tile_n) != (128, 256):
             continue
-        unit = 128 * (2 if "c2x1" in rest else 1)
+        unit = tile_m * cluster[0]  # the rows of a tile, or of a pair's unit
         serial, overlapped = expert_bounds(skewed_sizes(r["tokens"], r["groups"]), r["n"], r["k"],
                                            ceil["gemm_tflops"], ceil["copy_tbs"], unit_rows=unit)
         out.append({"row": r, "serial_ms": serial, "overlapped_ms": overlapped,

@@ -150,6 +150,11 @@ def global_slot(workspace: cute.Tensor, cta: Int32, slot: int):
     return _MAPS.get_tensormap_ptr(workspace[(cta, slot, None)].iterator)
 
 
+def slot_descriptor(workspace: cute.Tensor, cta: Int32, slot):
+    """The descriptor in this CTA's slot as a TMA copy names it (``tma_desc_ptr=``): a generic address."""
+    return _MAPS.get_tensormap_ptr(global_slot(workspace, cta, slot), cute.AddressSpace.generic)
+
+
 def smem_slot(scratch, i):
     """Scratch descriptor ``i`` in shared memory, as a 128-byte-aligned pointer (the tensormap instructions need it)."""
     addr = cute.arch.make_warp_uniform((scratch + DESC_WORDS * i).toint())
@@ -540,6 +545,23 @@ def seek_stream(heavy_cur: GroupCursor, light_cur: GroupCursor, light: Int32, t:
     return heavy_cur, light_cur, cur
 
 
+@cute.jit
+def seek_claim(claim: Int32, cur: GroupCursor, heavy_cur: GroupCursor, light_cur: GroupCursor, mix, order,
+               groups: Int32, offs, table, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr,
+               bn: cutlass.Constexpr, mode: cutlass.Constexpr, by_size: cutlass.Constexpr, mixed: cutlass.Constexpr,
+               burst: cutlass.Constexpr):
+    """The tile of claim ``claim`` and the cursors moved to it: ``(light, tile, heavy cursor, light cursor,
+    cursor)``, for the producer and the consumers alike. Without ``mixed`` the tile is the claim itself, in one
+    stream (light 0; the two stream cursors are returned as given, unused)."""
+    if cutlass.const_expr(mixed > 0):
+        light, t = mixed_tile(claim, mix[0], mix[1], burst)
+        heavy_cur, light_cur, cur = seek_stream(heavy_cur, light_cur, light, t, order, groups, offs, table, rows, n,
+                                                k, bm, bn, mode, by_size)
+        return light, t, heavy_cur, light_cur, cur
+    cur = seek(cur, claim, order, groups, offs, table, rows, n, k, bm, bn, mode, by_size)
+    return Int32(0), claim, heavy_cur, light_cur, cur
+
+
 # --------------------------------------------------------------------------------------
 # The store under the next main loop (``overlap_store``)
 # --------------------------------------------------------------------------------------
@@ -680,6 +702,7 @@ def grouped_kernel(
     # Dynamic scheduling: the tile each ring stage's first k-block belongs to, written by the producer before
     # it arms the stage's barrier, read by the consumers after they waited on it (the barrier orders the two).
     ring = smem.allocate_array(Int32, stages if dynamic else 1, byte_alignment=4)
+    sMix = None
     if cutlass.const_expr(mixed > 0):  # the heavy groups' tile count and all tiles (count_streams)
         sMix = cute.make_tensor(smem.allocate_array(Int32, 2, byte_alignment=4), cute.make_layout(2))
     counter = workspace[(0, sched_slot(cfg), None)].iterator  # CTA 0's scheduler slot: the two counters
@@ -736,17 +759,13 @@ def grouped_kernel(
             linear = Int32(cluster_id)
             claim = Int32(0)
             posts = Int32(0)  # pairs: units posted (first CTA) or read (partner) so far
-            if cutlass.const_expr(mixed > 0):
-                # Two streams, each with its cursor, its last group, its group changes and its slots.
-                cur_h = cur
-                cur_l = cur
-                last_l = Int32(-1)
-                flips_l = Int32(0)
-                light, t = mixed_tile(linear, sMix[0], sMix[1], burst)
-                cur_h, cur_l, cur = seek_stream(cur_h, cur_l, light, t, sOrder, groups, offs, table, rows, n, k,
-                                                UM, BN, mode, by_size)
-            else:
-                cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+            # mixed: two streams, each with its cursor, its last group, its group changes and its slots.
+            cur_h = cur
+            cur_l = cur
+            last_l = Int32(-1)
+            flips_l = Int32(0)
+            light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs, table,
+                                                     rows, n, k, UM, BN, mode, by_size, mixed, burst)
             while cur.g < groups:
                 base = 0
                 s_last = last
@@ -785,10 +804,9 @@ def grouped_kernel(
                 else:
                     last = s_last
                     flips = s_flips
-                desc_a = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, base + slot), cute.AddressSpace.generic)
-                desc_b = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, base + A_SLOTS + slot),
-                                                 cute.AddressSpace.generic)
-                m_unit, n_tile, k_tiles = cur.tile(t if cutlass.const_expr(mixed > 0) else linear, BK)
+                desc_a = slot_descriptor(workspace, bid, base + slot)
+                desc_b = slot_descriptor(workspace, bid, base + A_SLOTS + slot)
+                m_unit, n_tile, k_tiles = cur.tile(t, BK)
                 if cutlass.const_expr(trace):
                     if linear == cluster_id:
                         if cute.arch.lane_idx() == 0:
@@ -828,12 +846,8 @@ def grouped_kernel(
                             linear = wait_unit(mailbox, posts)
                 else:
                     linear = linear + num_clusters
-                if cutlass.const_expr(mixed > 0):
-                    light, t = mixed_tile(linear, sMix[0], sMix[1], burst)
-                    cur_h, cur_l, cur = seek_stream(cur_h, cur_l, light, t, sOrder, groups, offs, table, rows, n, k,
-                                                    UM, BN, mode, by_size)
-                else:
-                    cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+                light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs,
+                                                         table, rows, n, k, UM, BN, mode, by_size, mixed, burst)
             if cutlass.const_expr(dynamic):
                 # One more stage, with no data: it tells the consumers the tiles have run out.
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)
@@ -879,20 +893,16 @@ def grouped_kernel(
         if cutlass.const_expr(overlap_store):
             staged = cute.make_rmem_tensor_like(tRS_acc, c_type)
         # Every store goes through this warpgroup's C slot (rewritten in place at each new group).
-        own_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, c_slot), cute.AddressSpace.generic)
-        if cutlass.const_expr(mixed > 0):
-            # As the producer: a cursor and a last group per stream; the pending tile's stream picks its C slot.
-            cur_h = cur
-            cur_l = cur
-            last_l = Int32(-1)
-            prev_light = Int32(0)
-            light, t = mixed_tile(linear, sMix[0], sMix[1], burst)
-            cur_h, cur_l, cur = seek_stream(cur_h, cur_l, light, t, sOrder, groups, offs, table, rows, n, k,
-                                            UM, BN, mode, by_size)
-        else:
-            cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+        own_c = slot_descriptor(workspace, bid, c_slot)
+        # mixed: as the producer, a cursor and a last group per stream; the pending tile's stream picks its C slot.
+        cur_h = cur
+        cur_l = cur
+        last_l = Int32(-1)
+        prev_light = Int32(0)
+        light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs, table, rows,
+                                                 n, k, UM, BN, mode, by_size, mixed, burst)
         while cur.g < groups:
-            m_unit, n_tile, kc = cur.tile(t if cutlass.const_expr(mixed > 0) else linear, BK)
+            m_unit, n_tile, kc = cur.tile(t, BK)
             m_tile = m_unit * CM + rank
 
             # ---- main loop (chapter 07's): one wgmma batch in flight, free the stage before it
@@ -903,8 +913,7 @@ def grouped_kernel(
                 # group (a new group's rewrite comes after this loop)
                 prev_c = own_c
                 if cutlass.const_expr(mixed > 0):
-                    prev_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, prev_light * light_base(cfg) + c_slot),
-                                                     cute.AddressSpace.generic)
+                    prev_c = slot_descriptor(workspace, bid, prev_light * light_base(cfg) + c_slot)
                 read, release = mma_tile_storing(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CM,
                                                  pending, tma_c, sC, gC[(None, None, prev_m, prev_n)], r2s, staged,
                                                  tRS_sC, sub_out, half, store_warp, cfg, prev_c)
@@ -943,7 +952,7 @@ def grouped_kernel(
                     last = s_last
             else:
                 last = s_last
-            desc_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, base + c_slot), cute.AddressSpace.generic)
+            desc_c = slot_descriptor(workspace, bid, base + c_slot)
 
             # ---- epilogue (chapter 07's): 64 rows per warpgroup, sub-tiles through its ring
             if cutlass.const_expr(overlap_store):
@@ -969,12 +978,8 @@ def grouped_kernel(
                     linear = Int32(2**31 - 1)  # past every group: seek ends the loop
             else:
                 linear = linear + num_clusters
-            if cutlass.const_expr(mixed > 0):
-                light, t = mixed_tile(linear, sMix[0], sMix[1], burst)
-                cur_h, cur_l, cur = seek_stream(cur_h, cur_l, light, t, sOrder, groups, offs, table, rows, n, k,
-                                                UM, BN, mode, by_size)
-            else:
-                cur = seek(cur, linear, sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
+            light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs, table,
+                                                     rows, n, k, UM, BN, mode, by_size, mixed, burst)
         if cutlass.const_expr(dynamic):
             # Free the stage that said "no more tiles" (it may be the first this consumer sees).
             cute.arch.mbarrier_wait(full + read.index, read.phase)
@@ -986,8 +991,7 @@ def grouped_kernel(
                                                        gC_epi)
                 last_c = own_c
                 if cutlass.const_expr(mixed > 0):
-                    last_c = _MAPS.get_tensormap_ptr(global_slot(workspace, bid, prev_light * light_base(cfg) + c_slot),
-                                                     cute.AddressSpace.generic)
+                    last_c = slot_descriptor(workspace, bid, prev_light * light_base(cfg) + c_slot)
                 for e in cutlass.range_constexpr(BN // cfg.epi_n):
                     store_staged(tma_c, bSG_sC, bSG_gC, r2s, staged, tRS_sC, sub_out, half, store_warp, e, cfg,
                                  last_c)
