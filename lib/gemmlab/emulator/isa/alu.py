@@ -1,0 +1,792 @@
+"""Integer, logic, comparison, conversion and floating-point instructions; branches; warp-level data exchange.
+
+PTX ISA sections: "Integer Arithmetic Instructions", "Logic and Shift Instructions",
+"Comparison and Selection Instructions", "Data Movement and Conversion Instructions"
+(mov, cvt, prmt, shfl.sync), "Floating-Point Instructions", "Half Precision
+Floating-Point Instructions", "Control Flow Instructions" (bra, ret, exit) and
+"Parallel Synchronization and Communication Instructions" (elect.sync, vote.sync,
+activemask). Integer arithmetic wraps at the type's width; ``.approx`` float
+instructions are computed exactly (the hardware's result is within the ISA's stated
+error of this one: functional, not bit-exact for ``.approx``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import EmulatorError, Unsupported
+from ..ptx import Imm, Pair, Reg, Sink, Vec
+from ..values import (BITS, bf16_bits_to_f32, bits_of, decode_small, encode_small, f32_to_bf16_bits, from_raw,
+                      pack_halves, to_raw)
+from . import handler, require_converged, type_of
+
+INT_TYPES = {"u8", "s8", "u16", "s16", "u32", "s32", "u64", "s64", "b8", "b16", "b32", "b64"}
+FLOAT_TYPES = {"f32", "f64", "f16", "bf16"}
+
+_ERRSTATE = {"over": "ignore", "invalid": "ignore", "divide": "ignore", "under": "ignore"}
+
+
+def _int_view(typ):
+    b = bits_of(typ)
+    signed = typ[0] == "s"
+    return {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}[b] if signed else \
+        {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[b]
+
+
+def _as(values, typ):
+    """Values of ``typ``'s numpy dtype (ints wrap)."""
+    if typ in ("f32", "tf32"):
+        return np.asarray(values, dtype=np.float32)
+    if typ == "f64":
+        return np.asarray(values, dtype=np.float64)
+    if typ in ("f16", "bf16"):
+        return np.asarray(values, dtype=np.float32)
+    v = np.asarray(values)
+    dt = _int_view(typ)
+    if v.dtype == dt:
+        return v
+    return v.astype(np.int64 if v.dtype.kind in "iu" and v.dtype.itemsize < 8 else v.dtype).astype(dt)
+
+
+def _round_half(values, typ):
+    """A float32 result rounded to f16 / bf16 (round to nearest even), returned as float32 values."""
+    if typ == "f16":
+        return np.asarray(values, np.float32).astype(np.float16).astype(np.float32)
+    if typ == "bf16":
+        return bf16_bits_to_f32(f32_to_bf16_bits(np.asarray(values, np.float32)))
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# mov
+# ---------------------------------------------------------------------------------------------
+
+
+@handler("mov")
+def h_mov(ctx):
+    typ = type_of(ctx.parts)
+    ctx.need({typ})
+    d, a = ctx.inst.operands
+    b = bits_of(typ)
+    if isinstance(a, Vec):  # pack: lowest element into the lowest bits
+        k = len(a.items)
+        part = b // k
+        ptype = {8: "b8", 16: "b16", 32: "b32"}[part]
+        readers = [ctx.src(x, ptype) if not isinstance(x, Sink) else (lambda w: np.zeros(32, np.uint64))
+                   for x in a.items]
+        write = ctx.dst(d, typ)
+
+        def pack(warp, mask):
+            acc = np.zeros(32, dtype=np.uint64)
+            for i, r in enumerate(readers):
+                acc |= r(warp).astype(np.uint64) << np.uint64(i * part)
+            write(warp, mask, from_raw(acc, typ))
+        return pack
+    if isinstance(d, Vec):  # unpack
+        k = len(d.items)
+        part = b // k
+        ptype = {8: "b8", 16: "b16", 32: "b32"}[part]
+        read = ctx.src(a, typ if not typ.startswith("f") else {32: "b32", 64: "b64", 16: "b16"}[b])
+        writers = [ctx.dst(x, ptype) for x in d.items]
+        pmask = np.uint64((1 << part) - 1)
+
+        def unpack(warp, mask):
+            v = read(warp).astype(np.uint64)
+            for i, w in enumerate(writers):
+                w(warp, mask, from_raw((v >> np.uint64(i * part)) & pmask, ptype))
+        return unpack
+    read = ctx.src(a, typ)
+    write = ctx.dst(d, typ)
+    return lambda warp, mask: write(warp, mask, read(warp))
+
+
+# ---------------------------------------------------------------------------------------------
+# Integer and float arithmetic
+# ---------------------------------------------------------------------------------------------
+
+
+def _binary(ctx, fn, *, allowed=()):
+    typ = type_of(ctx.parts)
+    ctx.need({typ, *allowed})
+    d, a, b = ctx.inst.operands
+    ra, rb, w = ctx.src(a, typ), ctx.src(b, typ), ctx.dst(d, typ)
+
+    def run(warp, mask):
+        with np.errstate(**_ERRSTATE):
+            w(warp, mask, fn(_as(ra(warp), typ), _as(rb(warp), typ), typ, mask))
+    return run
+
+
+def _packed_binary(ctx, fn):
+    """``add/sub/mul/fma/min/max .f16x2/.bf16x2``: the operation on each 16-bit half."""
+    typ = type_of(ctx.parts)
+    half = "f16" if typ == "f16x2" else "bf16"
+    ops = ctx.inst.operands
+    readers = [ctx.src(x, "b32") for x in ops[1:]]
+    w = ctx.dst(ops[0], "b32")
+
+    def halves(v):
+        v = v.astype(np.uint32)
+        return from_raw((v & 0xFFFF).astype(np.uint64), half).astype(np.float32), \
+            from_raw((v >> 16).astype(np.uint64), half).astype(np.float32)
+
+    def run(warp, mask):
+        parts = [halves(r(warp)) for r in readers]
+        with np.errstate(**_ERRSTATE):
+            lo = fn(*[p[0] for p in parts])
+            hi = fn(*[p[1] for p in parts])
+        w(warp, mask, pack_halves(to_raw(lo, half), to_raw(hi, half)))
+    return run
+
+
+@handler("add", "sub")
+def h_addsub(ctx):
+    typ = type_of(ctx.parts)
+    sub = ctx.parts[0] == "sub"
+    if typ in ("f16x2", "bf16x2"):
+        return _packed_binary(ctx, (lambda a, b: a - b) if sub else (lambda a, b: a + b))
+    if ".cc" in ctx.inst.opcode or "cc" in ctx.mods:
+        ctx.unsupported("the carry (.cc) form of")
+
+    def fn(a, b, t, mask):
+        r = a - b if sub else a + b
+        if "sat" in ctx.mods and t == "s32":
+            wide = a.astype(np.int64) - b.astype(np.int64) if sub else a.astype(np.int64) + b.astype(np.int64)
+            r = np.clip(wide, -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+        return _round_half(r, t)
+    return _binary(ctx, fn, allowed={"rn", "ftz", "sat", "rz"})
+
+
+@handler("mul")
+def h_mul(ctx):
+    typ = type_of(ctx.parts)
+    if typ in ("f16x2", "bf16x2"):
+        return _packed_binary(ctx, lambda a, b: a * b)
+    mode = next((p for p in ("lo", "hi", "wide") if p in ctx.mods), None)
+    if typ in FLOAT_TYPES:
+        return _binary(ctx, lambda a, b, t, m: _round_half(a * b, t), allowed={"rn", "ftz", "sat", "rz"})
+    if mode is None:
+        ctx.unsupported("an integer mul without .lo/.hi/.wide:")
+    d, a, b = ctx.inst.operands
+    b_ = bits_of(typ)
+    ra, rb = ctx.src(a, typ), ctx.src(b, typ)
+    signed = typ[0] == "s"
+    if mode == "wide":
+        wtype = ("s" if signed else "u") + str(2 * b_)
+        w = ctx.dst(d, wtype)
+
+        def run(warp, mask):
+            x = _as(ra(warp), typ).astype(np.int64 if signed else np.uint64)
+            y = _as(rb(warp), typ).astype(np.int64 if signed else np.uint64)
+            with np.errstate(**_ERRSTATE):
+                w(warp, mask, (x * y).astype(_int_view(wtype)))
+        return run
+    w = ctx.dst(d, typ)
+
+    def run(warp, mask):
+        x, y = _as(ra(warp), typ), _as(rb(warp), typ)
+        if mode == "lo":
+            with np.errstate(**_ERRSTATE):
+                w(warp, mask, x * y)
+            return
+        if b_ <= 32:
+            p = x.astype(np.int64) * y.astype(np.int64)
+            w(warp, mask, (p >> b_).astype(_int_view(typ)))
+        else:
+            xs = [int(v) for v in x]
+            ys = [int(v) for v in y]
+            w(warp, mask, np.array([((u * v) >> 64) & (2 ** 64 - 1) for u, v in zip(xs, ys)], dtype=np.uint64)
+              .astype(_int_view(typ)) if not signed else
+              np.array([((u * v) >> 64) for u, v in zip(xs, ys)], dtype=object).astype(np.int64))
+    return run
+
+
+@handler("mad", "fma")
+def h_mad(ctx):
+    typ = type_of(ctx.parts)
+    if typ in ("f16x2", "bf16x2"):
+        return _packed_binary(ctx, lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32))
+    d, a, b, c = ctx.inst.operands
+    if typ in FLOAT_TYPES:
+        ctx.need({typ, "rn", "ftz", "sat", "rz"})
+        ra, rb, rc, w = ctx.src(a, typ), ctx.src(b, typ), ctx.src(c, typ), ctx.dst(d, typ)
+
+        def fma(warp, mask):
+            with np.errstate(**_ERRSTATE):  # fused: one rounding (exact product in float64)
+                r = (_as(ra(warp), "f64") * _as(rb(warp), "f64") + _as(rc(warp), "f64"))
+            w(warp, mask, _round_half(r.astype(np.float32) if typ != "f64" else r, typ))
+        return fma
+    mode = next((p for p in ("lo", "hi", "wide") if p in ctx.mods), None)
+    if mode not in ("lo", "wide"):
+        ctx.unsupported()
+    ctx.need({typ, mode})
+    signed = typ[0] == "s"
+    wtype = typ if mode == "lo" else ("s" if signed else "u") + str(2 * bits_of(typ))
+    ra, rb, rc, w = ctx.src(a, typ), ctx.src(b, typ), ctx.src(c, wtype), ctx.dst(d, wtype)
+
+    def run(warp, mask):
+        x, y = _as(ra(warp), typ), _as(rb(warp), typ)
+        if mode == "wide":
+            x, y = x.astype(_int_view(wtype)), y.astype(_int_view(wtype))
+        with np.errstate(**_ERRSTATE):
+            w(warp, mask, x * y + _as(rc(warp), wtype))
+    return run
+
+
+@handler("div", "rem")
+def h_div(ctx):
+    typ = type_of(ctx.parts)
+    is_rem = ctx.parts[0] == "rem"
+    if typ in FLOAT_TYPES:
+        if is_rem:
+            ctx.unsupported()
+
+        def fdiv(a, b, t, mask):
+            return _round_half((a.astype(np.float64) / b).astype(np.float32) if t != "f64" else a / b, t)
+        return _binary(ctx, fdiv, allowed={"rn", "ftz", "approx", "full", "rz"})
+
+    def idiv(a, b, t, mask):
+        if (b[mask] == 0).any():
+            raise EmulatorError(f"integer {'rem' if is_rem else 'div'} by zero")
+        safe = np.where(b == 0, 1, b)
+        if t[0] == "s":
+            q = (np.abs(a.astype(np.int64)) // np.abs(safe.astype(np.int64))) * np.sign(a.astype(np.int64)) \
+                * np.sign(safe.astype(np.int64))
+            r = a.astype(np.int64) - q * safe.astype(np.int64)
+            return (r if is_rem else q).astype(_int_view(t))
+        return (a % safe) if is_rem else (a // safe)
+    return _binary(ctx, idiv)
+
+
+@handler("min", "max")
+def h_minmax(ctx):
+    typ = type_of(ctx.parts)
+    is_max = ctx.parts[0] == "max"
+    if typ in ("f16x2", "bf16x2"):
+        return _packed_binary(ctx, np.fmax if is_max else np.fmin)
+
+    def fn(a, b, t, mask):
+        if t in FLOAT_TYPES:  # a NaN operand yields the other one (ISA: min/max with one NaN)
+            return np.fmax(a, b) if is_max else np.fmin(a, b)
+        return np.maximum(a, b) if is_max else np.minimum(a, b)
+    return _binary(ctx, fn, allowed={"ftz", "NaN", "relu"})
+
+
+@handler("neg", "abs", "not", "popc", "clz", "brev", "cnot")
+def h_unary(ctx):
+    typ = type_of(ctx.parts)
+    ctx.need({typ, "ftz"})
+    op = ctx.parts[0]
+    d, a = ctx.inst.operands
+    if op in ("popc", "clz"):
+        ra, w = ctx.src(a, typ), ctx.dst(d, "u32")
+        b = bits_of(typ)
+
+        def count(warp, mask):
+            v = ra(warp).astype(np.uint64)
+            if op == "popc":
+                r = np.array([bin(int(x)).count("1") for x in v], dtype=np.uint32)
+            else:
+                r = np.array([b - int(x).bit_length() for x in v], dtype=np.uint32)
+            w(warp, mask, r)
+        return count
+    ra, w = ctx.src(a, typ), ctx.dst(d, typ)
+    b = bits_of(typ)
+
+    def run(warp, mask):
+        v = _as(ra(warp), typ)
+        with np.errstate(**_ERRSTATE):
+            if op == "neg":
+                r = -v
+            elif op == "abs":
+                r = np.abs(v)
+            elif op == "not":
+                r = ~v if typ != "pred" else ~v
+            elif op == "cnot":
+                r = (v == 0).astype(v.dtype)
+            else:  # brev
+                r = np.array([int(format(int(x), f"0{b}b")[::-1], 2) for x in v.astype(np.uint64)],
+                             dtype=np.uint64).astype(_int_view(typ))
+        w(warp, mask, r)
+    if typ == "pred":
+        rp, wp = ctx.src(a, "pred"), ctx.dst(d, "pred")
+        return lambda warp, mask: wp(warp, mask, ~rp(warp))
+    return run
+
+
+@handler("and", "or", "xor")
+def h_logic(ctx):
+    typ = type_of(ctx.parts)
+    ctx.need({typ})
+    op = ctx.parts[0]
+    f = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
+    d, a, b = ctx.inst.operands
+    if typ == "pred":
+        ra, rb, w = ctx.src(a, "pred"), ctx.src(b, "pred"), ctx.dst(d, "pred")
+        return lambda warp, mask: w(warp, mask, f(ra(warp), rb(warp)))
+    ut = {8: "b8", 16: "b16", 32: "b32", 64: "b64"}[bits_of(typ)]
+    ra, rb, w = ctx.src(a, ut), ctx.src(b, ut), ctx.dst(d, ut)
+    return lambda warp, mask: w(warp, mask, f(ra(warp), rb(warp)))
+
+
+@handler("shl", "shr")
+def h_shift(ctx):
+    typ = type_of(ctx.parts)
+    ctx.need({typ})
+    d, a, b = ctx.inst.operands
+    nb = bits_of(typ)
+    ra, rb, w = ctx.src(a, typ), ctx.src(b, "u32"), ctx.dst(d, typ)
+    left = ctx.parts[0] == "shl"
+    signed = typ[0] == "s"
+
+    def run(warp, mask):
+        v = _as(ra(warp), typ)
+        n = rb(warp).astype(np.uint64)
+        big = n >= nb  # the ISA clamps shift amounts larger than the width
+        n2 = np.minimum(n, nb - 1).astype(v.dtype if v.dtype.kind == "u" else np.int64)
+        if left:
+            r = np.where(big, 0, (v.astype(np.uint64) << np.minimum(n, nb - 1)).astype(_int_view(typ)))
+        elif signed:
+            r = np.where(big, np.where(v < 0, -1, 0), v >> n2.astype(v.dtype)).astype(v.dtype)
+        else:
+            r = np.where(big, 0, v >> n2.astype(v.dtype)).astype(v.dtype)
+        w(warp, mask, r.astype(_int_view(typ)))
+    return run
+
+
+@handler("bfe")
+def h_bfe(ctx):
+    typ = type_of(ctx.parts)
+    d, a, b, c = ctx.inst.operands
+    nb = bits_of(typ)
+    ra, rb, rc, w = ctx.src(a, typ), ctx.src(b, "u32"), ctx.src(c, "u32"), ctx.dst(d, typ)
+    signed = typ[0] == "s"
+
+    def run(warp, mask):
+        v = ra(warp).astype(np.uint64) & np.uint64((1 << nb) - 1 if nb < 64 else 2 ** 64 - 1)
+        pos = (rb(warp) & 0xFF).astype(np.int64)
+        ln = (rc(warp) & 0xFF).astype(np.int64)
+        out = []
+        for x, p, n in zip(v, pos, ln):
+            x = int(x)
+            field = (x >> min(p, nb - 1)) & ((1 << n) - 1) if n else 0
+            if signed and n:
+                sbit = (x >> min(p + n - 1, nb - 1)) & 1
+                if sbit:
+                    field |= ((1 << nb) - 1) ^ ((1 << n) - 1)
+            elif signed and not n:
+                field = 0
+            out.append(field & ((1 << nb) - 1))
+        w(warp, mask, from_raw(np.array(out, dtype=np.uint64), typ))
+    return run
+
+
+@handler("bfi")
+def h_bfi(ctx):
+    typ = type_of(ctx.parts)
+    d, f, b, c, e = ctx.inst.operands
+    nb = bits_of(typ)
+    rf, rb, rc, re_, w = ctx.src(f, typ), ctx.src(b, typ), ctx.src(c, "u32"), ctx.src(e, "u32"), ctx.dst(d, typ)
+
+    def run(warp, mask):
+        out = []
+        for x, y, p, n in zip(rf(warp).astype(np.uint64), rb(warp).astype(np.uint64), rc(warp), re_(warp)):
+            p, n = int(p) & 0xFF, int(n) & 0xFF
+            m = (((1 << n) - 1) << p) & ((1 << nb) - 1)
+            out.append(((int(y) & ~m) | ((int(x) << p) & m)) & ((1 << nb) - 1))
+        w(warp, mask, from_raw(np.array(out, dtype=np.uint64), typ))
+    return run
+
+
+@handler("lop3")
+def h_lop3(ctx):
+    ctx.need({"b32"})
+    d, a, b, c, lut = ctx.inst.operands
+    if not isinstance(lut, Imm):
+        ctx.unsupported("a non-immediate LUT in")
+    table = int(lut.value) & 0xFF
+    ra, rb, rc, w = ctx.src(a, "b32"), ctx.src(b, "b32"), ctx.src(c, "b32"), ctx.dst(d, "b32")
+
+    def run(warp, mask):
+        x, y, z = ra(warp), rb(warp), rc(warp)
+        r = np.zeros(32, dtype=np.uint32)
+        for i in range(8):
+            if table >> i & 1:
+                r |= (x if i & 4 else ~x) & (y if i & 2 else ~y) & (z if i & 1 else ~z)
+        w(warp, mask, r)
+    return run
+
+
+@handler("prmt")
+def h_prmt(ctx):
+    ctx.need({"b32"})
+    d, a, b, c = ctx.inst.operands
+    ra, rb, rc, w = ctx.src(a, "b32"), ctx.src(b, "b32"), ctx.src(c, "b32"), ctx.dst(d, "b32")
+
+    def run(warp, mask):
+        src = (rb(warp).astype(np.uint64) << np.uint64(32)) | ra(warp).astype(np.uint64)
+        sel = rc(warp)
+        out = np.zeros(32, dtype=np.uint32)
+        for k in range(4):
+            nib = (sel >> np.uint32(4 * k)) & np.uint32(0xF)
+            idx = (nib & 7).astype(np.uint64)
+            byte = ((src >> (idx * np.uint64(8))) & np.uint64(0xFF)).astype(np.uint32)
+            sign = (byte >> 7) & 1
+            byte = np.where(nib & 8, np.where(sign == 1, 0xFF, 0), byte).astype(np.uint32)
+            out |= byte << np.uint32(8 * k)
+        w(warp, mask, out)
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison and selection
+# ---------------------------------------------------------------------------------------------
+
+_CMP = {
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal,
+}
+
+
+def _compare(op, a, b, is_float):
+    if op in _CMP:
+        r = _CMP[op](a, b)
+        if is_float and op == "ne":
+            r = r & ~(np.isnan(a) | np.isnan(b))
+        return r
+    if is_float:
+        unordered = np.isnan(a) | np.isnan(b)
+        if op == "num":
+            return ~unordered
+        if op == "nan":
+            return unordered
+        if op.endswith("u") and op[:-1] in _CMP:
+            return _CMP[op[:-1]](a, b) | unordered
+    raise Unsupported(f"comparison .{op}")
+
+
+@handler("setp")
+def h_setp(ctx):
+    typ = type_of(ctx.parts)
+    cmp = ctx.parts[1]
+    boolop = ctx.parts[2] if len(ctx.parts) > 3 and ctx.parts[2] in ("and", "or", "xor") else None
+    ops = ctx.inst.operands
+    dst = ops[0]
+    p, q = (dst.first, dst.second) if isinstance(dst, Pair) else (dst, None)
+    ra, rb = ctx.src(ops[1], typ), ctx.src(ops[2], typ)
+    rc = ctx.src(ops[3], "pred") if len(ops) > 3 else None
+    wp = ctx.dst(p, "pred")
+    wq = ctx.dst(q, "pred") if q is not None else None
+    is_float = typ in FLOAT_TYPES
+    f = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}.get(boolop)
+
+    def run(warp, mask):
+        t = _compare(cmp, _as(ra(warp), typ), _as(rb(warp), typ), is_float)
+        if f is not None:
+            c = rc(warp)
+            wp(warp, mask, f(t, c))
+            if wq is not None:
+                wq(warp, mask, f(~t, c))
+        else:
+            wp(warp, mask, t)
+            if wq is not None:
+                wq(warp, mask, ~t)
+    return run
+
+
+@handler("selp")
+def h_selp(ctx):
+    typ = type_of(ctx.parts)
+    d, a, b, c = ctx.inst.operands
+    ra, rb, rc, w = ctx.src(a, typ), ctx.src(b, typ), ctx.src(c, "pred"), ctx.dst(d, typ)
+    return lambda warp, mask: w(warp, mask, np.where(rc(warp), ra(warp), rb(warp)))
+
+
+# ---------------------------------------------------------------------------------------------
+# cvt
+# ---------------------------------------------------------------------------------------------
+
+_ROUND_INT = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
+
+
+@handler("cvt")
+def h_cvt(ctx):
+    parts = ctx.parts
+    types = [p for p in parts[1:] if p in BITS or p in ("e4m3x2", "e5m2x2", "e2m1x2", "f16x2", "bf16x2")]
+    if len(types) != 2:
+        ctx.unsupported()
+    dt, at = types
+    mods = set(parts[1:]) - {dt, at}
+    ops = ctx.inst.operands
+    # packed conversions (PTX ISA cvt: "a is stored in the upper half/byte, b in the lower")
+    if dt in ("bf16x2", "f16x2") and at == "f32":
+        half = dt[:-2]
+        ra, rb, w = ctx.src(ops[1], "f32"), ctx.src(ops[2], "f32"), ctx.dst(ops[0], "b32")
+        relu = "relu" in mods
+
+        def pack(warp, mask):
+            x, y = ra(warp), rb(warp)
+            if relu:
+                x, y = np.maximum(x, 0), np.maximum(y, 0)
+            w(warp, mask, pack_halves(to_raw(_round_half(x, half) if half == "f16" else x, half),
+                                      to_raw(_round_half(y, half) if half == "f16" else y, half)))
+        return pack
+    if dt in ("e4m3x2", "e5m2x2", "e2m1x2") and at == "f32":
+        fmt = dt[:-2]
+        sat = "satfinite" in mods
+        if not sat:
+            ctx.unsupported("cvt to FP8/FP4 without .satfinite:")
+        ra, rb = ctx.src(ops[1], "f32"), ctx.src(ops[2], "f32")
+        shift = 4 if fmt == "e2m1" else 8
+        w = ctx.dst(ops[0], "b16" if shift == 8 else "b8")
+        relu = "relu" in mods
+
+        def pack8(warp, mask):
+            x, y = ra(warp), rb(warp)
+            if relu:
+                x, y = np.maximum(x, 0), np.maximum(y, 0)
+            hi, lo = encode_small(x, fmt).astype(np.uint32), encode_small(y, fmt).astype(np.uint32)
+            w(warp, mask, ((hi << shift) | lo).astype(np.uint16 if shift == 8 else np.uint8))
+        return pack8
+    if dt in ("f16x2", "bf16x2") and at in ("e4m3x2", "e5m2x2", "e2m1x2"):
+        fmt = at[:-2]
+        shift = 4 if fmt == "e2m1" else 8
+        ra = ctx.src(ops[1], "b16" if shift == 8 else "b8")
+        w = ctx.dst(ops[0], "b32")
+        half = dt[:-2]
+
+        def unpack8(warp, mask):
+            v = ra(warp).astype(np.uint32)
+            lo = decode_small(v & ((1 << shift) - 1), fmt)
+            hi = decode_small((v >> shift) & ((1 << shift) - 1), fmt)
+            w(warp, mask, pack_halves(to_raw(hi, half), to_raw(lo, half)))
+        return unpack8
+    if dt not in BITS or at not in BITS:
+        ctx.unsupported()
+    ra, w = ctx.src(ops[1], at), ctx.dst(ops[0], dt)
+    rnd = next((m for m in mods if m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi", "rna")), None)
+    sat = "sat" in mods
+    extra = mods - {rnd, "sat", "ftz", "satfinite", "relu", None}
+    if extra:
+        ctx.unsupported("the modifier(s) ." + ", .".join(sorted(extra)) + " of")
+    a_float, d_float = at in FLOAT_TYPES, dt in FLOAT_TYPES
+
+    def run(warp, mask):
+        v = ra(warp)
+        with np.errstate(**_ERRSTATE):
+            if d_float and a_float:
+                x = np.asarray(v, dtype=np.float64 if at == "f64" else np.float32)
+                if rnd in _ROUND_INT:
+                    x = _ROUND_INT[rnd](x)
+                if dt == "bf16":
+                    r = bf16_bits_to_f32(f32_to_bf16_bits(x.astype(np.float32), "rz" if rnd == "rz" else "rn"))
+                elif dt == "f16":
+                    if rnd not in (None, "rn"):
+                        raise Unsupported(f"cvt.{rnd} to f16")
+                    r = x.astype(np.float16).astype(np.float32)
+                elif dt == "f32":
+                    if at == "f64" and rnd not in (None, "rn"):
+                        raise Unsupported(f"cvt.{rnd}.f32.f64")
+                    r = x.astype(np.float32)
+                else:
+                    r = x.astype(np.float64)
+                if sat:
+                    r = np.clip(np.nan_to_num(r, nan=0.0), 0.0, 1.0)
+                w(warp, mask, r)
+            elif d_float:  # int -> float
+                x = v.astype(np.float64)
+                if dt == "bf16":
+                    r = bf16_bits_to_f32(f32_to_bf16_bits(x.astype(np.float32)))
+                else:
+                    r = x.astype({"f32": np.float32, "f64": np.float64, "f16": np.float16}[dt])
+                w(warp, mask, r)
+            elif a_float:  # float -> int: round as asked, saturate to the range (NaN -> 0)
+                x = np.asarray(v, dtype=np.float64)
+                x = _ROUND_INT.get(rnd, np.trunc)(x) if rnd else np.trunc(x)
+                info = np.iinfo(_int_view(dt))
+                r = np.clip(np.nan_to_num(x, nan=0.0), info.min, info.max).astype(_int_view(dt))
+                w(warp, mask, r)
+            else:  # int -> int: sign/zero extension by the source type, truncation to the destination
+                src_signed = at[0] == "s"
+                x = _as(v, at).astype(np.int64 if src_signed else np.uint64)
+                if sat:
+                    info = np.iinfo(_int_view(dt))
+                    x = np.clip(x.astype(np.float64), info.min, info.max).astype(np.int64)
+                w(warp, mask, x.astype(np.int64).astype(_int_view(dt)) if src_signed else x.astype(_int_view(dt)))
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Floating point (single operand)
+# ---------------------------------------------------------------------------------------------
+
+
+@handler("rcp", "sqrt", "rsqrt", "ex2", "lg2", "sin", "cos", "tanh")
+def h_fmath(ctx):
+    typ = type_of(ctx.parts)
+    op = ctx.parts[0]
+    d, a = ctx.inst.operands
+    ra, w = ctx.src(a, typ), ctx.dst(d, typ)
+    fn = {"rcp": lambda x: 1.0 / x, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "ex2": np.exp2,
+          "lg2": np.log2, "sin": np.sin, "cos": np.cos, "tanh": np.tanh}[op]
+
+    def run(warp, mask):
+        with np.errstate(**_ERRSTATE):
+            x = np.asarray(ra(warp), np.float64)
+            w(warp, mask, _round_half(fn(x).astype(np.float32) if typ != "f64" else fn(x), typ))
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Control flow
+# ---------------------------------------------------------------------------------------------
+
+
+@handler("bra")
+def h_bra(ctx):
+    ctx.need({"uni"})
+    target = ctx.m.kernel.labels[ctx.inst.operands[0].name]
+    return lambda warp, mask: target
+
+
+@handler("ret", "exit")
+def h_exit(ctx):
+    def run(warp, mask):
+        warp.exit_lanes(mask)
+    return run
+
+
+@handler("trap")
+def h_trap(ctx):
+    def run(warp, mask):
+        raise EmulatorError("trap: the kernel aborted")
+    return run
+
+
+@handler("brkpt", "nanosleep", "pmevent")
+def h_nop(ctx):
+    return lambda warp, mask: None
+
+
+# ---------------------------------------------------------------------------------------------
+# Warp-level exchange: shfl.sync, elect.sync, vote.sync, activemask, bar.warp.sync
+# ---------------------------------------------------------------------------------------------
+
+
+def _member_mask(value) -> np.ndarray:
+    v = int(value) & 0xFFFFFFFF
+    return ((np.uint64(v) >> np.arange(32, dtype=np.uint64)) & np.uint64(1)).astype(bool)
+
+
+@handler("shfl")
+def h_shfl(ctx):
+    if "sync" not in ctx.mods:
+        ctx.unsupported("shfl without .sync:")
+    mode = next(p for p in ctx.parts[1:] if p in ("idx", "up", "down", "bfly"))
+    ops = ctx.inst.operands
+    d = ops[0]
+    dreg, preg = (d.first, d.second) if isinstance(d, Pair) else (d, None)
+    ra, rb, rc, rm = ctx.src(ops[1], "b32"), ctx.src(ops[2], "u32"), ctx.src(ops[3], "u32"), ctx.src(ops[4], "u32")
+    wd = ctx.dst(dreg, "b32")
+    wp = ctx.dst(preg, "pred") if preg is not None else None
+    lane = np.arange(32, dtype=np.int64)
+
+    def run(warp, mask):
+        members = _member_mask(rm(warp)[np.flatnonzero(mask)[0]])
+        need = members & ~warp.exited
+        if (need & ~mask).any():
+            from ..machine import NeedConvergence
+
+            raise NeedConvergence()
+        a = ra(warp)
+        b = (rb(warp) & 31).astype(np.int64)
+        c = rc(warp).astype(np.int64)
+        seg = (c >> 8) & 31
+        cval = c & 31
+        max_lane = (lane & seg) | (cval & ~seg)
+        min_lane = lane & seg
+        if mode == "up":
+            j = lane - b
+            ok = j >= max_lane
+        elif mode == "down":
+            j = lane + b
+            ok = j <= max_lane
+        elif mode == "bfly":
+            j = lane ^ b
+            ok = j <= max_lane
+        else:
+            j = min_lane | (b & ~seg)
+            ok = j <= max_lane
+        j = np.where(ok, j, lane) & 31
+        wd(warp, mask, a[j])
+        if wp is not None:
+            wp(warp, mask, ok)
+    return run
+
+
+@handler("elect")
+def h_elect(ctx):
+    if "sync" not in ctx.mods:
+        ctx.unsupported()
+    d, m = ctx.inst.operands
+    dreg, preg = (d.first, d.second) if isinstance(d, Pair) else (d, None)
+    rm = ctx.src(m, "u32")
+    wd = ctx.dst(dreg, "u32")
+    wp = ctx.dst(preg, "pred") if preg is not None else None
+
+    def run(warp, mask):
+        members = _member_mask(rm(warp)[np.flatnonzero(mask)[0]]) & ~warp.exited
+        if (members & ~mask).any():
+            from ..machine import NeedConvergence
+
+            raise NeedConvergence()
+        cand = np.flatnonzero(members & mask)
+        leader = int(cand[0]) if len(cand) else 0  # the lowest active member (deterministic)
+        wd(warp, mask, np.full(32, leader, np.uint32))
+        if wp is not None:
+            wp(warp, mask, np.arange(32) == leader)
+    return run
+
+
+@handler("vote")
+def h_vote(ctx):
+    mode = next(p for p in ctx.parts[1:] if p in ("all", "any", "uni", "ballot"))
+    ops = ctx.inst.operands
+    ra = ctx.src(ops[1], "pred")
+    w = ctx.dst(ops[0], "b32" if mode == "ballot" else "pred")
+
+    def run(warp, mask):
+        p = ra(warp) & mask
+        if mode == "ballot":
+            v = np.uint32(sum(1 << int(i) for i in np.flatnonzero(p)))
+            w(warp, mask, np.full(32, v, np.uint32))
+        elif mode == "all":
+            w(warp, mask, np.full(32, bool(p[mask].all())))
+        elif mode == "any":
+            w(warp, mask, np.full(32, bool(p[mask].any())))
+        else:
+            vals = p[mask]
+            w(warp, mask, np.full(32, bool(vals.all() or not vals.any())))
+    return run
+
+
+@handler("activemask")
+def h_activemask(ctx):
+    w = ctx.dst(ctx.inst.operands[0], "b32")
+
+    def run(warp, mask):
+        w(warp, mask, np.full(32, np.uint32(sum(1 << int(i) for i in np.flatnonzero(mask))), np.uint32))
+    return run
+
+
+@handler("setmaxnreg")
+def h_setmaxnreg(ctx):
+    """``setmaxnreg.{inc,dec}.sync.aligned.u32 n``: warpgroup-wide register reallocation (ISA: n in 24..256, a
+    multiple of 8). Functionally a no-op here; the operand rules are checked."""
+    (n,) = ctx.inst.operands
+    if not isinstance(n, Imm) or not (24 <= n.value <= 256 and n.value % 8 == 0):
+        ctx.unsupported("a register count outside 24..256 (multiple of 8) in")
+
+    def run(warp, mask):
+        require_converged(warp, mask)
+        warp.maxnreg = int(n.value)
+    return run
