@@ -144,8 +144,7 @@ class Warp:
         self.pending_why: dict[int, str] = {}
         self.pc = 0
         self.pcs = None  # per-lane PCs while the warp is diverged
-        self.blocked = None  # a callable: True while the warp must wait
-        self.waiting_for = ""
+        self.parked: list = []  # [(lanes, still_waiting(), why)]: lane groups that wait for something
         self.done = not self.valid.any()
         self.steps = 0
         # per-thread asynchronous group state
@@ -167,9 +166,27 @@ class Warp:
     def active(self) -> np.ndarray:
         return ~self.exited
 
-    def current(self):
-        """``(pc, lanes)``: the lanes to run next (the lowest PC among active lanes)."""
+    def block(self, lanes: np.ndarray, still_waiting, why: str):
+        """Park ``lanes`` (which have moved past the waiting instruction) while ``still_waiting()`` is true.
+
+        Other lane groups of a divergent warp keep running, as with independent thread scheduling:
+        a lane that spins on an mbarrier does not stop the lane that will make it arrive."""
+        self.parked.append((lanes.copy(), still_waiting, why))
+
+    def free(self) -> np.ndarray:
+        """Active lanes that are not parked (re-checking every parked group's condition)."""
         act = ~self.exited
+        if self.parked:
+            self.parked = [p for p in self.parked if p[1]()]
+            for lanes, _, _ in self.parked:
+                act = act & ~lanes
+        return act
+
+    def current(self):
+        """``(pc, lanes)``: the lanes to run next (the lowest PC among free lanes), or ``(None, None)``."""
+        act = self.free()
+        if not act.any():
+            return None, None
         if self.pcs is None:
             return self.pc, act
         pcs = self.pcs
@@ -177,11 +194,15 @@ class Warp:
         return pc, act & (pcs == pc)
 
     def groups(self):
-        """Distinct PCs of the active lanes, lowest first (for a divergent warp)."""
-        act = ~self.exited
+        """Distinct PCs of the free lanes, lowest first (for a divergent warp)."""
+        act = self.free()
         if self.pcs is None:
-            return [(self.pc, act)]
+            return [(self.pc, act)] if act.any() else []
         return [(int(p), act & (self.pcs == p)) for p in np.unique(self.pcs[act])]
+
+    @property
+    def waiting_for(self) -> str:
+        return "; ".join(why for _, _, why in self.parked)
 
     def advance(self, pc: int, mask: np.ndarray, target=None):
         """Lanes ``mask`` at ``pc`` go to ``pc + 1``, or to ``target`` (an int, or per-lane where ``target`` is
@@ -222,8 +243,8 @@ class Warp:
 
     def where(self, pc: int | None = None, lanes=None) -> str:
         kernel = self.machine.kernel
-        if pc is None:
-            pc = self.current()[0] if not self.done else None
+        if pc is None and not self.done:
+            pc = self.pc if self.pcs is None else int(self.pcs[~self.exited].min())
         lane_txt = ""
         if lanes is not None:
             ls = np.flatnonzero(lanes)
@@ -236,12 +257,7 @@ class Warp:
     def runnable(self) -> bool:
         if self.done:
             return False
-        if self.blocked is not None:
-            if self.blocked():
-                return False
-            self.blocked = None
-            self.waiting_for = ""
-        return True
+        return bool(self.free().any()) if self.parked else True
 
     # ---- registers
     def check_pending(self, idx: int, name: str, pc: int):
@@ -464,17 +480,22 @@ class Machine:
     def run_warp(self, warp: Warp, budget: int):
         program = self.program
         for _ in range(budget):
-            if warp.done or (warp.blocked is not None and not warp.runnable()):
+            if warp.done:
                 return
             pc, mask = warp.current()
+            if pc is None:
+                return
             if pc >= len(program):
                 raise EmulatorError("fell off the end of the kernel without ret/exit", where=warp.where(pc, mask))
             try:
                 program[pc](warp, pc, mask)
             except NeedConvergence:
                 if not self._run_other_group(warp, pc):
-                    raise EmulatorError("a warp-synchronous instruction is reached by a divergent warp whose "
-                                        "other lanes can never get there", where=warp.where(pc, mask)) from None
+                    # the other lanes are parked elsewhere: wait for them here
+                    others = ~warp.exited & ~mask
+                    warp.block(mask, lambda w=warp, o=others: not (w.free() & o).any(),
+                               f"its other lanes, to execute a warp-synchronous instruction together (PC {pc})")
+                    return
             except EmulatorError as e:
                 if not e.where:
                     e.where = warp.where(pc, mask)
@@ -489,6 +510,8 @@ class Machine:
         for pc, mask in warp.groups():
             if pc == blocked_pc:
                 continue
+            if self.program is None:
+                return False
             try:
                 self.program[pc](warp, pc, mask)
                 return True

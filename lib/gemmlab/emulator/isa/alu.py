@@ -61,8 +61,39 @@ def _round_half(values, typ):
 # ---------------------------------------------------------------------------------------------
 
 
+def _regs_of(ctx, op) -> list:
+    items = op.items if isinstance(op, Vec) else (op,)
+    return [ctx.reg_index(x) for x in items if isinstance(x, Reg)]
+
+
 @handler("mov")
 def h_mov(ctx):
+    """``mov`` (also packing/unpacking vectors). A pure move may copy a register whose ``tcgen05.ld`` result
+    is not yet waited for: the copy inherits the pending state (ptxas turns these packs into register
+    renaming; the DSL's epilogues pack ``tcgen05.ld`` results before ``tcgen05.wait::ld``)."""
+    body = _mov(ctx)
+    srcs, dsts = _regs_of(ctx, ctx.inst.operands[1]), _regs_of(ctx, ctx.inst.operands[0])
+
+    def run(warp, mask):
+        if warp.pending.any():
+            why = [warp.pending_why[i] for i in srcs if warp.pending[i]]
+            if why:
+                if not all("tcgen05.ld" in w for w in why):
+                    return body(warp, mask)  # the reader reports it
+                saved = warp.pending[srcs].copy()
+                warp.pending[srcs] = False
+                try:
+                    body(warp, mask)
+                finally:
+                    warp.pending[srcs] = saved
+                warp.set_pending(dsts, why[0])
+                warp.__dict__.setdefault("_tc_ld_pending", []).extend(dsts)
+                return None
+        return body(warp, mask)
+    return run
+
+
+def _mov(ctx):
     typ = type_of(ctx.parts)
     ctx.need({typ})
     d, a = ctx.inst.operands

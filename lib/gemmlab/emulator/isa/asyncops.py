@@ -271,8 +271,7 @@ def _cp_async_group(ctx):
                     return True
             return False
         if still():
-            warp.blocked = still
-            warp.waiting_for = f"cp.async.wait_group {keep}"
+            warp.block(mask, still, f"cp.async.wait_group {keep}")
     return run
 
 
@@ -395,12 +394,21 @@ def _bulk_group(ctx):
                     return True
             return False
         if still():
-            warp.blocked = still
-            warp.waiting_for = f"cp.async.bulk.wait_group{'.read' if read_only else ''} {keep}"
+            warp.block(mask, still, f"cp.async.bulk.wait_group{'.read' if read_only else ''} {keep}")
     return run
 
 
 # ---- the tensor form (TMA)
+
+def _tm_call(fn, *args, **kwargs):
+    """Call the tensor-map model; its ValueError / NotImplementedError become the emulator's errors."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError as e:
+        raise Unsupported(str(e)) from None
+    except ValueError as e:
+        raise MemoryFault(str(e)) from None
+
 
 def _tma(ctx):
     from .. import tensormap as tm
@@ -449,8 +457,9 @@ def _tma(ctx):
             c = tuple(int(x[i]) for x in coords)
             if load:
                 d = int(locs[i])
-                tm.check_smem_address(tmap_, d & 0xFFFFFF)
+                _tm_call(tm.check_smem_address, tmap_, d & 0xFFFFFF)
                 nbytes = tm.tile_bytes(tmap_)
+                span = tm.smem_span(tmap_)
                 if multicast:
                     cmask = int(rmask(warp)[i])
                     targets = [cta.cluster.ctas[r] for r in range(cta.cluster.size) if cmask >> r & 1]
@@ -471,22 +480,26 @@ def _tma(ctx):
                     tx.append((mb, nbytes))
                 local = d & 0xFFFFFF
 
-                def do(tmap_=tmap_, c=c, targets=targets, local=local):
-                    data = tm.load_tile(tmap_, c, m.memory.read)
+                def do(tmap_=tmap_, c=c, targets=targets, local=local, span=span):
                     for t in targets:
-                        _write_async(t, (t.rank << 24) | local, data)
+                        addr = (t.rank << 24) | local
+                        current = t.smem.read(addr, span, "TMA load")  # bytes between padded rows stay as they are
+                        data = _tm_call(tm.load_tile, tmap_, c, m.memory.read, smem_addr=local, into=current)
+                        _write_async(t, addr, data)
                 m.issue(Copy(f"TMA load {c} by {warp.name}", do, tx=tx))
             else:
                 s = int(locs[i])
-                tm.check_smem_address(tmap_, s & 0xFFFFFF)
-                nbytes = tm.smem_bytes(tmap_) if hasattr(tm, "smem_bytes") else tm.tile_bytes(tmap_)
+                _tm_call(tm.check_smem_address, tmap_, s & 0xFFFFFF)
+                nbytes = tm.smem_span(tmap_)
                 m.check_async_read(cta, s, nbytes, "TMA store")
 
                 def read(s=s, nbytes=nbytes):
                     return cta.smem.read(s, nbytes, "TMA store")
 
-                def write(buf, tmap_=tmap_, c=c):
-                    tm.store_tile(tmap_, c, buf, m.memory.write)
+                def write(buf, tmap_=tmap_, c=c, s=s):
+                    _tm_call(tm.store_tile, tmap_, c, buf,
+                             lambda a, data: m.memory.write(a, np.frombuffer(bytes(data), np.uint8)),
+                             smem_addr=s & 0xFFFFFF)
                 op = Store(f"TMA store {c} by {warp.name}", read, write, cta)
                 _open_bulk(warp, i, op)
                 m.issue(op)

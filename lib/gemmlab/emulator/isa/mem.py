@@ -44,7 +44,7 @@ class Access:
 
     @staticmethod
     def check_align(addrs, size, warp):
-        if size > 1:
+        if 1 < size <= 32:
             bad = addrs % np.uint64(size) != 0
             if bad.any():
                 raise MemoryFault(f"misaligned {size}-byte access at 0x{int(addrs[bad][0]):x} (the ISA requires "

@@ -91,8 +91,7 @@ def h_bar(ctx):
         gen = st.generation
         _bar_try_complete(cta, bid)
         if kind == "sync" and st.generation == gen:
-            warp.blocked = lambda: st.generation == gen
-            warp.waiting_for = f"named barrier {bid} ({st.arrived} of {st.expected or cta.nthreads} threads arrived)"
+            warp.block(mask, lambda: st.generation == gen, f"named barrier {bid} ({st.arrived} of {st.expected or cta.nthreads} threads arrived)")
     return run
 
 
@@ -146,18 +145,17 @@ def _cluster_barrier(ctx):
             g = warp._cl_gen = np.full(32, -1, dtype=np.int64)
         lanes = mask
         if kind == "arrive":
-            if (g[lanes] >= 0).any():
-                raise BarrierError("barrier.cluster.arrive twice without barrier.cluster.wait in between")
+            if (g[lanes] == cluster.barrier_generation).any():
+                raise BarrierError("barrier.cluster.arrive twice in one phase of the cluster barrier "
+                                   "(each arrive needs its barrier.cluster.wait)")
             g[lanes] = cluster.barrier_generation
             _cluster_try_complete(cluster)
             return
         if (g[lanes] < 0).any():
             raise BarrierError("barrier.cluster.wait without a preceding barrier.cluster.arrive")
         waits_for = int(g[lanes].max())
-        g[lanes] = -1
         if cluster.barrier_generation <= waits_for:
-            warp.blocked = lambda: cluster.barrier_generation <= waits_for
-            warp.waiting_for = "the cluster barrier"
+            warp.block(mask, lambda: cluster.barrier_generation <= waits_for, "the cluster barrier")
     return run
 
 
@@ -277,8 +275,7 @@ def h_mbarrier(ctx):
             if op == "try_wait" and not done[mask].any() and first is not None:
                 # the instruction may return false any number of times; sleep until the phase moves
                 seen = first.phase
-                warp.blocked = lambda: first.phase == seen
-                warp.waiting_for = first.state()
+                warp.block(mask, lambda: first.phase == seen, first.state())
         return wait
     if op == "pending_count":
         ctx.unsupported()

@@ -1,1 +1,481 @@
-"""tcgen05 (sm_100a): tensor memory and the fifth-generation tensor core MMAs."""
+"""tcgen05 (sm_100a): tensor memory and the fifth-generation tensor core (PTX ISA "TensorCore 5th
+Generation Family Instructions": tcgen05.alloc / dealloc / relinquish_alloc_permit, tcgen05.mma
+(kind::f16, kind::mxf4nvf4 with block scaling), tcgen05.commit, tcgen05.ld / st / wait, tcgen05.cp,
+tcgen05.fence).
+
+What is modelled:
+
+* **Allocation** of TMEM columns per CTA (a power of two from 32 to 512, naturally
+  aligned, lowest free range first); the address is written to shared memory. An
+  allocation after ``relinquish_alloc_permit``, a dealloc of columns that are not
+  allocated, and a CTA that exits with columns still allocated are errors.
+* **MMA** ``D = A x B (+ D)`` with A and B read from shared memory through their
+  descriptors (:mod:`gemmlab.emulator.operands`) when the operation completes. The
+  MMAs, copies and commits one thread issues complete in issue order (one unit per
+  CTA pair), so ``tcgen05.commit`` arrives on its mbarrier once every earlier
+  operation of that thread has completed (the ISA: commit tracks the completion of
+  all prior asynchronous tcgen05 operations of the executing thread).
+* **Data-path layouts** implemented: M = 128 with ``cta_group::1`` and M = 256 with
+  ``cta_group::2`` (row i of each CTA's half of D in TMEM lane i, column ``col + n``).
+  Other layouts (M = 64, the pair's M = 128) are refused.
+* **Block scaling** (``kind::mxf4nvf4.block_scale.block16``, K = 64): A and B are
+  E2M1, scale factors UE4M3 in TMEM. Row ``r`` (of A's M or of B's N) finds its four
+  scale bytes (one per 16 values of K) in column ``base + (r // 128) * 4 + (r % 128) // 32``;
+  A's at lane ``r % 128``, B's in the lanes of the sub-partition that computes the
+  output row (all four replicas hold the same bytes when loaded with ``tcgen05.cp
+  .32x128b.warpx4``). This is the data flow chapter 11's CPU model executes, checked
+  here against NVIDIA's block-scaled example running on the emulator.
+* **tcgen05.ld / st** shape ``.32x32b`` (a warp reads its 32 lanes, ``.num`` columns);
+  registers written by ``tcgen05.ld`` are pending until ``tcgen05.wait::ld``.
+* **tcgen05.cp** shape ``.32x128b.warpx4`` (32 rows of 16 bytes from a no-swizzle
+  descriptor, copied to the same 4 columns of each of the four lane quarters).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import EmulatorError, MemoryFault, TmemError, Unsupported
+from ..machine import AsyncOp
+from ..memory import TMEM_COLUMNS, TMEM_LANES
+from ..operands import read_operand, to_float
+from ..ptx import Imm, Sink, Vec
+from . import handler, require_converged
+from .sync import resolve_mbarrier
+
+SM100_SWIZZLE = {0: 0, 2: 128, 4: 64, 6: 32}  # descriptor bits 61-63 (1 = 128B with 32B atoms: refused)
+
+
+def decode_desc(value: int) -> dict:
+    """A tcgen05 shared-memory descriptor (PTX ISA "Shared memory descriptor" for tcgen05)."""
+    value = int(value)
+    version = (value >> 46) & 7
+    if version != 1:
+        raise EmulatorError(f"tcgen05 shared-memory descriptor 0x{value:016x} has version {version} in bits "
+                            "46-48; sm_100 requires 1 (a Hopper-style descriptor?)")
+    if (value >> 49) & 7:
+        raise Unsupported("a tcgen05 descriptor with a non-zero matrix base offset")
+    if (value >> 52) & 1:
+        raise Unsupported("a tcgen05 descriptor with the absolute leading-dimension mode")
+    code = (value >> 61) & 7
+    if code not in SM100_SWIZZLE:
+        raise Unsupported(f"tcgen05 descriptor swizzle code {code}")
+    return {"start": (value & 0x3FFF) << 4, "lbo": ((value >> 16) & 0x3FFF) << 4,
+            "sbo": ((value >> 32) & 0x3FFF) << 4, "swizzle": SM100_SWIZZLE[code]}
+
+
+def decode_idesc_f16(v: int) -> dict:
+    v = int(v)
+    if v & 0b111:
+        raise Unsupported("a sparse or saturating tcgen05.mma instruction descriptor")
+    d_fmt = (v >> 4) & 3
+    a_fmt, b_fmt = (v >> 7) & 7, (v >> 10) & 7
+    return {"d": {0: "f16", 1: "f32"}.get(d_fmt), "a": {0: "f16", 1: "bf16"}.get(a_fmt),
+            "b": {0: "f16", 1: "bf16"}.get(b_fmt), "neg_a": (v >> 13) & 1, "neg_b": (v >> 14) & 1,
+            "a_major": "MN" if (v >> 15) & 1 else "K", "b_major": "MN" if (v >> 16) & 1 else "K",
+            "n": ((v >> 17) & 0x3F) << 3, "m": ((v >> 24) & 0x1F) << 4, "k": 16, "bits": 16}
+
+
+def decode_idesc_block_scaled(v: int) -> dict:
+    v = int(v)
+    if v & 0b111 or (v >> 31) & 1:
+        raise Unsupported("a sparse block-scaled instruction descriptor or K = 96")
+    a_fmt, b_fmt = (v >> 7) & 7, (v >> 10) & 7
+    if a_fmt != 1 or b_fmt != 1:
+        raise Unsupported(f"block-scaled A/B format codes {a_fmt}/{b_fmt} (only E2M1 = 1 is implemented)")
+    return {"d": "f32", "a": "e2m1", "b": "e2m1", "neg_a": (v >> 13) & 1, "neg_b": (v >> 14) & 1,
+            "a_major": "MN" if (v >> 15) & 1 else "K", "b_major": "MN" if (v >> 16) & 1 else "K",
+            "n": ((v >> 17) & 0x3F) << 3, "m": ((v >> 24) & 0x1F) << 4, "k": 64, "bits": 4,
+            "scale_format": (v >> 23) & 1, "a_sf_id": (v >> 29) & 3, "b_sf_id": (v >> 4) & 3}
+
+
+def tmem_fields(addr: int) -> tuple[int, int]:
+    return (addr >> 16) & 0xFFFF, addr & 0xFFFF
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations
+# ---------------------------------------------------------------------------------------------
+
+
+class TcOp(AsyncOp):
+    done = False
+
+    def complete(self, machine):
+        self.run(machine)
+        self.done = True
+
+
+class Mma(TcOp):
+    def __init__(self, unit, ctas, d_col, adesc, bdesc, idesc, accumulate, scales, label):
+        self.unit = unit
+        self.ctas = ctas  # [cta] or [leader, peer]
+        self.d_col, self.adesc, self.bdesc, self.idesc = d_col, adesc, bdesc, idesc
+        self.accumulate = accumulate
+        self.scales = scales  # (sfa column address, sfb column address) or None
+        self.label = label
+
+    def run(self, machine):
+        i = self.idesc
+        m, n, k = i["m"], i["n"], i["k"]
+        groups = len(self.ctas)
+        m_cta, n_cta = m // groups, n // groups
+        if m_cta != 128:
+            raise Unsupported(f"the tcgen05 data-path layout of M = {m} with cta_group::{groups} (implemented: "
+                              "M = 128 with cta_group::1 and M = 256 with cta_group::2)")
+        a_parts, b_parts = [], []
+        for cta in self.ctas:
+            base = cta.rank << 24
+            for desc, rows, fmt, major, parts in ((self.adesc, m_cta, i["a"], i["a_major"], a_parts),
+                                                   (self.bdesc, n_cta, i["b"], i["b_major"], b_parts)):
+                machine.check_async_read(cta, base | desc["start"], 1, "tcgen05.mma")
+                codes = read_operand(cta.smem, base | desc["start"], rows, k, i["bits"], major, desc["lbo"],
+                                     desc["sbo"], desc["swizzle"])
+                parts.append(to_float(codes, fmt))
+        a = np.concatenate(a_parts)  # (m, k)
+        b = np.concatenate(b_parts)  # (n, k)
+        if i["neg_a"]:
+            a = -a
+        if i["neg_b"]:
+            b = -b
+        if self.scales is not None:
+            a, b_by_quarter = self._scaled(a, b, k)
+        for g, cta in enumerate(self.ctas):
+            rows = slice(g * 128, (g + 1) * 128)
+            if self.scales is not None:
+                d = np.empty((128, n), np.float32)
+                for q in range(4):
+                    d[32 * q:32 * (q + 1)] = a[rows][32 * q:32 * (q + 1)] @ b_by_quarter[g][q].T
+            else:
+                d = (a[rows].astype(np.float32) @ b.astype(np.float32).T).astype(np.float32)
+            tm = tmem_of(cta, self.d_col, n, "tcgen05.mma (D)")
+            acc = tm[:, self.d_col:self.d_col + n].view(np.float32)
+            if self.accumulate:
+                acc += d
+            else:
+                acc[:] = d
+
+    def _scaled(self, a, b, k):
+        """Apply block scales (16 values of K per UE4M3 scale) read from TMEM, as the module docstring says."""
+        from ..values import decode_small
+
+        i = self.idesc
+        if i["a_sf_id"] or i["b_sf_id"] or i["scale_format"] != 0:
+            raise Unsupported("block scaling other than UE4M3 scales with scale-factor id 0 (NVFP4)")
+        sfa_col, sfb_col = self.scales
+        blocks = k // 16
+        out_b = []
+        rows = np.arange(128)
+        for g, cta in enumerate(self.ctas):
+            tm = tmem_of(cta, sfa_col, 4, "tcgen05.mma (scale factors of A)")
+            cols = sfa_col + rows // 32
+            sa = tm[rows, cols].view(np.uint8).reshape(128, 4)[:, :blocks]
+            a[g * 128:(g + 1) * 128] *= np.repeat(decode_small(sa, "e4m3"), 16, axis=1)
+        n = b.shape[0]
+        r = np.arange(n)
+        for g, cta in enumerate(self.ctas):
+            tm = tmem_of(cta, sfb_col, 4 * (-(-n // 128)), "tcgen05.mma (scale factors of B)")
+            quarters = []
+            for q in range(4):
+                lanes = 32 * q + r % 32
+                cols = sfb_col + (r // 128) * 4 + (r % 128) // 32
+                sb = tm[lanes, cols].view(np.uint8).reshape(n, 4)[:, :blocks]
+                quarters.append(b * np.repeat(decode_small(sb, "e4m3"), 16, axis=1))
+            out_b.append(quarters)
+        return a, out_b
+
+
+class Commit(TcOp):
+    def __init__(self, unit, targets, label):
+        self.unit = unit
+        self.targets = targets  # [mbarrier]
+        self.label = label
+
+    def run(self, machine):
+        for mb in self.targets:
+            mb.arrive(1, self.label)
+
+
+class Copy(TcOp):
+    """``tcgen05.cp.32x128b.warpx4``: 32 rows x 16 bytes from shared memory to each lane quarter."""
+
+    def __init__(self, unit, cta, taddr, desc, label):
+        self.unit, self.cta, self.taddr, self.desc, self.label = unit, cta, taddr, desc, label
+
+    def run(self, machine):
+        cta, d = self.cta, self.desc
+        if d["swizzle"]:
+            raise Unsupported("tcgen05.cp from a swizzled layout")
+        base = cta.rank << 24
+        machine.check_async_read(cta, base | d["start"], 512, "tcgen05.cp")
+        # 32 rows of 16 bytes: the no-swizzle K-major layout of a 32 x 16-byte operand (8-row core matrices at SBO)
+        codes = read_operand(cta.smem, base | d["start"], 32, 16, 8, "K", d["lbo"], d["sbo"], 0)  # (32, 16) bytes
+        lane, col = tmem_fields(self.taddr)
+        if lane != 0:
+            raise TmemError(f"tcgen05.cp.32x128b.warpx4 to lane {lane}; it writes lanes 0..127 (lane field 0)")
+        tm = tmem_of(cta, col, 4, "tcgen05.cp")
+        words = codes.reshape(32, 4, 4).view(np.uint32).reshape(32, 4)
+        for q in range(4):
+            tm[32 * q:32 * (q + 1), col:col + 4] = words
+
+
+def tmem_of(cta, col: int, ncols: int, what: str) -> np.ndarray:
+    """The CTA's TMEM, after checking that columns ``col .. col + ncols`` are allocated."""
+    if col < 0 or col + ncols > TMEM_COLUMNS:
+        raise MemoryFault(f"{what}: TMEM columns {col}..{col + ncols - 1} are outside 0..{TMEM_COLUMNS - 1}")
+    for c0, n in cta.tmem_alloc.items():
+        if c0 <= col and col + ncols <= c0 + n:
+            return cta.tensor_memory()
+    raise TmemError(f"{what}: TMEM columns {col}..{col + ncols - 1} of {cta.name} are not allocated "
+                    f"(allocated: {sorted(cta.tmem_alloc.items()) or 'none'}; freed early, or never allocated?)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Handlers
+# ---------------------------------------------------------------------------------------------
+
+
+def _group(ctx) -> int:
+    for p in ctx.parts:
+        if p.startswith("cta_group::"):
+            return int(p.split("::")[1])
+    return 1
+
+
+def _pair(cta, groups: int):
+    if groups == 1:
+        return [cta]
+    ctas = cta.cluster.ctas
+    lead = cta.rank & ~1
+    if lead + 1 >= len(ctas):
+        raise EmulatorError("cta_group::2 in a cluster without a peer CTA (the cluster must pair CTAs)")
+    return [ctas[lead], ctas[lead + 1]]
+
+
+@handler("tcgen05")
+def h_tcgen05(ctx):
+    op = ctx.parts[1]
+    if op.startswith("fence"):
+        return lambda warp, mask: None
+    if op == "alloc":
+        return _alloc(ctx)
+    if op == "dealloc":
+        return _dealloc(ctx)
+    if op == "relinquish_alloc_permit":
+        def relinquish(warp, mask):
+            require_converged(warp, mask)
+            for c in _pair(warp.cta, _group(ctx)) if _group(ctx) == 1 else [warp.cta]:
+                c.tmem_relinquished = True
+        return relinquish
+    if op == "mma":
+        return _mma(ctx)
+    if op == "commit":
+        return _commit(ctx)
+    if op in ("ld", "st"):
+        return _ldst(ctx, op)
+    if op.startswith("wait"):
+        kind = op.split("::")[1] if "::" in op else ctx.parts[2].split("::")[-1]
+
+        def wait(warp, mask):
+            require_converged(warp, mask)
+            pend = warp.__dict__.get("_tc_ld_pending", [])
+            if kind == "ld" and pend:
+                warp.clear_pending(pend)
+                warp._tc_ld_pending = []
+        return wait
+    if op == "cp":
+        return _cp(ctx)
+    ctx.unsupported()
+
+
+def _alloc(ctx):
+    dst, ncols = ctx.inst.operands
+    rdst, rn = ctx.addr(dst), ctx.src(ncols, "u32")
+
+    def alloc(warp, mask):
+        require_converged(warp, mask)
+        cta = warp.cta
+        lane0 = int(np.flatnonzero(mask)[0])
+        n = int(rn(warp)[lane0])
+        if n < 32 or n > TMEM_COLUMNS or n & (n - 1):
+            raise TmemError(f"tcgen05.alloc of {n} columns: it must be a power of two from 32 to 512")
+        if cta.tmem_relinquished:
+            raise TmemError(f"tcgen05.alloc after {cta.name} relinquished its allocation permit")
+        used = np.zeros(TMEM_COLUMNS, bool)
+        for c0, k in cta.tmem_alloc.items():
+            used[c0:c0 + k] = True
+        for c0 in range(0, TMEM_COLUMNS, n):
+            if not used[c0:c0 + n].any():
+                break
+        else:
+            raise TmemError(f"tcgen05.alloc of {n} columns: {cta.name} has no free aligned range (allocated: "
+                            f"{sorted(cta.tmem_alloc.items())}); on a GPU the warp would wait forever")
+        cta.tmem_alloc[c0] = n
+        cta.tensor_memory()
+        cta.smem.write(int(rdst(warp)[lane0]), np.frombuffer(np.uint32(c0).tobytes(), np.uint8))
+    return alloc
+
+
+def _dealloc(ctx):
+    taddr, ncols = ctx.inst.operands
+    rt, rn = ctx.src(taddr, "b32"), ctx.src(ncols, "u32")
+
+    def dealloc(warp, mask):
+        require_converged(warp, mask)
+        cta = warp.cta
+        lane0 = int(np.flatnonzero(mask)[0])
+        lane, col = tmem_fields(int(rt(warp)[lane0]))
+        n = int(rn(warp)[lane0])
+        if cta.tmem_alloc.get(col) != n:
+            raise TmemError(f"tcgen05.dealloc of {n} columns at column {col}: that is not an allocation of "
+                            f"{cta.name} (allocated: {sorted(cta.tmem_alloc.items()) or 'none'})")
+        pending = [op for op in warp.machine.pending if isinstance(op, Mma) and cta in op.ctas]
+        if pending:
+            raise TmemError(f"tcgen05.dealloc while {pending[0].label} has not completed: its accumulator would "
+                            "land in freed tensor memory (wait for its tcgen05.commit first)")
+        del cta.tmem_alloc[col]
+    return dealloc
+
+
+def _mma(ctx):
+    parts = ctx.parts
+    groups = _group(ctx)
+    kind = next((p for p in parts if p.startswith("kind::")), None)
+    scaled = "block_scale" in parts
+    if kind == "kind::f16" and not scaled:
+        decode = decode_idesc_f16
+    elif kind == "kind::mxf4nvf4" and scaled:
+        if "block16" not in parts and "scale_vec::4X" not in parts:
+            ctx.unsupported("block scaling other than 16 values per scale (block16) in")
+        decode = decode_idesc_block_scaled
+    else:
+        ctx.unsupported()
+    if "ws" in parts or any(p.startswith("ashift") for p in parts):
+        ctx.unsupported()
+    ops = list(ctx.inst.operands)
+    rd = ctx.addr(ops[0]) if not isinstance(ops[0], Imm) else None
+    if isinstance(ops[1], type(ops[0])) and hasattr(ops[1], "coords") and not isinstance(ops[1], Vec):
+        ctx.unsupported("A from tensor memory in")
+    ra, rb = ctx.src(ops[1], "b64"), ctx.src(ops[2], "b64")
+    ridesc = ctx.src(ops[3], "b32")
+    rest = ops[4:]
+    rsfa = rsfb = None
+    if scaled:
+        rsfa, rsfb = ctx.addr(rest[0]), ctx.addr(rest[1])
+        rest = rest[2:]
+    if rest and isinstance(rest[0], Vec):  # disable-output-lane mask
+        rdis = ctx.vec_src(rest[0], "b32")
+        rest = rest[1:]
+    else:
+        rdis = None
+    racc = ctx.src(rest[0], "pred") if rest else None
+    if len(rest) > 1:
+        ctx.unsupported("scale-input-d in")
+
+    def issue(warp, mask):
+        cta = warp.cta
+        ctas = _pair(cta, groups)
+        if groups == 2 and cta is not ctas[0]:
+            raise EmulatorError("tcgen05.mma.cta_group::2 must be issued by the even CTA of the pair")
+        for i in np.flatnonzero(mask):
+            if rdis is not None and any(int(x[i]) for x in rdis(warp)):
+                raise Unsupported("tcgen05.mma with disabled output lanes")
+            lane, col = tmem_fields(int(rd(warp)[i]))
+            if lane:
+                raise TmemError(f"tcgen05.mma D address names lane {lane}; D starts at lane 0")
+            idesc = decode(int(ridesc(warp)[i]))
+            scales = None
+            if scaled:
+                scales = (tmem_fields(int(rsfa(warp)[i]))[1], tmem_fields(int(rsfb(warp)[i]))[1])
+            acc = bool(racc(warp)[i]) if racc is not None else True
+            op = Mma(("tcgen05", ctas[0]), ctas, col, decode_desc(int(ra(warp)[i])), decode_desc(int(rb(warp)[i])),
+                     idesc, acc, scales,
+                     f"tcgen05.mma m{idesc['m']}n{idesc['n']}k{idesc['k']} by {warp.name} lane {i}")
+            warp.machine.issue(op)
+    return issue
+
+
+def _commit(ctx):
+    parts = ctx.parts
+    groups = _group(ctx)
+    multicast = "multicast::cluster" in parts
+    if "mbarrier::arrive::one" not in parts:
+        ctx.unsupported()
+    ops = ctx.inst.operands
+    rbar = ctx.addr(ops[0])
+    rmask = ctx.src(ops[1], "u16") if multicast else None
+    space = "shared::cluster" if "shared::cluster" in parts else "shared"
+
+    def commit(warp, mask):
+        cta = warp.cta
+        ctas = _pair(cta, groups)
+        for i in np.flatnonzero(mask):
+            bar = int(rbar(warp)[i])
+            if multicast:
+                cmask = int(rmask(warp)[i])
+                targets = [c.mbarrier((c.rank << 24) | (bar & 0xFFFFFF), warp.where())
+                           for c in cta.cluster.ctas if cmask >> c.rank & 1]
+            else:
+                targets = [resolve_mbarrier(warp, bar, space, warp.where())]
+            warp.machine.issue(Commit(("tcgen05", ctas[0]), targets, f"tcgen05.commit by {warp.name} lane {i}"))
+    return commit
+
+
+def _ldst(ctx, op):
+    parts = ctx.parts
+    shape = next((p for p in parts if "x" in p and p[0].isdigit()), "")
+    if shape != "32x32b" or "pack::16b" in parts or "unpack::16b" in parts:
+        ctx.unsupported(f"shape .{shape} (implemented: .32x32b) of")
+    num = int(next(p for p in parts if p.startswith("x") and p[1:].isdigit())[1:])
+    ops = ctx.inst.operands
+    if op == "ld":
+        regs, taddr = ops
+    else:
+        taddr, regs = ops
+    items = regs.items if isinstance(regs, Vec) else (regs,)
+    if len(items) != num:
+        ctx.unsupported(f"{len(items)} registers for .x{num} in")
+    rt = ctx.addr(taddr)
+    if op == "ld":
+        idx = [ctx.reg_index(r) for r in items]
+        writers = [ctx.dst(r, "b32") for r in items]
+    else:
+        readers = [ctx.src(r, "b32") for r in items]
+
+    def run(warp, mask):
+        require_converged(warp, mask)
+        cta = warp.cta
+        lane, col = tmem_fields(int(rt(warp)[int(np.flatnonzero(mask)[0])]))
+        quarter = warp.index % 4
+        if lane != 32 * quarter:
+            raise TmemError(f"tcgen05.{op}.32x32b by warp {warp.index} at TMEM lane {lane}: warp {warp.index} may "
+                            f"access lanes {32 * quarter}..{32 * quarter + 31} only (warp index mod 4)")
+        tm = tmem_of(cta, col, num, f"tcgen05.{op}")
+        block = tm[lane:lane + 32, col:col + num]  # (lane, column)
+        if op == "ld":
+            for j, w in enumerate(writers):
+                w(warp, mask, block[:, j].copy())
+            warp.set_pending(idx, "its tcgen05.ld (tcgen05.wait::ld)")
+            warp.__dict__.setdefault("_tc_ld_pending", []).extend(idx)
+        else:
+            for j, r in enumerate(readers):
+                block[:, j] = r(warp)
+    return run
+
+
+def _cp(ctx):
+    parts = ctx.parts
+    if "32x128b" not in parts or "warpx4" not in parts:
+        ctx.unsupported("a shape other than .32x128b.warpx4 of")
+    if any(p.startswith("b8x16") or p.startswith("b6x16") or p.startswith("b4x16") for p in parts):
+        ctx.unsupported("decompressing")
+    taddr, sdesc = ctx.inst.operands
+    rt, rd = ctx.addr(taddr), ctx.src(sdesc, "b64")
+    groups = _group(ctx)
+
+    def cp(warp, mask):
+        cta = warp.cta
+        ctas = _pair(cta, groups)
+        for i in np.flatnonzero(mask):
+            warp.machine.issue(Copy(("tcgen05", ctas[0]), cta, int(rt(warp)[i]), decode_desc(int(rd(warp)[i])),
+                                    f"tcgen05.cp by {warp.name} lane {i}"))
+    return cp
