@@ -171,15 +171,29 @@ class Warp:
 
         Other lane groups of a divergent warp keep running, as with independent thread scheduling:
         a lane that spins on an mbarrier does not stop the lane that will make it arrive."""
-        self.parked.append((lanes.copy(), still_waiting, why))
+        self.parked.append((lanes.copy(), still_waiting, why, None))
+
+    def wait_for_lanes(self, lanes: np.ndarray, others: np.ndarray, why: str):
+        """Park ``lanes`` (still at their warp-synchronous instruction) until one of ``others`` is free."""
+        self.parked.append((lanes.copy(), None, why, others.copy()))
 
     def free(self) -> np.ndarray:
         """Active lanes that are not parked (re-checking every parked group's condition)."""
         act = ~self.exited
         if self.parked:
-            self.parked = [p for p in self.parked if p[1]()]
-            for lanes, _, _ in self.parked:
-                act = act & ~lanes
+            kept, waiting = [], []
+            for entry in self.parked:
+                if entry[1] is None:
+                    waiting.append(entry)
+                elif entry[1]():
+                    kept.append(entry)
+                    act = act & ~entry[0]
+            for entry in waiting:  # lanes waiting for their warp's other lanes: free once one of those is
+                if (act & entry[3] & ~entry[0]).any():
+                    continue
+                kept.append(entry)
+                act = act & ~entry[0]
+            self.parked = kept
         return act
 
     def current(self):
@@ -202,7 +216,7 @@ class Warp:
 
     @property
     def waiting_for(self) -> str:
-        return "; ".join(why for _, _, why in self.parked)
+        return "; ".join(entry[2] for entry in self.parked)
 
     def advance(self, pc: int, mask: np.ndarray, target=None):
         """Lanes ``mask`` at ``pc`` go to ``pc + 1``, or to ``target`` (an int, or per-lane where ``target`` is
@@ -492,9 +506,8 @@ class Machine:
             except NeedConvergence:
                 if not self._run_other_group(warp, pc):
                     # the other lanes are parked elsewhere: wait for them here
-                    others = ~warp.exited & ~mask
-                    warp.block(mask, lambda w=warp, o=others: not (w.free() & o).any(),
-                               f"its other lanes, to execute a warp-synchronous instruction together (PC {pc})")
+                    warp.wait_for_lanes(mask, ~warp.exited & ~mask,
+                                        f"its other lanes, to execute a warp-synchronous instruction together (PC {pc})")
                     return
             except EmulatorError as e:
                 if not e.where:
