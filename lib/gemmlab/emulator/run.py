@@ -90,20 +90,22 @@ def _convert(compiled, args):
 
 
 def run_on_emulator(compiled, *args, seed: int = 0, trace=None, max_steps: int = 50_000_000,
-                    extra_memory=()) -> list:
+                    extra_memory=(), ptx: str | None = None) -> list:
     """Run ``compiled`` (a ``cute.compile`` result, without TVM-FFI) on the emulator; returns a
     :class:`LaunchReport` per launch. Outputs land in the torch tensors passed in.
 
     ``seed`` picks the interleaving of warps and asynchronous completions (a kernel correct on one seed
     and wrong on another has a race). ``extra_memory``: more CPU tensors the kernel may address (e.g. a
-    workspace whose pointer travels inside another tensor).
+    workspace whose pointer travels inside another tensor). ``ptx``: run this PTX instead of the compiled
+    kernel's (the same kernel with an instruction changed, to see what a bug does; the launch and the
+    parameters still come from the compiled host code).
     """
     runner = _runner(compiled)
     converted, memory = _convert(compiled, args)
     for t in extra_memory:
         memory.add_tensor(t, "extra")
     launches = runner(*converted)
-    module = module_of(runner.ptx)
+    module = module_of(ptx if ptx is not None else runner.ptx)
     reports = []
     for launch in launches:
         kernel = module.kernel(launch.kernel)

@@ -42,7 +42,8 @@ from ..ptx import Imm, Sink, Vec
 from . import handler, require_converged
 from .sync import resolve_mbarrier
 
-SM100_SWIZZLE = {0: 0, 2: 128, 4: 64, 6: 32}  # descriptor bits 61-63 (1 = 128B with 32B atoms: refused)
+SM100_SWIZZLE = {0: 0, 2: 128, 4: 64, 6: 32}
+TMEM_POISON = np.uint32(0x7FC00000)  # a float32 NaN: what freshly allocated columns read as here  # descriptor bits 61-63 (1 = 128B with 32B atoms: refused)
 
 
 def decode_desc(value: int) -> dict:
@@ -149,10 +150,16 @@ class Mma(TcOp):
                 d = (a[rows].astype(np.float32) @ b.astype(np.float32).T).astype(np.float32)
             tm = tmem_of(cta, self.d_col, n, "tcgen05.mma (D)")
             acc = tm[:, self.d_col:self.d_col + n].view(np.float32)
+            written = cta.tmem_written[:, self.d_col:self.d_col + n]
             if self.accumulate:
+                if not written.all():
+                    raise TmemError(f"{self.label} accumulates (enable-input-d = 1) into TMEM columns "
+                                    f"{self.d_col}..{self.d_col + n - 1} of {cta.name} that nothing has written since "
+                                    "they were allocated: the first MMA of a tile must overwrite (enable-input-d = 0)")
                 acc += d
             else:
                 acc[:] = d
+                written[:] = True
 
     def _scaled(self, a, b, k):
         """Apply block scales (16 values of K per UE4M3 scale) read from TMEM, as the module docstring says."""
@@ -216,6 +223,7 @@ class Copy(TcOp):
         words = codes.reshape(32, 4, 4).view(np.uint32).reshape(32, 4)
         for q in range(4):
             tm[32 * q:32 * (q + 1), col:col + 4] = words
+        cta.tmem_written[:, col:col + 4] = True
 
 
 def tmem_of(cta, col: int, ncols: int, what: str) -> np.ndarray:
@@ -310,7 +318,9 @@ def _alloc(ctx):
             raise TmemError(f"tcgen05.alloc of {n} columns: {cta.name} has no free aligned range (allocated: "
                             f"{sorted(cta.tmem_alloc.items())}); on a GPU the warp would wait forever")
         cta.tmem_alloc[c0] = n
-        cta.tensor_memory()
+        # fresh columns hold whatever the last owner left: poison them (NaN) and remember nothing wrote them
+        cta.tensor_memory()[:, c0:c0 + n] = TMEM_POISON
+        cta.tmem_written[:, c0:c0 + n] = False
         cta.smem.write(int(rdst(warp)[lane0]), np.frombuffer(np.uint32(c0).tobytes(), np.uint8))
     return alloc
 
@@ -459,6 +469,7 @@ def _ldst(ctx, op):
         else:
             for j, r in enumerate(readers):
                 block[:, j] = r(warp)
+            cta.tmem_written[lane:lane + 32, col:col + num] = True
     return run
 
 
