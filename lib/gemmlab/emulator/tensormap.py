@@ -44,6 +44,8 @@ offset    bits     field                                       source
 0x34      3i..3i+2 element stride i - 1 (i = 0..4)             ptxas ``.element_stride``
 0x34      24..31   box dim 0 - 1                               ptxas ``.box_dim``
 0x38      8i-8..   box dim i - 1 (i = 1..4)                    ptxas ``.box_dim``
+0x3c      0..31    zero in tiled maps (the DSL's im2col maps   DSL
+                   use it)
 ========  =======  ==========================================  ===========================
 
 Every other bit of bytes 0..63 is zero in every map the DSL writes; :func:`decode` rejects a
