@@ -86,7 +86,10 @@ class MBarrier:
         if self.pending == 0 and self.tx == 0:
             self.phase += 1
             self.pending = self.expected
-            self.cta.machine.wake()
+            m = self.cta.machine
+            m.wake()
+            if m.trace is not None:
+                m.trace.phase(self, m.steps)
         elif self.pending == 0 and self.tx < 0:
             raise BarrierError(f"{self.where()}: more bytes completed than expected (tx-count {self.tx})")
 
@@ -166,16 +169,19 @@ class Warp:
     def active(self) -> np.ndarray:
         return ~self.exited
 
-    def block(self, lanes: np.ndarray, still_waiting, why: str):
+    def block(self, lanes: np.ndarray, still_waiting, why: str, obj=None):
         """Park ``lanes`` (which have moved past the waiting instruction) while ``still_waiting()`` is true.
 
         Other lane groups of a divergent warp keep running, as with independent thread scheduling:
-        a lane that spins on an mbarrier does not stop the lane that will make it arrive."""
-        self.parked.append((lanes.copy(), still_waiting, why, None))
+        a lane that spins on an mbarrier does not stop the lane that will make it arrive. ``obj``: what
+        is waited on (an :class:`MBarrier`), for the trace."""
+        tr = self.machine.trace
+        rec = tr.wait(self, obj, why) if tr is not None else None
+        self.parked.append((lanes.copy(), still_waiting, why, None, rec))
 
     def wait_for_lanes(self, lanes: np.ndarray, others: np.ndarray, why: str):
         """Park ``lanes`` (still at their warp-synchronous instruction) until one of ``others`` is free."""
-        self.parked.append((lanes.copy(), None, why, others.copy()))
+        self.parked.append((lanes.copy(), None, why, others.copy(), None))
 
     def free(self) -> np.ndarray:
         """Active lanes that are not parked (re-checking every parked group's condition)."""
@@ -188,6 +194,8 @@ class Warp:
                 elif entry[1]():
                     kept.append(entry)
                     act = act & ~entry[0]
+                elif entry[4] is not None:
+                    self.machine.trace.resume(entry[4], self.machine.steps)
             for entry in waiting:  # lanes waiting for their warp's other lanes: free once one of those is
                 if (act & entry[3] & ~entry[0]).any():
                     continue
@@ -252,6 +260,8 @@ class Warp:
         self.exited = self.exited | mask
         if self.exited.all():
             self.done = True
+            if self.machine.trace is not None:
+                self.machine.trace.exited(self)
             self.cta.warp_done(self)
         on_warp_exit(self.cta)
 
@@ -551,6 +561,8 @@ class Machine:
         return False
 
     def finish(self):
+        if self.trace is not None:
+            self.trace.finish(self)
         for cta in self.ctas:
             if cta.tmem_alloc:
                 cols = ", ".join(f"{n} columns at column {c}" for c, n in sorted(cta.tmem_alloc.items()))

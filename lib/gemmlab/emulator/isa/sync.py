@@ -275,7 +275,7 @@ def h_mbarrier(ctx):
             if op == "try_wait" and not done[mask].any() and first is not None:
                 # the instruction may return false any number of times; sleep until the phase moves
                 seen = first.phase
-                warp.block(mask, lambda: first.phase == seen, first.state())
+                warp.block(mask, lambda: first.phase == seen, first.state(), first)
         return wait
     if op == "pending_count":
         ctx.unsupported()
