@@ -23,7 +23,7 @@ Execution model (functional, never timing):
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,6 +60,7 @@ class MBarrier:
     pending: int
     tx: int = 0
     phase: int = 0  # completed phases so far (parity = phase & 1)
+    waiters: set = field(default_factory=set)  # warps parked on this barrier (woken when a phase completes)
 
     def where(self) -> str:
         return f"mbarrier at shared 0x{self.addr:x} of {self.cta.name}"
@@ -87,7 +88,8 @@ class MBarrier:
             self.phase += 1
             self.pending = self.expected
             m = self.cta.machine
-            m.wake()
+            m.wake(self.waiters)
+            self.waiters = set()
             if m.trace is not None:
                 m.trace.phase(self, m.steps)
         elif self.pending == 0 and self.tx < 0:
@@ -177,6 +179,8 @@ class Warp:
         is waited on (an :class:`MBarrier`), for the trace."""
         tr = self.machine.trace
         rec = tr.wait(self, obj, why) if tr is not None else None
+        if obj is not None and hasattr(obj, "waiters"):
+            obj.waiters.add(self)
         self.parked.append((lanes.copy(), still_waiting, why, None, rec))
 
     def wait_for_lanes(self, lanes: np.ndarray, others: np.ndarray, why: str):
@@ -260,6 +264,7 @@ class Warp:
         self.exited = self.exited | mask
         if self.exited.all():
             self.done = True
+            self.machine.wake((self,))
             if self.machine.trace is not None:
                 self.machine.trace.exited(self)
             self.cta.warp_done(self)
@@ -398,6 +403,8 @@ class Machine:
         self.program = compile_kernel(self)
         self.pending: list[AsyncOp] = []
         self._poison = np.random.default_rng(seed).integers(0, 256, size=256 * 1024, dtype=np.uint8)
+        self._dirty: set = set()
+        self._running = None
         self.steps = 0
         self.clock = 0
         self._woken = True
@@ -463,13 +470,19 @@ class Machine:
         return np.tile(self._poison, reps)[:n]
 
     # ---- running
-    def wake(self):
-        self._woken = True
+    def wake(self, warps=None):
+        """Something changed: re-check ``warps`` (all warps when None) before the next choice."""
+        if warps is None:
+            self._woken = True
+        else:
+            self._dirty.update(warps)
 
     def issue(self, op: AsyncOp):
         # each operation takes a random time (in warp instructions executed meanwhile) before it may
         # complete; the seed's latency scale ranges from "at once" to "very late", so missing waits show
         op.due = self.steps + self.rng.randint(0, self.latency)
+        if getattr(op, "owners", None) is None:
+            op.owners = (self._running,) if self._running is not None else None
         self.pending.append(op)
 
     def eligible_ops(self) -> list[AsyncOp]:
@@ -489,31 +502,59 @@ class Machine:
         if self.trace is not None:
             self.trace.op_done(self, op)
         op.complete(self)
-        self.wake()
+        self.wake(op.owners)
 
     def run(self):
         warps = [w for c in self.ctas for w in c.warps if not w.done]
         rng = self.rng
+        runnable: list = []
+        in_runnable: set = set()
+        self._woken = True
         while True:
-            live = [w for w in warps if not w.done]
-            if not live and not self.pending:
+            if self._woken:  # re-check every warp
+                self._woken = False
+                self._dirty.clear()
+                warps = [w for w in warps if not w.done]
+                runnable = [w for w in warps if w.runnable()]
+                in_runnable = set(map(id, runnable))
+            elif self._dirty:  # re-check the warps an event concerned
+                for w in self._dirty:
+                    ok = w.runnable()
+                    if ok and id(w) not in in_runnable:
+                        runnable.append(w)
+                        in_runnable.add(id(w))
+                    elif not ok and id(w) in in_runnable:
+                        runnable.remove(w)
+                        in_runnable.discard(id(w))
+                self._dirty.clear()
+                if any(w.done for w in warps):
+                    warps = [w for w in warps if not w.done]
+            if not warps and not self.pending:
                 break
-            runnable = [w for w in live if w.runnable()]
-            ops = self.eligible_ops() if self.pending else []
-            if not runnable and not ops:
-                if not live:
-                    raise Deadlock("asynchronous operations remain that can never complete:\n  " +
-                                   "\n  ".join(op.label for op in self.pending))
-                raise Deadlock(self.deadlock_report(live))
-            if ops and not runnable:  # nothing else can happen: the earliest-due operation completes now
-                self.complete_op(min(ops, key=lambda o: o.due))
-                continue
-            due = [o for o in ops if o.due <= self.steps]
-            if due and rng.random() < self.async_bias:
-                self.complete_op(due[rng.randrange(len(due))])
+            if self.pending and (not runnable or rng.random() < self.async_bias):
+                ops = self.eligible_ops()
+                if not runnable:
+                    if not ops:
+                        if not warps:
+                            raise Deadlock("asynchronous operations remain that can never complete:\n  " +
+                                           "\n  ".join(op.label for op in self.pending))
+                        raise Deadlock(self.deadlock_report(warps))
+                    self.complete_op(min(ops, key=lambda o: o.due))  # nothing else can happen: the earliest
+                    continue
+                due = [o for o in ops if o.due <= self.steps]
+                if due:
+                    self.complete_op(due[rng.randrange(len(due))])
+                    continue
+            if not runnable:
                 continue
             warp = runnable[rng.randrange(len(runnable))]
+            self._running = warp
             self.run_warp(warp, rng.randint(1, self.burst))
+            self._running = None
+            if warp.done or not warp.runnable():
+                if id(warp) in in_runnable:
+                    runnable.remove(warp)
+                    in_runnable.discard(id(warp))
             if self.steps > self.max_steps:
                 raise EmulatorError(f"the kernel ran more than {self.max_steps} warp instructions; "
                                     "raise max_steps if that is expected")

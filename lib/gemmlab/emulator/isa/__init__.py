@@ -116,7 +116,9 @@ class Ctx:
 
                 raise RaceError(f"register {name} is overwritten before {warp.pending_why.get(idx)} is waited for",
                                 where=warp.where(pc))
-            raw = to_raw(np.broadcast_to(values, (32,)), typ)
+            if getattr(values, "shape", None) != (32,):
+                values = np.broadcast_to(values, (32,))
+            raw = to_raw(values, typ)
             if signed:
                 raw = raw.view({8: np.int8, 16: np.int16, 32: np.int32}[tbits]).astype(np.int64).view(np.uint64)
             else:
@@ -127,7 +129,7 @@ class Ctx:
             if mask is None or mask.all():
                 row[:] = raw
             else:
-                row[mask] = raw[mask]
+                np.copyto(row, raw, where=mask)
         return write
 
     def addr(self, op: Addr):

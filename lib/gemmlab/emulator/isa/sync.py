@@ -45,7 +45,7 @@ def _bar_try_complete(cta, bid):
         st.generation += 1
         st.arrived = 0
         st.expected = 0
-        cta.machine.wake()
+        cta.machine.wake(cta.warps)
 
 
 @handler("bar", "barrier")
@@ -126,7 +126,7 @@ def _cluster_try_complete(cluster):
     if not arrived_any:
         return
     cluster.barrier_generation += 1
-    cluster.ctas[0].machine.wake()
+    cluster.ctas[0].machine.wake([w for c in cluster.ctas for w in c.warps])
 
 
 def _cluster_barrier(ctx):

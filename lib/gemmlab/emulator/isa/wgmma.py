@@ -234,6 +234,7 @@ def _mma_async(ctx):
                     for i, o in enumerate(g):
                         if isinstance(o, _Pending) and o.slot is slot:
                             g[i] = op
+        op.owners = tuple(warps)
         warp.machine.issue(op)
     return issue
 
