@@ -11,8 +11,10 @@ them and later waits for them to finish.
   ``cp.async.commit_group`` and waited for with ``cp.async.wait_group N``
   ("until at most N of my groups are still in flight"). Counted per thread,
   no mbarrier.
-* ``cp.async.bulk`` (Hopper): one thread copies up to megabytes of contiguous
-  bytes with one instruction. Global -> shared completes on an **mbarrier**
+* ``cp.async.bulk`` (Hopper): one thread copies a block of contiguous bytes
+  (a multiple of 16) with one instruction. Each copy form has shared memory at
+  one end, so one copy moves at most what one CTA's shared memory holds:
+  227 KiB on an H100/H200. Global -> shared completes on an **mbarrier**
   (``complete_tx::bytes``: the copy engine subtracts the bytes it has written
   from the barrier's transaction count); shared -> global completes through
   **bulk groups** (``commit_group`` / ``wait_group``, and ``wait_group.read``,
