@@ -898,8 +898,12 @@ def sweep_table(rows: list[dict]) -> str:
         ("ms", "ms", ".3f"), ("GB/s", "GB/s", ".0f"), ("vs torch", "vs torch", ".3f")])
 
 
-def plot_stage_sweep(rows: list[dict], *, stage_bytes: int = 16384) -> str:
-    """GB/s against the number of stages, one line per CTAs/SM; returns the figure's path."""
+def plot_stage_sweep(rows: list[dict], *, stage_bytes: int = 16384, measured_on: str | None = None) -> str:
+    """GB/s against the number of stages, one line per CTAs/SM; returns the figure's path.
+
+    ``measured_on``: "device, date" for the title (default: this GPU, today: :func:`gemmlab.bench.measured_on`).
+    """
+    from .bench import measured_on as _measured_on
     from .figures import new_figure, save
 
     fig, ax = new_figure(figsize=(6.5, 3.8))
@@ -913,5 +917,5 @@ def plot_stage_sweep(rows: list[dict], *, stage_bytes: int = 16384) -> str:
     ax.set_ylabel("GB/s (read + write)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    ax.set_title("cp.async.bulk copy, 1 GiB")
+    ax.set_title(f"cp.async.bulk copy, 1 GiB ({measured_on or _measured_on()})", fontsize=10)
     return str(save(fig, "03_bulk_stages"))
