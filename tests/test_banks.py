@@ -73,3 +73,12 @@ def test_measuring_kernel_ptx(width, op):
     loads = ptx_lines(c, r"ld\.shared")
     assert len(loads) == banks.UNROLL and all(x.split()[0] == op for x in loads)
     assert len(ptx_lines(c, r"%clock64")) == 2
+
+
+@pytest.mark.gpu
+def test_hardware_8_byte_accesses_follow_the_model():
+    """The 8-byte accesses chapter 01's exercise 1 asks about: 16 lanes per phase, measured cycles per warp-wide
+    access within 10 % (plus 0.1) of the model's wavefronts, for strides 1..8."""
+    rows = banks.measure_bank_conflicts(range(1, 9), width=8)
+    for r in rows:
+        assert abs(r["cycles/access"] - r["model wavefronts"]) <= 0.1 * r["model wavefronts"] + 0.1, r

@@ -25,3 +25,41 @@ def test_line_fit_recovers_a_hand_made_line_and_rejects_one_point():
     assert fixed == pytest.approx(10.0) and slope == pytest.approx(2.0)
     with pytest.raises(ValueError, match="two distinct x"):
         line_fit([(2, 1.0), (2, 3.0)])
+
+
+def test_figures_of_measurements_name_the_device_and_the_date(monkeypatch):
+    """Every figure that shows a measurement says on which GPU and when (from the stored result it is drawn from)."""
+    from gemmlab import async_copy, banks, bench, dual_gemm_tables, figures, tma_pipeline
+    from gemmlab.family import tables
+
+    titles = {}
+
+    def fake_save(fig, name):
+        titles[name] = " | ".join([fig._suptitle.get_text() if fig._suptitle else ""] +
+                                  [ax.get_title() for ax in fig.axes])
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+        return name
+
+    monkeypatch.setattr(figures, "save", fake_save)
+    doc = {"device": "NVIDIA H200", "date": "2026-11-21 06:56:14 UTC"}
+    assert bench.measured_on(doc) == "NVIDIA H200, 2026-11-21"
+    on = bench.measured_on(doc)
+    banks.measured_figure([{"stride": 1, "width": 4, "model wavefronts": 1, "cycles/access": 1.03}], measured_on=on)
+    async_copy.plot_stage_sweep([{"stages": 2, "ctas/SM": 1, "GB/s": 2900.0, "vs torch": 0.7}], measured_on=on)
+    tma_pipeline.plot_stage_sweep([{"stages": 2, "KiB/stage": 16, "ctas/SM": 1, "GB/s": 3000.0, "vs torch": 0.73}],
+                                  measured_on=on)
+    tma_pipeline.plot_tail_bubble([{"spin": 0, "stages": 2, "k": 3, "extra us": 0.3, "net extra us": None,
+                                    "model extra us": 0.4}], measured_on=on)
+    for name in ("01_bank_conflicts_measured", "03_bulk_stages", "05_bandwidth_vs_stages", "05_tail_bubble"):
+        assert "NVIDIA H200, 2026-11-21" in titles[name], (name, titles[name])
+    fam = {**doc, "rows": [{"group": "family", "m": 64, "n": 2112, "k": 7168, "ratio_public": 0.9},
+                           {"group": "square", "m": 4096, "n": 4096, "k": 4096, "ratio_public": 2.0}]}
+    tables.draw_family([fam])
+    assert "'family' group (1 shapes" in titles["07_gemm_family"] and "0.900" in titles["07_gemm_family"]
+    assert "2026-11-21" in titles["07_gemm_family"]
+    row = {"m": 256, "n": 4096, "k": 7168, "gemmlab_us": 1.0, "prepared_kernel_us": 1.0, "stock_b_us": 2.0,
+           "reference_a_us": 20.0, "roofline_us": 0.5}
+    dual_gemm_tables.draw_benchmark([{**doc, "rows": [row]}, {"device": "NVIDIA H100 80GB HBM3",
+                                                               "date": "2026-11-23", "rows": [row]}])
+    assert "NVIDIA H100 80GB HBM3, 2026-11-23" in titles["11_benchmark"]

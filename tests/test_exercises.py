@@ -59,3 +59,51 @@ def test_chapters_00_to_06_solutions_by_hand():
     assert ch06.solution_acc_element() == (16 * 1 + 5 // 4 + 8 * ((5 // 2) % 2), 8 * (5 // 4) + 2 * (5 % 4) + 5 % 2)
     assert ch06.check_fence_points(["c", "a"]) is True and ch06.check_fence_points("abc") is False
     assert ch06.solution_one_warpgroup_128x256() > 255
+
+
+def _exercise_cells():
+    """(notebook, question markdown, module name, exercise name) for every exercise cell of every chapter."""
+    import json
+    import re
+
+    from gemmlab.figures import REPO_ROOT
+
+    for path in sorted((REPO_ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        for prev, cell in zip(cells, cells[1:]):
+            m = re.search(r"\b(ch\d\d)\.check_(\w+)\(", "".join(cell["source"]))
+            if cell["cell_type"] == "code" and m:
+                question = "".join(prev["source"])
+                starts = [q.start() for q in re.finditer(r"\*\*\d+ ·", question)]
+                yield path.name, question[starts[-1]:] if starts else question, m[1], m[2]
+
+
+def test_every_exercise_that_asks_why_has_a_worked_explanation():
+    import re
+
+    asked = [(nb, mod, name) for nb, question, mod, name in _exercise_cells()
+             if re.search(r"\b(explain|why)\b", question, re.IGNORECASE)]
+    assert len(asked) >= 12
+    for nb, mod, name in asked:
+        explain = getattr(importlib.import_module(f"gemmlab.exercises.{mod}"), f"explain_{name}", None)
+        assert explain is not None, f"{nb}: exercise {name} asks why, but {mod}.explain_{name} is missing"
+        text = explain()
+        assert isinstance(text, str) and len(text) > 200, (nb, name)
+
+
+def test_the_exercises_say_where_the_solutions_are_and_how_to_read_them_from_the_notebook():
+    """The path named is the real one (a notebook started on notebooks/ cannot browse to it), and the notebook
+    says how to print a solution instead."""
+    import json
+    import re
+
+    from gemmlab.figures import REPO_ROOT
+
+    for path in sorted((REPO_ROOT / "notebooks").glob("*.ipynb")):
+        text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
+        named = re.findall(r"`([\w/]*exercises/ch\d\d\.py)`", text)
+        assert named, f"{path.name} does not say where its solutions are"
+        for rel in named:
+            assert (REPO_ROOT / rel).is_file(), f"{path.name} names {rel}, which does not exist"
+        ch = re.search(r"ch\d\d", named[0])[0]
+        assert f"show_source({ch}.solution_<name>)" in text and f"{ch}.explain_<name>()" in text, path.name

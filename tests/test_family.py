@@ -302,3 +302,49 @@ def test_config_must_match_the_machine(fake_machine):
         plan.make_plan(GemmProblem(64, 64, 64, "float16", "float16"), None, Sm90Config())
     with pytest.raises(ValueError, match="out must be given"):
         plan.prepare(*_ab(64, 64, 64), None)
+
+
+def test_hopper_kernels_without_tvm_ffi_name_the_package(monkeypatch):
+    """apache-tvm-ffi missing (simulated: the module blocked): the Hopper GEMM and the grouped GEMM, which have no
+    call path without it, raise an ImportError naming the package instead of failing inside the DSL."""
+    import sys
+
+    from gemmlab import grouped
+    from gemmlab.family import plan
+    from gemmlab.family.configs import Sm90Config
+    from gemmlab.family.problem import GemmProblem
+
+    monkeypatch.setitem(sys.modules, "tvm_ffi", None)
+    monkeypatch.setattr(plan, "_KERNELS", {})
+    monkeypatch.setattr(grouped, "_KERNELS", {})
+    plan._have_tvm_ffi.cache_clear()
+    try:
+        assert plan._have_tvm_ffi() is False
+        with pytest.raises(ImportError, match="apache-tvm-ffi"):
+            plan.compiled_kernel(GemmProblem(256, 256, 256), Sm90Config(), "sm90")
+        with pytest.raises(ImportError, match="apache-tvm-ffi"):
+            grouped.compiled(grouped.SMALL, "ragged", "k", tokens=64)
+    finally:
+        plan._have_tvm_ffi.cache_clear()
+
+
+@pytest.mark.sm90
+def test_gemm_without_tvm_ffi_raises_a_clear_error_on_the_gpu(monkeypatch):
+    import sys
+
+    import torch
+
+    import gemmlab
+    from gemmlab.family import plan
+
+    monkeypatch.setitem(sys.modules, "tvm_ffi", None)
+    monkeypatch.setattr(plan, "_KERNELS", {})
+    monkeypatch.setattr(api, "_PLANS", {})  # no plan made earlier in the session may answer for it
+    plan._have_tvm_ffi.cache_clear()
+    try:
+        a = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(256, 192, device="cuda", dtype=torch.bfloat16)
+        with pytest.raises(ImportError, match="apache-tvm-ffi"):
+            gemmlab.gemm(a, b)
+    finally:
+        plan._have_tvm_ffi.cache_clear()

@@ -244,6 +244,35 @@ def test_visit_order_ranks_sizes_ties_by_index():
     assert grouped.visit_order(many[:ORDER_MAX])[:2] == [ORDER_MAX - 1, ORDER_MAX - 2]
 
 
+def test_descriptor_slots_are_never_rewritten_under_a_queued_load():
+    """The producer rewrites an A/B slot at a group change; the slot's last load has surely completed only if at
+    least `stages` loads were issued after it (the producer waits for one stage's release per load). With the two
+    slots the kernel first had, groups of one k-block break that; with stages + 1 slots nothing can."""
+    import random
+
+    from gemmlab.grouped_sm90 import ab_slots, slot_reuse_margin
+
+    one_block = [(0, g, 1) for g in range(40)]  # a CTA walking 40 groups of one k-block each
+    for stages in (2, 4, 8):
+        assert slot_reuse_margin(one_block, stages, slots=2) == 1 < stages  # the hazard of two slots
+        assert slot_reuse_margin(one_block, stages, slots=stages + 1) == stages
+    rng = random.Random(0)
+    for _ in range(300):
+        stages = rng.choice((2, 3, 4, 5, 6, 8))
+        visits, g = [], 0
+        for _ in range(rng.randint(1, 60)):  # tiles of 1..5 k-blocks, groups of 1..3 tiles, two streams
+            g += rng.random() < 0.7
+            visits.append((rng.randint(0, 1), g, rng.randint(1, 5)))
+        margin = slot_reuse_margin(visits, stages, stages + 1)
+        assert margin is None or margin >= stages, (stages, visits)
+    for cfg in (grouped.SMALL, grouped.LARGE, grouped.LARGE_C2):
+        assert ab_slots(cfg) == cfg.stages + 1
+    # no group change inside a run of one group's tiles
+    assert slot_reuse_margin([(0, 0, 3)] * 10, 4, 2) is None
+    with pytest.raises(ValueError, match="at least one k-block"):
+        slot_reuse_margin([(0, 0, 0)], 4, 5)
+
+
 def test_descriptor_updates_count_group_changes():
     assert grouped.descriptor_updates([3, 0, 130], 256, 128, 128, 3) == [1, 2, 2]
     assert grouped.descriptor_updates([3, 0, 130], 256, 128, 128, 3, by_size=False) == [2, 2, 1]
@@ -886,6 +915,27 @@ def test_dynamic_scheduling_many_launches_in_a_row(cname):
 
 
 @pytest.mark.sm90
+@pytest.mark.parametrize("cname", ["SMALL", "SMALL_WIDE", "MEDIUM", "LARGE", "LARGE_C2"])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_many_one_k_block_groups(cname, dynamic):
+    """Hundreds of groups of one k-block (K = 64) and a few rows: a CTA changes group at almost every tile, so
+    its descriptor slots are rewritten as fast as its loads are issued (the case where two A/B slots were not
+    enough). Every group's rows must match the FP32 reference; rows past offs[-1] stay untouched."""
+    cfg = getattr(grouped, cname)
+    sizes = [1, 3, 0, 2, 5, 1, 4] * 60  # 420 groups (more than ORDER_MAX: index order beyond the ranked list)
+    for k in (64, 128):  # one and two k-blocks per tile
+        a, b, offs = _ragged(sizes, 256, k, seed=k, extra=16)
+        out = torch.full((a.shape[0], 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+        grouped.grouped_gemm(a, b, offs, out=out, config=cfg, dynamic=dynamic)
+        rows = sum(sizes)
+        ref = grouped.reference(a, b, offs)
+        got = out[:rows].float()
+        assert torch.isfinite(got).all(), "rows of a group were left unwritten"
+        assert ((got - ref[:rows]).norm() / ref[:rows].norm()).item() < 1e-2
+        assert torch.isnan(out[rows:]).all()
+
+
+@pytest.mark.sm90
 def test_matches_torch_grouped_mm():
     a, b, offs = _ragged([64, 0, 128, 32], 256, 256)
     ours = grouped.grouped_gemm(a, b, offs)
@@ -927,13 +977,15 @@ def test_l2_promotion_where_the_driver_puts_it():
         assert diff == ([L2_PROMOTION_WORD] if promo else [])
         assert (words[promo][L2_PROMOTION_WORD] >> L2_PROMOTION_SHIFT) & 3 == promo
 
+    from gemmlab.grouped_sm90 import ab_slots
     a, b, offs = _ragged([40, 0, 70], 256, 256)
+    ab = 2 * ab_slots(grouped.default_config(a.shape[0], 3, 256, 256, a.device))  # the A and B slots
     for promo, expect in ((grouped.L2_PROMOTION, 3), (None, 2)):  # None: the DSL's template (128 B)
         grouped._WORKSPACES.clear()
         grouped.grouped_gemm(a, b, offs, l2_promotion=promo)
         torch.cuda.synchronize()
         (ws,) = grouped._WORKSPACES.values()
-        published = [w for w in ws[:, :4, L2_PROMOTION_WORD].flatten().tolist() if w]  # A and B slots in use
+        published = [w for w in ws[:, :ab, L2_PROMOTION_WORD].flatten().tolist() if w]  # A and B slots in use
         assert published and {(w >> L2_PROMOTION_SHIFT) & 3 for w in published} == {expect}
 
 

@@ -137,3 +137,27 @@ def test_copiers_pass_copybench_check():
 def test_dsl_copy_atom_emits_16_byte_accesses():
     c = ldst.compile_dsl_v4("sm_90a")
     assert [x.split()[0] for x in ptx_lines(c, r"^(ld|st)\.global")] == ["ld.global.v4.b32", "st.global.v4.b32"]
+
+
+def test_the_default_copy_is_the_fastest_measured_configuration():
+    """ldst.copy's default (16-byte accesses, DEFAULT_UNROLL) is the best of the stored H200 table, within 0.5 %."""
+    from gemmlab.bench import load_results
+
+    doc = load_results("copy_ldst", "NVIDIA H200")
+    if doc is None:
+        pytest.skip("no stored copy_ldst results")
+    ratio = {r["kernel"]: r["vs torch"] for r in doc["rows"] if r["kernel"] in ldst.COPIERS}
+    default = next(name for name, cfg in ldst.COPIERS.items() if cfg == (4, ldst.DEFAULT_UNROLL))
+    assert ratio[default] >= max(ratio.values()) - 0.005, (default, ratio)
+
+
+def test_inline_ptx_is_volatile_up_to_the_ptx_only():
+    """Two identical inline-PTX loads stay two in the PTX, but ptxas merges them into one LDG; ld.volatile
+    keeps two in SASS. The SASS is the DSL's own cubin, disassembled with nvdisasm (no GPU needed)."""
+    from gemmlab.compile import sass_opcodes
+
+    ldg = {u: [op for op in sass_opcodes(ldst.compile_twice("sm_90a", u), r"^LDG")] for u in ldst.TWICE_LOADS}
+    assert len(ptx_lines(ldst.compile_twice("sm_90a", True), r"^ld\.global")) == 2
+    assert ldg[False] == ["LDG.E"] and ldg[True] == ["LDG.E"]
+    assert ldg["volatile"] == ["LDG.E.STRONG.SYS"] * 2
+    assert len(ptx_lines(ldst.compile_twice("sm_90a", "volatile"), r"^ld\.volatile\.global")) == 2

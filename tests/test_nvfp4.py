@@ -369,3 +369,13 @@ def test_draw_scale_layout(tmp_path, monkeypatch):
     path = f.draw_scale_layout("11_scale_layout_test")
     assert path == tmp_path / "11_scale_layout_test.png"
     assert path.stat().st_size > 10_000
+
+
+def test_every_e4m3_scale_byte_lands_at_its_permuted_offset():
+    """Chapter 11's check, on e4m3 bit patterns 0x01..0x7E (finite values, no conversion involved): a check that
+    converted 0..2399 to e4m3 depended on each torch version's overflow rule past 448."""
+    codes = (torch.arange(200 * 12) % 126 + 1).to(torch.uint8).reshape(200, 12, 1)
+    assert torch.isfinite(codes.view(torch.float8_e4m3fn).float()).all()
+    flat = f.blocked_bytes(f.permute_scales(codes.view(torch.float8_e4m3fn)))
+    got = [int(flat[f.permuted_offset(i, j, 200, 12)]) for i in range(200) for j in range(12)]
+    assert got == codes.reshape(-1).tolist()

@@ -158,6 +158,34 @@ def test_a_non_editable_install_fails_clearly_and_runs_given_notebooks(tmp_path)
     assert "no notebooks found" in done.stderr and "pip install ." in done.stderr
     nbformat.write(_nb([("import gemmlab, os; print(os.path.dirname(gemmlab.__file__))", [])]), work / "mine.ipynb")
     done = subprocess.run(cmd + ["mine.ipynb", "--timeout", "120"], cwd=work, env=env, capture_output=True, text=True)
+    has_extra = subprocess.run([sys.executable, "-c", "import nbformat, nbclient, ipykernel"], cwd=work, env=env,
+                               capture_output=True).returncode == 0
+    if not has_extra:  # this interpreter lacks the notebooks extra: the runner must say so, not crash
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "'notebooks' extra" in done.stderr and "Traceback" not in done.stderr
+        return
     assert done.returncode == 0, done.stdout + done.stderr
     out = work / "build" / "notebooks" / "mine.ipynb"   # beside the user, not inside site-packages
     assert nbformat.read(out, as_version=4).cells[1].outputs[0]["text"] == f"{target / 'gemmlab'}\n"
+
+
+def test_the_runner_names_the_missing_notebooks_extra(tmp_path):
+    """Without nbformat (simulated: a package of that name that fails to import) the runner exits 2 and says
+    which packages and which extra, instead of a ModuleNotFoundError from deep inside."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "fake" / "nbformat"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('simulated: nbformat is not installed')\n")
+    nb = tmp_path / "mine.ipynb"
+    nbformat.write(_nb([("print(1)", [])]), nb)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "fake"), str(runner.REPO_ROOT / "lib")])
+    done = subprocess.run([sys.executable, "-m", "gemmlab.runner", str(nb)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "needs nbformat" in done.stderr and "'notebooks' extra" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert runner.missing_notebook_packages() == []  # here, with the lock installed, nothing is missing

@@ -91,6 +91,55 @@ def test_expected_smem_places_bytes():
     assert np.array_equal(swz.expected_smem(tile, "none"), tile.reshape(-1))
 
 
+def test_rows_shorter_than_the_span_take_a_whole_span():
+    """A 16 x 32 FP16 box (64-byte rows) with the 128B swizzle: each row on its own 128-byte line.
+
+    Hand-worked: row r starts at byte 128 r, so its line is r and its chunk c lands in bank group
+    c ^ (r & 7); 1024 data bytes spread over 2048 bytes of shared memory (what an H200 showed).
+    """
+    assert swz.row_pitch("128B", 64) == 128 and swz.row_pitch("none", 64) == 64
+    assert swz.row_pitch("128B", 128) == 128 and swz.row_pitch("64B", 32) == 64 and swz.row_pitch("32B", 16) == 32
+    assert swz.smem_bytes("128B", 16, 64) == 2048 and swz.smem_bytes("none", 16, 64) == 1024
+    assert swz.smem_bytes("64B", 16, 64) == 1024  # one span per row: no padding
+    lay = swz.tile_layout("128B", 16, 64)
+    assert lay.shape == (16, 4, 2)
+    for r in range(16):
+        assert list(lay[r, :, 0]) == [r] * 4
+        assert list(lay[r, :, 1]) == [c ^ (r & 7) for c in range(4)]
+    # row 5, chunk 2: logical 5 * 128 + 32 = 672 -> group 2 ^ 5 = 7 of line 5: byte 752
+    tile = np.arange(16 * 64, dtype=np.int64).astype(np.uint8).reshape(16, 64)
+    out = swz.expected_smem(tile, "128B", fill=0xEE)
+    assert out.shape == (2048,)
+    assert np.array_equal(out[752:768], tile[5, 32:48])
+    assert np.array_equal(out[640 + 16 * (0 ^ 5):640 + 16 * (0 ^ 5) + 16], tile[5, 0:16])
+    mask = swz.data_mask("128B", 16, 64)
+    assert mask.sum() == 1024 and (out[~mask] == 0xEE).all()
+    # each line holds one row's four chunks and four chunks of padding
+    assert mask.reshape(16, 8, 16).all(axis=2).sum(axis=1).tolist() == [4] * 16
+
+
+def test_short_rows_with_the_64b_and_32b_swizzles():
+    # 64B, 32-byte rows: pitch 64, row r at byte 64 r (line r // 2); group = (c + 4 (r % 2)) ^ ((r // 2) & 3)
+    lay = swz.tile_layout("64B", 8, 32)
+    assert [tuple(lay[r, 0]) for r in range(8)] == [(0, 0), (0, 4), (1, 1), (1, 5), (2, 2), (2, 6), (3, 3), (3, 7)]
+    assert [tuple(lay[r, 1]) for r in range(4)] == [(0, 1), (0, 5), (1, 0), (1, 4)]
+    # 32B, 16-byte rows: pitch 32, four rows per line; line 1 swaps chunk slots pairwise
+    lay = swz.tile_layout("32B", 8, 16)
+    assert [tuple(lay[r, 0]) for r in range(8)] == [(0, 0), (0, 2), (0, 4), (0, 6), (1, 1), (1, 3), (1, 5), (1, 7)]
+    # the line map shows the padding
+    data = swz.line_map("128B", 64, lines=2)
+    assert [tuple(x) for x in data[1]] == [(1, 1), (1, 0), (1, 3), (1, 2), (-1, -1), (-1, -1), (-1, -1), (-1, -1)]
+
+
+def test_column_reads_of_short_rows_with_128b_are_conflict_free_at_twice_the_memory():
+    """Chapter 04 exercise 2: 64-byte rows. Unswizzled 4-way; 64B conflict-free; 128B conflict-free too, but
+    every row then takes a whole 128-byte line: twice the shared memory."""
+    assert max(swz.column_read_ways("none", 64, c) for c in range(4)) == 4
+    assert max(swz.column_read_ways("64B", 64, c) for c in range(4)) == 1
+    assert max(swz.column_read_ways("128B", 64, c) for c in range(4)) == 1
+    assert swz.smem_bytes("128B", 64, 64) == 2 * swz.smem_bytes("64B", 64, 64)
+
+
 def test_column_reads_conflict_without_swizzle_only():
     table = swz.conflict_table()
     assert [(r["row bytes"], r["mode"], r["ways none"], r["ways swizzled"]) for r in table] == [
@@ -123,6 +172,8 @@ def test_figures_are_drawn_from_the_model(tmp_path, monkeypatch):
         (lambda: swz.expected_smem(np.zeros((2, 128), np.int32), "none"), ValueError, "uint8"),
         (lambda: swz.column_read_ways("none", 128, chunk=8), ValueError, "chunk must be <= 7"),
         (lambda: swz.conflict_table((48,)), ValueError, "row_bytes_list[i] must be one of"),
+        (lambda: swz.smem_bytes("64B", 4, 128), ValueError, "row_bytes must be <= 64"),
+        (lambda: swz.expected_smem(np.zeros((2, 64), np.uint8), "128B", fill=256), ValueError, "fill must be <= 255"),
     ],
 )
 def test_bad_input(call, exc, words):

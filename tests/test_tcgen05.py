@@ -312,3 +312,17 @@ def test_chapter09_exercise_solutions_by_hand():
     assert [t5.sm90_swizzle_as_sm100(c) for c in (0, 1, 2, 3)] == [0, 2, 4, 6]
     with pytest.raises(ValueError, match="sm90_code"):
         t5.sm90_swizzle_as_sm100(4)
+
+
+def test_tile_kernel_compiles_without_optimization_warnings():
+    """Its fully unrolled epilogue loops (up to 128 iterations, vals a tuple of registers) are split into static loops
+    of at most 32, so the DSL's DSLOptimizationWarning (static loops of 64+) does not fire; the PTX is the same."""
+    import warnings
+
+    from cutlass.base_dsl.ast_helpers import DSLOptimizationWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DSLOptimizationWarning)
+        for num, n in ((1, 64), (64, 128), (128, 256)):
+            t5.compile_mma_tile("sm_100a", n=n, k=64, num=num)
+    assert not [w for w in caught if issubclass(w.category, DSLOptimizationWarning)]

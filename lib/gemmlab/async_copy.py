@@ -11,8 +11,10 @@ them and later waits for them to finish.
   ``cp.async.commit_group`` and waited for with ``cp.async.wait_group N``
   ("until at most N of my groups are still in flight"). Counted per thread,
   no mbarrier.
-* ``cp.async.bulk`` (Hopper): one thread copies up to megabytes of contiguous
-  bytes with one instruction. Global -> shared completes on an **mbarrier**
+* ``cp.async.bulk`` (Hopper): one thread copies a block of contiguous bytes
+  (a multiple of 16) with one instruction. Each copy form has shared memory at
+  one end, so one copy moves at most what one CTA's shared memory holds:
+  227 KiB on an H100/H200. Global -> shared completes on an **mbarrier**
   (``complete_tx::bytes``: the copy engine subtracts the bytes it has written
   from the barrier's transaction count); shared -> global completes through
   **bulk groups** (``commit_group`` / ``wait_group``, and ``wait_group.read``,
@@ -896,8 +898,12 @@ def sweep_table(rows: list[dict]) -> str:
         ("ms", "ms", ".3f"), ("GB/s", "GB/s", ".0f"), ("vs torch", "vs torch", ".3f")])
 
 
-def plot_stage_sweep(rows: list[dict], *, stage_bytes: int = 16384) -> str:
-    """GB/s against the number of stages, one line per CTAs/SM; returns the figure's path."""
+def plot_stage_sweep(rows: list[dict], *, stage_bytes: int = 16384, measured_on: str | None = None) -> str:
+    """GB/s against the number of stages, one line per CTAs/SM; returns the figure's path.
+
+    ``measured_on``: "device, date" for the title (default: this GPU, today: :func:`gemmlab.bench.measured_on`).
+    """
+    from .bench import measured_on as _measured_on
     from .figures import new_figure, save
 
     fig, ax = new_figure(figsize=(6.5, 3.8))
@@ -911,5 +917,5 @@ def plot_stage_sweep(rows: list[dict], *, stage_bytes: int = 16384) -> str:
     ax.set_ylabel("GB/s (read + write)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    ax.set_title("cp.async.bulk copy, 1 GiB")
+    ax.set_title(f"cp.async.bulk copy, 1 GiB ({measured_on or _measured_on()})", fontsize=10)
     return str(save(fig, "03_bulk_stages"))

@@ -290,8 +290,12 @@ def measure_bank_conflicts(strides=tuple(range(1, 34)), width: int = 4, repeats:
     return rows
 
 
-def measured_figure(rows: list[dict], name: str = "01_bank_conflicts_measured"):
-    """Measured cycles per warp-wide access against the model's wavefronts; return the path."""
+def measured_figure(rows: list[dict], name: str = "01_bank_conflicts_measured", *, measured_on: str | None = None):
+    """Measured cycles per warp-wide access against the model's wavefronts; return the path.
+
+    ``measured_on``: "device, date" for the title (default: this GPU, today: :func:`gemmlab.bench.measured_on`).
+    """
+    from .bench import measured_on as _measured_on
     from .figures import new_figure, save
 
     fig, ax = new_figure(figsize=(8, 3.6))
@@ -305,5 +309,5 @@ def measured_figure(rows: list[dict], name: str = "01_bank_conflicts_measured"):
     ax.set_yscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("Shared-memory bank conflicts: model vs this GPU")
+    ax.set_title(f"Shared-memory bank conflicts: model vs measured ({measured_on or _measured_on()})")
     return save(fig, name)

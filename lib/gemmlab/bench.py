@@ -213,6 +213,17 @@ def device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
+def measured_on(doc: dict | None = None) -> str:
+    """"<device>, <date>" for a figure that shows a measurement.
+
+    ``doc``: a stored result (:func:`load_results`), whose device and date it names; None: this
+    machine's GPU and today (a figure drawn right after measuring).
+    """
+    if doc is not None:
+        return f"{doc['device']}, {str(doc['date'])[:10]}"
+    return f"{device_name()}, {time.strftime('%Y-%m-%d')}"
+
+
 def device_slug(name: str | None = None) -> str:
     name = name or device_name()
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")

@@ -140,6 +140,89 @@ def ptx_instructions(ptx, pattern: str) -> list[str]:
     return list(seen)
 
 
+# --------------------------------------------------------------------------------------
+# SASS: the machine code ptxas made from the PTX (chapter 01)
+# --------------------------------------------------------------------------------------
+
+#: Where ``nvdisasm`` comes from when it is not on ``PATH``: the ``nvidia-cuda-nvdisasm`` wheel of requirements.lock.
+NVDISASM_PACKAGE = "nvidia-cuda-nvdisasm"
+
+
+def cubin_of(compiled) -> bytes:
+    """The kernel's machine code (an ELF cubin) from a compiled function, no GPU needed.
+
+    The DSL embeds the fatbin it built with its own ``ptxas`` as the string constant
+    ``@kernels_binary`` of ``compiled.ir_module``; the cubin is the ELF inside it.
+    """
+    import struct
+
+    m = re.search(r'@kernels_binary\("((?:[^"\\]|\\.)*)"', str(compiled.ir_module))
+    if m is None:
+        raise ValueError("compiled has no @kernels_binary in its IR module (not a compiled CuTe DSL function?)")
+    lit, blob, i = m[1], bytearray(), 0
+    while i < len(lit):  # MLIR string escapes: \\ and \XX (two hex digits)
+        if lit[i] != "\\":
+            blob += lit[i].encode("latin-1")
+            i += 1
+        elif lit[i + 1] == "\\":
+            blob.append(0x5C)
+            i += 2
+        else:
+            blob.append(int(lit[i + 1:i + 3], 16))
+            i += 3
+    blob = bytes(blob)
+    k = blob.find(b"\x7fELF")
+    if k < 0:
+        raise ValueError("the embedded fatbin holds no ELF cubin")
+    phoff, shoff = struct.unpack_from("<QQ", blob, k + 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", blob, k + 0x36)
+    return blob[k:k + max(phoff + phentsize * phnum, shoff + shentsize * shnum)]
+
+
+def nvdisasm_path() -> str:
+    """The ``nvdisasm`` executable: on ``PATH``, else the one the ``nvidia-cuda-nvdisasm`` wheel installs."""
+    import importlib.util
+    import shutil
+
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for cand in sorted(__import__("pathlib").Path(root).glob("cu*/bin/nvdisasm")):
+            return str(cand)
+    raise FileNotFoundError(f"nvdisasm not found: install the {NVDISASM_PACKAGE} wheel (it is in requirements.lock) "
+                            f"or put CUDA's nvdisasm on PATH")
+
+
+def sass_of(compiled) -> str:
+    """The SASS of a compiled function, as ``nvdisasm -c`` prints it (no GPU needed)."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="gemmlab-sass-") as d:
+        path = os.path.join(d, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin_of(compiled))
+        done = subprocess.run([nvdisasm_path(), "-c", path], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"nvdisasm failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def sass_opcodes(compiled, pattern: str = r".") -> list[str]:
+    """The SASS instruction names (``LDG.E``, ``IADD3``, ...) matching ``pattern``, in program order.
+
+    Names only, no registers or addresses: what a notebook prints is the same on every machine.
+    """
+    rx = re.compile(pattern)
+    names = []
+    for line in sass_of(compiled).splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if m and rx.search(m[1]):
+            names.append(m[1])
+    return names
+
+
 def fake_tensor(dtype, shape, *, align: int = 16, stride_order=None):
     """A compile-time stand-in for a global tensor (no memory, no GPU needed).
 

@@ -205,9 +205,12 @@ def draw_benchmark(docs: list[dict], name: str = "11_benchmark"):
         ax.set_xticks(x)
         ax.set_xticklabels([f"{r['m']}x{r['n']}\nx{r['k']}" for r in rows], fontsize=8)
         ax.set_ylabel("microseconds (log, lower is better)")
-        ax.set_title(f"{doc.get('device', '?')}", fontsize=10)
-        ax.legend(fontsize=7)
+        ax.set_title(f"{doc.get('device', '?')}, {str(doc.get('date', '?'))[:10]}", fontsize=10)
         data[doc.get("device", "?")] = [{k: r[k] for k, _, _ in series} | {"shape": (r["m"], r["n"], r["k"])}
                                         for r in rows]
+    # One legend for all panels, below them: inside a panel it covered bars.
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(series), fontsize=8, frameon=False)
     fig.suptitle("NVFP4 gated dual GEMM on Hopper: the twin against both baselines (measured)", fontsize=11)
+    fig.subplots_adjust(bottom=0.2)
     return save(fig, name), data

@@ -43,6 +43,11 @@ What it teaches
       :func:`static_evidence` reads these points back from the PTX;
       ``tests/test_sm100_pinned.py`` pins them.
     * A **persistent grid**: ``num_sms / 2`` clusters walk the output tiles
+      (on a real B200 the grid should be sized by the clusters that can be
+      resident at once, ``cudaOccupancyMaxActiveClusters``, as CUTLASS's
+      ``KernelHardwareInfo::query_device_max_active_clusters`` does: a cluster
+      must fit in one GPC, so not every SM need find a partner; with the static
+      tile walk below extra clusters only run later, they cannot deadlock)
       ``cluster, cluster + clusters, ...`` in chapter 07's grouped raster order
       (:class:`gemmlab.scheduler.TileScheduler`; on the device
       :func:`tile_coord_device`).
@@ -52,8 +57,9 @@ What it adds over chapter 09 (tcgen05_tmem) and Part III (persistent_gemm_sm90)
     pipelined GEMM. Over the Hopper kernel of chapter 07 it swaps WGMMA's
     register accumulators for TMEM (so the MMA warp is one thread and the
     epilogue is a separate role with its own pipeline), uses the 2-CTA MMA in
-    place of multicast between consumer warpgroups, and adds the TMEM-C
-    pipeline. The CPU model of the schedule is :mod:`gemmlab.sm100_model`.
+    place of chapter 07's TMA multicast between the CTAs of a cluster (each
+    CTA of a pair loads half of B, and one MMA reads both halves), and adds the
+    TMEM-C pipeline. The CPU model of the schedule is :mod:`gemmlab.sm100_model`.
 
 Proof on the CPU tier
     :func:`compile_gemm_sm100` compiles the kernel for sm_100a at every

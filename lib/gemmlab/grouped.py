@@ -262,9 +262,11 @@ def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_s
     key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic, overlap_store, int(mixed), burst)
     fn = _KERNELS.get(key)
     if fn is None:
+        from .family.plan import require_tvm_ffi
         from .grouped_sm90 import compile_grouped
+        require_tvm_ffi("gemmlab.grouped_gemm")  # called with torch tensors: there is no other call path
         t0 = time.perf_counter()
-        fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size,
+        fn = compile_grouped(cfg, mode, b_major, tvm_ffi=True, fences=fences, by_size=by_size,
                              l2_promotion=l2_promotion, trace=trace, dynamic=dynamic, overlap_store=overlap_store,
                              mixed=int(mixed), burst=burst)
         COMPILE_SECONDS[key] = time.perf_counter() - t0

@@ -48,9 +48,14 @@ changes:
   past the group's rows gets a zero-filled A and a dropped store.
 
 Descriptor slots (128 bytes each, in a global workspace, one set per CTA):
-    A: 2 slots, B: 2 slots (the producer alternates between them at each group
-       change, so a load still queued for the previous group never sees its
-       descriptor rewritten);
+    A: ``stages + 1`` slots, B: ``stages + 1`` slots (:func:`ab_slots`; the producer moves to the next one at
+       each group change). A TMA load may still be reading its descriptor until the load completes, and the
+       producer only ever waits for the stage it is about to fill, so with groups of one k-block a slot could
+       be rewritten while an earlier group's load is still queued. With ``stages + 1`` slots it cannot: a
+       slot comes round again only after ``stages`` more group changes, i.e. after at least ``stages`` more
+       loads, and before the last of those the producer waited until the stage of the slot's last load was
+       released, which needs that load to have completed (:func:`slot_reuse_margin` is the CPU model, and
+       ``tests/test_grouped.py`` checks it);
     C: 1 slot per consumer warpgroup (before it rewrites the slot, its store
        warp waits until its earlier stores have read shared memory: the TMA
        unit has taken them up; CUTLASS's and the CuTe DSL's grouped GEMMs wait
@@ -84,7 +89,6 @@ from .pipeline import DevicePipelineState
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
 DESC_WORDS = DESC_BYTES // 8
 TABLE_COLUMNS = ("a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc")  # mode "table": one int64 row per group
-A_SLOTS, B_SLOTS = 2, 2
 #: Dynamic scheduling claims the next tile this many k-blocks before the current tile's last load: late enough
 #: that a slow CTA does not hold a tile the others could have taken (claiming a whole tile ahead, as we first did, ran
 #: 1.00-1.04x slower on an H100's 52 dynamic sets), early enough that the atomic's round trip stays off the
@@ -92,9 +96,48 @@ A_SLOTS, B_SLOTS = 2, 2
 CLAIM_LEAD = 4
 
 
+def ab_slots(cfg: Sm90Config) -> int:
+    """Descriptor slots for A (and as many for B) per CTA and stream: ``stages + 1``.
+
+    At most ``stages`` TMA loads are in flight (the producer waits for a stage's release before refilling it),
+    so a slot used again ``stages + 1`` group changes later is never rewritten under a queued load.
+    """
+    return cfg.stages + 1
+
+
+def slot_reuse_margin(visits, stages: int, slots: int) -> int | None:
+    """CPU model of the producer's A/B descriptor slots: the fewest loads issued between a slot's last load and
+    its rewrite, over every rewrite (None: no slot is ever rewritten). Safe when it is at least ``stages``.
+
+    ``visits``: the tiles one CTA's producer visits, in order, as ``(stream, group, k_blocks)`` (stream 0; the
+    mixed order's light stream 1 has slots of its own). Load ``j`` goes into stage ``j % stages``; before issuing
+    it the producer waits until load ``j - stages`` has been consumed (so has completed). A group change rewrites
+    the stream's next slot before the group's first load ``j0``: the slot's previous load ``p`` has surely
+    completed only if ``j0 - 1 - p >= stages`` (the wait before load ``j0 - 1`` covered load ``j0 - 1 - stages``).
+    """
+    last_group: dict = {}
+    flips: dict = {}
+    last_load: dict = {}  # (stream, slot) -> index of the last load that used it
+    j, margin = 0, None
+    for stream, group, k_blocks in visits:
+        if k_blocks < 1:
+            raise ValueError(f"every tile has at least one k-block; got {k_blocks}")
+        if last_group.get(stream) != group:
+            flips[stream] = flips.get(stream, 0) + 1
+            key = (stream, flips[stream] % slots)
+            if key in last_load:
+                gap = j - 1 - last_load[key]
+                margin = gap if margin is None else min(margin, gap)
+            last_group[stream] = group
+        key = (stream, flips[stream] % slots)
+        j += k_blocks
+        last_load[key] = j - 1
+    return margin
+
+
 def slots_per_cta(cfg: Sm90Config, trace: bool = False, mixed: bool = False) -> int:
-    """Slots one CTA owns in the workspace: 2 for A, 2 for B, 1 per consumer warpgroup for C, then one for
-    the tile counters (CTA 0's holds them: :func:`claim_tile`).
+    """Slots one CTA owns in the workspace: ``stages + 1`` for A, as many for B (:func:`ab_slots`), 1 per consumer
+    warpgroup for C, then one for the tile counters (CTA 0's holds them: :func:`claim_tile`).
 
     ``mixed``: as many descriptor slots again after that, for the light experts' stream (:func:`light_base`).
     ``trace``: one more, the CTA's timeline (:data:`TRACE_POINTS`).
@@ -111,7 +154,7 @@ def light_base(cfg: Sm90Config) -> int:
 def sched_slot(cfg: Sm90Config) -> int:
     """The workspace slot after the descriptors: in CTA 0's row, word 0 counts the tiles handed out, word 1 the
     CTAs done with fetching; in a pair's first CTA's row, words :data:`MAILBOX_FIRST` on are its mailbox."""
-    return A_SLOTS + B_SLOTS + cfg.consumers
+    return 2 * ab_slots(cfg) + cfg.consumers
 
 
 #: A pair's mailbox (dynamic scheduling in 2-CTA clusters): words 2..15 of the first CTA's scheduler slot, one
@@ -666,6 +709,7 @@ def grouped_kernel(
     BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
     stages = cfg.stages
     consumers = cfg.consumers
+    AB = ab_slots(cfg)  # A (and B) descriptor slots per stream
 
     tidx, _, _ = cute.arch.thread_idx()
     bid, _, _ = cute.arch.block_idx()
@@ -755,7 +799,7 @@ def grouped_kernel(
             state = DevicePipelineState.producer(stages)
             cur = first_group(sOrder, groups, offs, table, rows, n, k, UM, BN, mode, by_size)
             last = Int32(-1)
-            flips = Int32(0)  # group changes so far: which of the two A/B slots is current
+            flips = Int32(0)  # group changes so far: which of the stages + 1 A/B slots is current
             linear = Int32(cluster_id)
             claim = Int32(0)
             posts = Int32(0)  # pairs: units posted (first CTA) or read (partner) so far
@@ -775,11 +819,12 @@ def grouped_kernel(
                     if light != 0:
                         s_last = last_l
                         s_flips = flips_l
-                slot = s_flips % 2
+                slot = s_flips % AB
                 if cur.g != s_last:
-                    # A new group: rewrite A and B, publish them into the other slot.
+                    # A new group: rewrite A and B, publish them into the next slot (stages + 1 of them: the
+                    # slot's previous loads have completed, see ab_slots).
                     s_flips = s_flips + 1
-                    slot = s_flips % 2
+                    slot = s_flips % AB
                     g = group_at(cur.g, sOrder, groups, by_size)
                     rewrite_descriptor(tma_a, group_tensor("a", g, cur.row0, cur.m, cur.n, cur.k, tA0,
                                                            b_group_stride, table, mode, b_major_n), smem_a)
@@ -787,12 +832,12 @@ def grouped_kernel(
                                                            b_group_stride, table, mode, b_major_n), smem_b)
                     if cutlass.const_expr(fences):
                         publish_descriptor(global_slot(workspace, bid, base + slot), smem_a)
-                        publish_descriptor(global_slot(workspace, bid, base + A_SLOTS + slot), smem_b)
+                        publish_descriptor(global_slot(workspace, bid, base + AB + slot), smem_b)
                         acquire_descriptor(global_slot(workspace, bid, base + slot))
-                        acquire_descriptor(global_slot(workspace, bid, base + A_SLOTS + slot))
+                        acquire_descriptor(global_slot(workspace, bid, base + AB + slot))
                     else:
                         publish_descriptor_unfenced(workspace, bid, base + slot, smem_a)
-                        publish_descriptor_unfenced(workspace, bid, base + A_SLOTS + slot, smem_b)
+                        publish_descriptor_unfenced(workspace, bid, base + AB + slot, smem_b)
                     s_last = cur.g
                 if cutlass.const_expr(mixed > 0):
                     if light != 0:
@@ -805,7 +850,7 @@ def grouped_kernel(
                     last = s_last
                     flips = s_flips
                 desc_a = slot_descriptor(workspace, bid, base + slot)
-                desc_b = slot_descriptor(workspace, bid, base + A_SLOTS + slot)
+                desc_b = slot_descriptor(workspace, bid, base + AB + slot)
                 m_unit, n_tile, k_tiles = cur.tile(t, BK)
                 if cutlass.const_expr(trace):
                     if linear == cluster_id:
@@ -875,7 +920,7 @@ def grouped_kernel(
         r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, False)
         gC = cute.local_tile(mC, (BM, BN), (None, None))
         smem_c = smem_slot(sDesc, 2 + half)
-        c_slot = A_SLOTS + B_SLOTS + half
+        c_slot = 2 * AB + half
         store_warp = warp % 4 == 0
         if store_warp:
             start_descriptor(tma_c, smem_c)

@@ -17,9 +17,11 @@ Two traps when reading NVIDIA datasheets:
 The B200's memory bandwidth is quoted two ways: 8 TB/s (the GTC 2024
 announcement and the GB200 NVL72 column of the Blackwell datasheet) and
 7.7 TB/s (the HGX B200 column). We use 7.7 TB/s: the HGX B200 column is the
-one our dense rates come from (the 1000 W part: 2.25/4.5/9 PFLOP/s dense), and
-it agrees with the hardware: the driver reports a 7680-bit bus at 3996 MHz
-(double data rate), 7680 / 8 * 3.996e9 * 2 = 7.67 TB/s.
+one our dense rates come from (the 1000 W part: 2.25/4.5/9 PFLOP/s dense).
+Third parties report a B200's driver giving a 7680-bit bus at 3996 MHz (double
+data rate), 7680 / 8 * 3.996e9 * 2 = 7.67 TB/s, which agrees; this project had
+no B200 and read no such value itself (nor the SM count and L2 size below,
+which are marked the same way).
 """
 from __future__ import annotations
 
@@ -143,14 +145,16 @@ B200 = GPUSpec(
     tmem_per_sm_kib=256,  # 128 lanes x 512 columns x 4 bytes
     regs_per_sm=65536,
     sources=(
-        ("sms", "cudaDeviceProp.multiProcessorCount on a B200: 148"),
+        ("sms", "148: cudaDeviceProp.multiProcessorCount as third parties report it on a B200 (not read by this "
+                "project: no B200 was available; NVIDIA's datasheet does not list SMs)"),
         ("bf16_tflops", _DATASHEET_B200 + ": FP16/BF16 Tensor Core 4.5 PFLOPS" + _HALF),
         ("fp8_tflops", _DATASHEET_B200 + ": FP8/FP6 Tensor Core 9 PFLOPS" + _HALF),
         ("fp4_tflops", _DATASHEET_B200 + ": FP4 Tensor Core 18 PFLOPS" + _HALF),
         ("hbm_gb", _DATASHEET_B200 + ": 180 GB HBM3e (192 GB in the GTC 2024 announcement)"),
         ("hbm_tbps", _DATASHEET_B200 + ": 7.7 TB/s; 8 TB/s is the GB200 NVL72 figure "
                      "(see the module docstring)"),
-        ("l2_mib", "NVIDIA Blackwell tuning guide: 126 MB L2; cudaDeviceProp reports 126.5 MiB"),
+        ("l2_mib", "126.5 MiB: cudaDeviceProp.l2CacheSize as third parties report it on a B200 (not read by this "
+                   "project: no B200 was available)"),
         ("smem_per_sm_kib", _GUIDE + ", 10.0: 228 KB per SM"),
         ("smem_per_block_kib", _GUIDE + ", 10.0: 227 KB per block"),
         ("tmem_per_sm_kib", "PTX ISA, tensor memory: 128 lanes x 512 columns of 32-bit cells per CTA"),

@@ -13,8 +13,10 @@ What this teaches
   function per instruction, used by every later chapter's hand-written PTX.
 * A device-to-device copy built from them. Each thread issues ``unroll``
   independent loads before its first store, so ``unroll x width x 4`` bytes
-  per thread are in flight at once: with 16-byte loads and ``unroll=4`` that
-  is 64 bytes a thread, enough to run HBM at the speed of torch's own copy.
+  per thread are in flight at once. On an H200 (``results/nvidia-h200/copy_ldst.json``)
+  16 bytes a thread was enough: one 16-byte load (``unroll=1``, the default) or
+  four 4-byte ones ran at 0.99 of torch's copy; 64 bytes (``v4``, ``unroll=4``)
+  ran at 0.94, the slowest of the variants with 16 bytes or more in flight.
 
 This is the first kernel chapter; it adds PTX to the course. Chapter 02 adds
 the mbarrier, chapter 03 asynchronous copies that move data without passing
@@ -39,8 +41,9 @@ from .checks import check_choice, check_int, check_tensor
 THREADS = 256
 #: Access widths in 32-bit words: ``ld.global.u32``, ``.v2.u32``, ``.v4.u32``.
 WIDTHS = (1, 2, 4)
-#: Loads each thread issues before its first store in the public ``copy``.
-DEFAULT_UNROLL = 4
+#: Loads each thread issues before its first store in the public ``copy``: with 16-byte loads, 1 was the
+#: fastest measured (0.99 of torch's copy on an H200; 4 gave 0.94).
+DEFAULT_UNROLL = 1
 #: The copy kernels index words with 32-bit integers.
 MAX_WORDS = 2**31 - 1
 
@@ -60,6 +63,12 @@ def _vec(prefix: str, n: int, first: int = 0) -> str:
 def ld_global_b32(ptr, pred=None):
     """``ld.global.u32``: one 32-bit word."""
     return cute.arch.inline_ptx("ld.global.u32 {$w0}, [{$r0}];",
+                                write_only_types=[Int32], read_only_args=[ptr], predicate=pred)
+
+
+def ld_global_volatile_b32(ptr, pred=None):
+    """``ld.volatile.global.u32``: one 32-bit word that ``ptxas`` may not merge with another load of it."""
+    return cute.arch.inline_ptx("ld.volatile.global.u32 {$w0}, [{$r0}];",
                                 write_only_types=[Int32], read_only_args=[ptr], predicate=pred)
 
 
@@ -149,7 +158,11 @@ def st_global_words(ptr, words: tuple, pred=None) -> None:
         st_global_v4(ptr, *words, pred=pred)
 
 
-# --- why "volatile" matters ------------------------------------------------------
+# --- what "volatile" does, and where it stops --------------------------------------
+
+#: The loads :func:`twice_kernel` can read ``src[i]`` twice with.
+TWICE_LOADS = (False, True, "volatile")
+
 
 @cute.kernel
 def twice_kernel(src: cute.Tensor, dst: cute.Tensor, use_ptx: cutlass.Constexpr):
@@ -157,13 +170,18 @@ def twice_kernel(src: cute.Tensor, dst: cute.Tensor, use_ptx: cutlass.Constexpr)
 
     The DSL's own loads are ordinary LLVM loads: the compiler sees that both
     read the same address and keeps one. ``inline_ptx`` emits an ``asm`` with
-    side effects (``asm volatile`` in CUDA C++): it is never merged, moved
-    past another one, or deleted, even when its result is unused. That is
-    what a clock read, a barrier or an ordered load needs, and why a
-    redundant inline-PTX load costs a real instruction.
+    side effects (``asm volatile`` in CUDA C++): LLVM never merges, moves or
+    deletes it, so the PTX keeps both ``ld.global.u32``. That guarantee ends at
+    the PTX: ``ptxas`` sees two identical plain loads of one address and makes
+    one ``LDG`` of them (chapter 01 shows the SASS). What forces a real second
+    load is the load itself: ``ld.volatile`` (``use_ptx="volatile"``, kept as two
+    ``LDG``), a ``.relaxed``/``.acquire`` load with a scope, or different addresses.
     """
     i, _, _ = cute.arch.thread_idx()
-    if cutlass.const_expr(use_ptx):  # decided while tracing: two different kernels
+    if cutlass.const_expr(use_ptx == "volatile"):
+        a = ld_global_volatile_b32(src.iterator + i)
+        b = ld_global_volatile_b32(src.iterator + i)
+    elif cutlass.const_expr(use_ptx):  # decided while tracing: different kernels
         a = ld_global_b32(src.iterator + i)
         b = ld_global_b32(src.iterator + i)
     else:
@@ -181,12 +199,17 @@ def twice_host(use_ptx: bool):
     return host
 
 
-def compile_twice(target: str, use_ptx: bool):
-    """Compile :func:`twice_kernel` for ``target``; count its ``ld.global`` lines."""
+def compile_twice(target: str, use_ptx):
+    """Compile :func:`twice_kernel` for ``target``; count its ``ld.global`` lines (PTX) or ``LDG`` (SASS).
+
+    ``use_ptx``: False (the DSL's loads), True (``ld.global.u32``) or ``"volatile"`` (``ld.volatile.global.u32``).
+    """
     from .compile import check_target, compile_for, fake_stream, fake_tensor
 
     check_target(target)
-    return compile_for(target, twice_host(bool(use_ptx)), fake_tensor(Int32, (32,)), fake_tensor(Int32, (32,)),
+    if use_ptx != "volatile":
+        use_ptx = bool(use_ptx)
+    return compile_for(target, twice_host(use_ptx), fake_tensor(Int32, (32,)), fake_tensor(Int32, (32,)),
                        fake_stream())
 
 

@@ -232,6 +232,23 @@ def _positive_seconds(text: str) -> int:
     return value
 
 
+#: What running notebooks needs beyond gemmlab's own dependencies: the ``notebooks`` extra (pyproject.toml).
+NOTEBOOK_PACKAGES = ("nbformat", "nbclient", "ipykernel")
+
+
+def missing_notebook_packages() -> list[str]:
+    """The packages of :data:`NOTEBOOK_PACKAGES` this interpreter cannot import."""
+    import importlib
+
+    missing = []
+    for name in NOTEBOOK_PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gemmlab.runner", description=__doc__.splitlines()[0])
     ap.add_argument("notebooks", nargs="*", help="notebook paths (default: the repository's notebooks/*.ipynb)")
@@ -244,6 +261,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     paths = notebook_paths(args.notebooks)
     if paths is None:
+        return 2
+    missing = missing_notebook_packages()
+    if missing:
+        print(f"gemmlab.runner needs {', '.join(missing)} (gemmlab's 'notebooks' extra), which {sys.executable} "
+              f"cannot import: pip install 'gemmlab[notebooks]' (from a checkout: pip install -e '.[notebooks]'), "
+              f"or install requirements.lock", file=sys.stderr)
         return 2
     unique: dict[str, Path] = {}
     for p in paths:  # the same file named twice runs once

@@ -5,10 +5,10 @@ What it teaches
     bank once, and a 16-byte *chunk* covers a group of four banks (a "bank
     group"; 8 per line). A tile stored row after row with 128-byte rows puts
     column chunk ``c`` of every row in the same bank group, so eight threads
-    reading one column of eight rows (what ``ldmatrix`` and WGMMA do) queue up
-    eight deep. TMA's swizzle modes fix this by permuting the chunks of each
-    line: the chunk index (address bits 4..6) is XORed with the line index
-    (address bits 7..9), restricted to 1, 2 or 3 bits:
+    reading one column of eight rows (what an 8-address phase of ``ldmatrix``
+    does) queue up eight deep. TMA's swizzle modes fix this by permuting the
+    chunks of each line: the chunk index (address bits 4..6) is XORed with the
+    line index (address bits 7..9), restricted to 1, 2 or 3 bits:
 
     ==========  ==============================================  ===============
     mode        physical byte address                          CuTe swizzle
@@ -27,8 +27,25 @@ What it teaches
     The *span* of a mode (32, 64 or 128 bytes) is the longest row TMA may
     write with it: rows of exactly one span are the layouts GEMMs use.
 
+    A box row *shorter* than the span is not packed against the next one: TMA
+    gives each row a whole span of shared memory (its *pitch*) and swizzles
+    that, so the rest of the span is padding. A 16 x 32 FP16 box (64-byte
+    rows) loaded with the 128B swizzle takes 16 x 128 = 2048 bytes of shared
+    memory for its 1024 data bytes, row ``r`` chunk ``c`` at bank group
+    ``c ^ (r & 7)`` of line ``r``, while the load completed 1024 bytes on its
+    mbarrier (a probe on an H200). For the 32B and 64B modes the same rule is
+    this model's prediction until ``test_hardware_swizzle_short_rows`` in
+    ``tests/test_tma.py`` has run on a GPU. :func:`row_pitch` and
+    :func:`smem_bytes` give the footprint; :func:`tile_layout`,
+    :func:`expected_smem` and :func:`line_map` place the padding.
+
     The XOR is its own inverse, so the same function maps logical to physical
     and physical to logical.
+
+    WGMMA reads its operands from shared memory itself, in a pattern NVIDIA
+    does not document: for it the swizzle is a layout its descriptor must name
+    (chapter 06), not a bank-conflict fix this model can measure. The model's
+    conflict counts are about threads' reads such as ``ldmatrix``.
 
 What it adds over chapter 01
     Chapter 01 measured bank conflicts and removed them by padding rows. A
@@ -97,27 +114,71 @@ def _check_rows(rows: int, row_bytes: int, mode: str) -> None:
         raise ValueError(f"row_bytes must be <= {span} for swizzle {mode} (the swizzle span); got {row_bytes}")
 
 
+def row_pitch(mode: str, row_bytes: int) -> int:
+    """Bytes of shared memory one box row of ``row_bytes`` occupies: the swizzle span if the row is shorter.
+
+    Unswizzled rows are packed back to back (pitch = ``row_bytes``); with a
+    swizzle, a row shorter than the span still takes a whole span.
+    """
+    check_choice("mode", mode, MODES)
+    _check_rows(1, row_bytes, mode)
+    span = SPAN[mode]
+    return row_bytes if span is None else max(row_bytes, span)
+
+
+def smem_bytes(mode: str, rows: int, row_bytes: int) -> int:
+    """Shared-memory footprint of a ``rows`` x ``row_bytes`` box loaded with ``mode``: ``rows`` x the pitch.
+
+    Equal to the box's bytes when rows are one span long (or unswizzled);
+    larger, padding included, when they are shorter than the span.
+    """
+    _check_rows(rows, row_bytes, mode)
+    return rows * row_pitch(mode, row_bytes)
+
+
+def _physical(mode: str, rows: int, row_bytes: int):
+    """Physical byte offset of every logical byte of the box, shape ``(rows, row_bytes)``."""
+    import numpy as np
+
+    r, x = np.meshgrid(np.arange(rows), np.arange(row_bytes), indexing="ij")
+    return swizzle_offset(mode, r * row_pitch(mode, row_bytes) + x)
+
+
 def tile_layout(mode: str, rows: int, row_bytes: int):
     """Where each 16-byte chunk of a ``rows`` x ``row_bytes`` tile lands: ``(line, bank_group)`` per chunk.
 
     Returns an int numpy array of shape ``(rows, row_bytes // 16, 2)``: for
     the chunk in box row ``r``, column chunk ``c``, the 128-byte line and the
     bank group (0..7, banks ``4g .. 4g + 3``) it occupies in shared memory.
+    Rows shorter than the swizzle span start a span apart (:func:`row_pitch`).
     """
     import numpy as np
 
     check_choice("mode", mode, MODES)
     _check_rows(rows, row_bytes, mode)
-    r, c = np.meshgrid(np.arange(rows), np.arange(row_bytes // CHUNK), indexing="ij")
-    phys = swizzle_offset(mode, r * row_bytes + c * CHUNK)
+    phys = _physical(mode, rows, row_bytes)[:, ::CHUNK]
     return np.stack([phys // LINE, (phys % LINE) // CHUNK], axis=-1)
 
 
-def expected_smem(tile_bytes, mode: str):
+def data_mask(mode: str, rows: int, row_bytes: int):
+    """Boolean numpy array over the :func:`smem_bytes` footprint: True where a data byte lands, False on padding."""
+    import numpy as np
+
+    check_choice("mode", mode, MODES)
+    _check_rows(rows, row_bytes, mode)
+    mask = np.zeros(smem_bytes(mode, rows, row_bytes), dtype=bool)
+    mask[_physical(mode, rows, row_bytes).reshape(-1)] = True
+    return mask
+
+
+def expected_smem(tile_bytes, mode: str, fill: int = 0):
     """The bytes TMA writes into shared memory for a tile, as a flat uint8 numpy array.
 
     ``tile_bytes``: a 2-D uint8 array (box rows x inner box bytes), the tile as
-    it is in global memory (out-of-bounds elements already zero).
+    it is in global memory (out-of-bounds elements already zero). The array
+    covers the :func:`smem_bytes` footprint; padding bytes (rows shorter than
+    the swizzle span) hold ``fill``: the model says only where data goes, so
+    compare the hardware's bytes where :func:`data_mask` is True.
     """
     import numpy as np
 
@@ -125,11 +186,11 @@ def expected_smem(tile_bytes, mode: str):
     tile_bytes = np.asarray(tile_bytes)
     if tile_bytes.dtype != np.uint8 or tile_bytes.ndim != 2:
         raise ValueError(f"tile_bytes must be a 2-D uint8 array; got {tile_bytes.dtype} of shape {tile_bytes.shape}")
+    check_int("fill", fill, lo=0, hi=255)
     rows, row_bytes = tile_bytes.shape
     _check_rows(rows, row_bytes, mode)
-    logical = np.arange(rows * row_bytes)
-    out = np.zeros(rows * row_bytes, dtype=np.uint8)
-    out[swizzle_offset(mode, logical)] = tile_bytes.reshape(-1)
+    out = np.full(smem_bytes(mode, rows, row_bytes), fill, dtype=np.uint8)
+    out[_physical(mode, rows, row_bytes).reshape(-1)] = tile_bytes.reshape(-1)
     return out
 
 
@@ -138,7 +199,8 @@ def column_read_ways(mode: str, row_bytes: int, chunk: int = 0, rows: int = 8) -
 
     This is one 8-address phase of ``ldmatrix`` on a tile whose rows are
     ``row_bytes`` long: 1 means every thread hits its own bank group (one
-    wavefront), 8 means all eight queue on the same group.
+    wavefront), 8 means all eight queue on the same group. Rows shorter than
+    the swizzle span are a span apart (:func:`row_pitch`), as TMA puts them.
     """
     _check_rows(rows, row_bytes, mode)
     check_int("chunk", chunk, lo=0, hi=row_bytes // CHUNK - 1)
@@ -174,6 +236,7 @@ def line_map(mode: str, row_bytes: int | None = None, lines: int = 8):
 
     ``row_bytes`` defaults to the mode's span (128 for ``none``). Returns an
     int numpy array of shape ``(lines, 8, 2)``: the data behind :func:`draw_swizzle`.
+    Padding (rows shorter than the swizzle span) is ``(-1, -1)``.
     """
     import numpy as np
 
@@ -181,10 +244,13 @@ def line_map(mode: str, row_bytes: int | None = None, lines: int = 8):
     row_bytes = row_bytes or SPAN[mode] or LINE
     check_int("lines", lines, lo=1)
     n = lines * LINE
-    _check_rows(n // row_bytes, row_bytes, mode)
+    _check_rows(1, row_bytes, mode)
+    pitch = row_pitch(mode, row_bytes)
     phys = np.arange(0, n, CHUNK)
     logical = swizzle_offset(mode, phys)  # an involution: the same XOR undoes it
-    out = np.stack([logical // row_bytes, (logical % row_bytes) // CHUNK], axis=-1)
+    row, chunk = logical // pitch, (logical % pitch) // CHUNK
+    pad = chunk >= row_bytes // CHUNK
+    out = np.stack([np.where(pad, -1, row), np.where(pad, -1, chunk)], axis=-1)
     return out.reshape(lines, BANK_GROUPS, 2)
 
 
@@ -212,9 +278,10 @@ def _draw_map(ax, mode, data, row_bytes):
     for line in range(lines):
         for g in range(BANK_GROUPS):
             row, chunk = (int(v) for v in data[line, g])
-            ax.add_patch(Rectangle((g, line), 1, 1, facecolor=_COLORS[chunk % len(_COLORS)], edgecolor="white", lw=1.5))
-            ax.text(g + 0.5, line + 0.5, f"{row}.{chunk}", ha="center", va="center", fontsize=8, color="white",
-                    fontweight="bold")
+            colour = "#DDDDDD" if chunk < 0 else _COLORS[chunk % len(_COLORS)]  # padding: light grey
+            ax.add_patch(Rectangle((g, line), 1, 1, facecolor=colour, edgecolor="white", lw=1.5))
+            ax.text(g + 0.5, line + 0.5, "pad" if chunk < 0 else f"{row}.{chunk}", ha="center", va="center",
+                    fontsize=8, color="grey" if chunk < 0 else "white", fontweight="bold")
     ax.set_xlim(0, BANK_GROUPS)
     ax.set_ylim(lines, 0)
     ax.set_xticks([g + 0.5 for g in range(BANK_GROUPS)])

@@ -505,9 +505,10 @@ def tcgen05_mma_f16(d_tmem, a_desc, b_desc, idesc, accumulate, cta_group: int = 
 def tcgen05_commit(bar, cta_group: int = 1):
     """``tcgen05.commit...mbarrier::arrive::one``: one arrival on ``bar`` once this thread's MMAs finish.
 
-    Tracks the ``tcgen05.mma`` (and ``tcgen05.cp``) ops issued *by this
-    thread* since its previous commit, so the thread that issued the MMAs
-    commits. It also acts as ``tcgen05.fence::before_thread_sync``: whoever
+    Tracks the completion of *all* prior asynchronous tcgen05 operations of
+    this thread (``tcgen05.mma``, ``tcgen05.cp``, ``tcgen05.shift``), not only
+    those since its previous commit (PTX ISA, ``tcgen05.commit``), so the
+    thread that issued the MMAs commits. It also acts as ``tcgen05.fence::before_thread_sync``: whoever
     waits on ``bar`` then needs only ``tcgen05.fence::after_thread_sync``.
     """
     check_choice("cta_group", cta_group, (1, 2))
@@ -684,11 +685,15 @@ def mma_tile_kernel(a: cute.Tensor, b: cute.Tensor, regs: cute.Tensor, n: cutlas
     # 6. Epilogue: warp w reads lanes 32(w % 4)..+31 (here w < 4), num columns per load.
     lane_base = (warp % 4) * 32
     row = cta * 128 + tidx
-    for c in cutlass.range_constexpr(n // num):
-        vals = tmem_ld_32x32b(taddr + (lane_base << 16) + c * num, num)
-        tmem_wait_ld()
-        for j in cutlass.range_constexpr(num):
-            regs[row, c * num + j] = vals[j]
+    # Unrolled in Python (vals is a tuple of registers: only a compile-time index can pick one), in chunks of
+    # 32 so that no single static loop has the 64+ iterations the DSL warns about; the instructions are the same.
+    for c0 in cutlass.range_constexpr(0, n // num, 32):
+        for c in cutlass.range_constexpr(c0, min(c0 + 32, n // num)):
+            vals = tmem_ld_32x32b(taddr + (lane_base << 16) + c * num, num)
+            tmem_wait_ld()
+            for j0 in cutlass.range_constexpr(0, num, 32):
+                for j in cutlass.range_constexpr(j0, min(j0 + 32, num)):
+                    regs[row, c * num + j] = vals[j]
 
     # 7. Free the columns once every warp (of both CTAs) is done reading them: give up the
     #    allocation permit, then dealloc (with cta_group::2, both CTAs' warp 0 together).

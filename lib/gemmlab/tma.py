@@ -110,7 +110,8 @@ def _check_whole(name: str, value, lo: int | None = None) -> None:
         raise ValueError(f"{name} must be >= {lo}; got {value}")
 
 
-def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address: int = 0, name: str = "src") -> None:
+def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address: int = 0, name: str = "src",
+                  short_rows: bool = False) -> None:
     """Raise ``TypeError``/``ValueError`` unless a 2-D row-major tensor and ``box`` make a valid tiled tensor map.
 
     ``shape`` = (rows, cols) of the tensor, ``strides`` its element strides
@@ -122,9 +123,13 @@ def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address
       base address are multiples of 16 bytes;
     * each box dimension is 1..256 elements, the inner one a multiple of 16 bytes;
     * with a swizzle, the inner box is at most the swizzle span (32/64/128 bytes);
-      our kernels use exactly one span per row (the layout GEMMs use, and the
-      one :mod:`gemmlab.swizzle` models: a probe with shorter rows and the
-      same shared-memory buffer faulted on an H200).
+      these kernels want exactly one span per row (the layout GEMMs use)
+      unless ``short_rows``: a shorter row still takes a whole span of shared
+      memory (:func:`gemmlab.swizzle.smem_bytes`), so a buffer sized by the
+      box's bytes overflows. That is why a probe with 64-byte rows, the 128B
+      swizzle and a buffer of the box's bytes faulted on an H200. Only
+      :func:`tma_roundtrip` sizes its buffer by the footprint and passes
+      ``short_rows=True``.
     """
     _check_dtype(name, dtype)
     eb = _elem_bytes(dtype)
@@ -165,11 +170,15 @@ def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address
     if span is not None and inner > span:
         raise ValueError(f"box[1] * element size must be <= {span} bytes for swizzle {swizzle} (the swizzle span); "
                          f"got {inner} bytes")
-    if span is not None and inner != span:
+    if not isinstance(short_rows, bool):
+        raise TypeError(f"short_rows must be a bool; got {type(short_rows).__name__}")
+    if span is not None and inner != span and not short_rows:
         raise ValueError(f"box[1] * element size must equal the swizzle span ({span} bytes) for swizzle {swizzle} "
-                         f"in these kernels (one span per row); got {inner} bytes")
-    if box[0] * inner > MAX_TILE_BYTES:
-        raise ValueError(f"box must fit in shared memory (<= {MAX_TILE_BYTES} bytes); got {box[0] * inner}")
+                         f"in these kernels (one span per row; a shorter row still takes {span} bytes of shared "
+                         f"memory); got {inner} bytes")
+    footprint = swz.smem_bytes(swizzle, box[0], inner)
+    if footprint > MAX_TILE_BYTES:
+        raise ValueError(f"box must fit in shared memory (<= {MAX_TILE_BYTES} bytes); got {footprint}")
 
 
 def describe_tensor_map(shape, dtype, box, swizzle: str = "128B", *, strides=None, l2_promotion: str = "256B",
@@ -280,18 +289,21 @@ def tma_store_tile(store_atom: cute.CopyAtom, s_tile: cute.Tensor, g_tile: cute.
 @cute.kernel
 def roundtrip_kernel(load_atom: cute.CopyAtom, g_src: cute.Tensor, store_atom: cute.CopyAtom, g_dst: cute.Tensor,
                      raw: cute.Tensor, layout: cute.ComposedLayout, dtype: Constexpr, box: Constexpr,
-                     cache_hint: Constexpr):
+                     cache_hint: Constexpr, footprint: Constexpr = None):
     """CTA (i, j): TMA-load box (i, j) of src, dump shared memory raw, TMA-store the box to dst.
 
     Roles: thread 0 owns the mbarrier; warp 0 prefetches the tensor maps and
     issues the copies; all warps dump the raw shared-memory words.
+    ``footprint``: the box's bytes in shared memory when rows shorter than the
+    swizzle span are padded to it (:func:`gemmlab.swizzle.smem_bytes`); the
+    buffer and the dump cover it, while the mbarrier still expects the box's bytes.
     """
     tidx, _, _ = cute.arch.thread_idx()
     bi, bj, _ = cute.arch.block_idx()
     _, tiles_n, _ = cute.arch.grid_dim()
     warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     tile_bytes = box[0] * box[1] * dtype.width // 8
-    words = tile_bytes // 4
+    words = (tile_bytes if footprint is None else footprint) // 4
 
     smem = SmemAllocator()
     # 1024-byte alignment: the swizzle pattern repeats every 8 x 128 bytes, from an aligned base.
@@ -335,8 +347,9 @@ def _roundtrip_host(rows: int, cols: int, swizzle: str, cache_hint):
         store_atom, g_dst = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), dst, layout, (rows, cols))
         m, n = src.shape
         grid = ((m + rows - 1) // rows, (n + cols - 1) // cols, 1)
+        footprint = swz.smem_bytes(swizzle, rows, cols * src.element_type.width // 8)
         roundtrip_kernel(load_atom, g_src, store_atom, g_dst, raw, layout, src.element_type, (rows, cols),
-                         cache_hint).launch(grid=grid, block=(THREADS, 1, 1), stream=stream)
+                         cache_hint, footprint).launch(grid=grid, block=(THREADS, 1, 1), stream=stream)
 
     return roundtrip_host
 
@@ -410,13 +423,13 @@ def _multicast_host(rows: int, cols: int, swizzle: str):
 POISON_BYTE = 0x5A  # written into every output before a launch
 
 
-def _check_src(name, t, box, swizzle):
+def _check_src(name, t, box, swizzle, short_rows=False):
     import torch
 
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
     check_tma_box(tuple(t.shape), t.dtype, box, swizzle, strides=tuple(t.stride()) if t.dim() == 2 else None,
-                  base_address=t.data_ptr(), name=name)
+                  base_address=t.data_ptr(), name=name, short_rows=short_rows)
 
 
 def tma_roundtrip(src, box=(64, 64), swizzle: str = "128B", *, out=None, cache_hint=None):
@@ -426,16 +439,19 @@ def tma_roundtrip(src, box=(64, 64), swizzle: str = "128B", *, out=None, cache_h
     and address 16-byte aligned, any number of rows and columns (edge boxes
     hang over: zero-filled on load, clipped on store). ``out``: same shape
     and dtype (may be a strided view; default a new tensor filled with
-    :data:`POISON_BYTE`). ``raw``: uint8 tensor ``(tiles_m, tiles_n, box bytes)``,
-    each box's shared memory exactly as TMA wrote it (swizzled).
+    :data:`POISON_BYTE`). ``raw``: uint8 tensor ``(tiles_m, tiles_n, footprint)``,
+    each box's shared memory exactly as TMA wrote it (swizzled). The footprint
+    is the box's bytes, or more when its rows are shorter than the swizzle
+    span (:func:`gemmlab.swizzle.smem_bytes`: each row takes a whole span;
+    the padding bytes are whatever shared memory held).
     ``cache_hint``: None, ``"evict_first"`` or ``"evict_last"`` for the loads.
     """
     import torch
 
-    _check_src("src", src, box, swizzle)
+    _check_src("src", src, box, swizzle, short_rows=True)
     check_choice("cache_hint", cache_hint, CACHE_HINTS)
     if out is not None:
-        _check_src("out", out, box, swizzle)
+        _check_src("out", out, box, swizzle, short_rows=True)
         if out.shape != src.shape or out.dtype != src.dtype:
             raise ValueError(f"out must match src in shape and dtype; got {tuple(out.shape)} {out.dtype} "
                              f"and {tuple(src.shape)} {src.dtype}")
@@ -446,11 +462,11 @@ def tma_roundtrip(src, box=(64, 64), swizzle: str = "128B", *, out=None, cache_h
         out = torch.empty(src.shape, dtype=src.dtype, device=src.device)
         out.view(torch.uint8).fill_(POISON_BYTE)
     tiles = (-(-src.shape[0] // box[0]), -(-src.shape[1] // box[1]))
-    tile_bytes = box[0] * box[1] * src.element_size()
-    raw = torch.full((tiles[0] * tiles[1] * tile_bytes // 4,), 0x5A5A5A5A, dtype=torch.int32, device=src.device)
+    footprint = swz.smem_bytes(swizzle, box[0], box[1] * src.element_size())
+    raw = torch.full((tiles[0] * tiles[1] * footprint // 4,), 0x5A5A5A5A, dtype=torch.int32, device=src.device)
     launcher(_roundtrip_host(box[0], box[1], swizzle, cache_hint), src, out, raw)()
     torch.cuda.synchronize()
-    return out, raw.view(torch.uint8).view(tiles[0], tiles[1], tile_bytes)
+    return out, raw.view(torch.uint8).view(tiles[0], tiles[1], footprint)
 
 
 def load_tile_raw(src, box=(64, 64), swizzle: str = "128B"):
@@ -459,7 +475,11 @@ def load_tile_raw(src, box=(64, 64), swizzle: str = "128B"):
 
 
 def expected_raw(src, box, swizzle: str):
-    """The model's answer for :func:`tma_roundtrip`'s ``raw``: each box zero-padded, swizzled (numpy uint8)."""
+    """The model's answer for :func:`tma_roundtrip`'s ``raw``: each box zero-padded, swizzled (numpy uint8).
+
+    Where box rows are shorter than the swizzle span the padding holds 0 here; compare
+    the hardware's bytes where :func:`gemmlab.swizzle.data_mask` is True.
+    """
     import numpy as np
     import torch
 
@@ -469,7 +489,7 @@ def expected_raw(src, box, swizzle: str):
     padded = np.zeros((tiles[0] * box[0], tiles[1] * box[1] * a.element_size()), dtype=np.uint8)
     padded[:rows, :cols * a.element_size()] = a.view(-1).view(torch.uint8).numpy().reshape(rows, -1)
     row_bytes = box[1] * a.element_size()
-    out = np.zeros((tiles[0], tiles[1], box[0] * row_bytes), dtype=np.uint8)
+    out = np.zeros((tiles[0], tiles[1], swz.smem_bytes(swizzle, box[0], row_bytes)), dtype=np.uint8)
     for i in range(tiles[0]):
         for j in range(tiles[1]):
             tile = padded[i * box[0]:(i + 1) * box[0], j * row_bytes:(j + 1) * row_bytes]
@@ -516,10 +536,10 @@ def compile_roundtrip(target: str = "sm_90a", shape=(100, 200), dtype="float16",
                       cache_hint=None):
     """Compile :func:`roundtrip_kernel` for ``target`` (no GPU needed); ``dtype`` a torch dtype or its name."""
     check_target(target)
-    check_tma_box(tuple(shape), dtype, box, swizzle)
+    check_tma_box(tuple(shape), dtype, box, swizzle, short_rows=True)
     check_choice("cache_hint", cache_hint, CACHE_HINTS)
     tiles = (-(-shape[0] // box[0])) * (-(-shape[1] // box[1]))
-    words = tiles * box[0] * box[1] * _elem_bytes(dtype) // 4
+    words = tiles * swz.smem_bytes(swizzle, box[0], box[1] * _elem_bytes(dtype)) // 4
     return compile_for(target, _roundtrip_host(box[0], box[1], swizzle, cache_hint), _fake_2d(dtype, shape),
                        _fake_2d(dtype, shape), fake_tensor(cutlass.Int32, (words,)), fake_stream())
 

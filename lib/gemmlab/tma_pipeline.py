@@ -737,8 +737,12 @@ def tail_bubble(spins=(0, 800), stage_counts=(2, 3, 4), *, ctas: int = BUBBLE_CT
     return rows
 
 
-def plot_tail_bubble(rows: list[dict], name: str = "05_tail_bubble") -> str:
-    """Measured against predicted extra time per tile of the unrolled design, per (spin, stages, k)."""
+def plot_tail_bubble(rows: list[dict], name: str = "05_tail_bubble", *, measured_on: str | None = None) -> str:
+    """Measured against predicted extra time per tile of the unrolled design, per (spin, stages, k).
+
+    ``measured_on``: "device, date" for the title (default: this GPU, today: :func:`gemmlab.bench.measured_on`).
+    """
+    from .bench import measured_on as _measured_on
     from .figures import new_figure, save
 
     fig, ax = new_figure(figsize=(9.0, 3.8))
@@ -746,7 +750,8 @@ def plot_tail_bubble(rows: list[dict], name: str = "05_tail_bubble") -> str:
     xs = range(len(rows))
     w = 0.27
     ax.bar([x - w for x in xs], [r["extra us"] for r in rows], w, label="measured: unrolled - carried")
-    ax.bar(list(xs), [0.0 if r["net extra us"] != r["net extra us"] else r["net extra us"] for r in rows], w,
+    net = [r["net extra us"] for r in rows]  # NaN (or None, read back from JSON) where there is no k = S twin
+    ax.bar(list(xs), [0.0 if v is None or v != v else v for v in net], w,
            label="measured, less the indexing cost (k = S)")
     ax.bar([x + w for x in xs], [r["model extra us"] for r in rows], w, label="simulator prediction")
     ax.axhline(0, color="black", lw=0.6)
@@ -756,8 +761,8 @@ def plot_tail_bubble(rows: list[dict], name: str = "05_tail_bubble") -> str:
     top = max([r["extra us"] for r in rows] + [r["model extra us"] for r in rows] + [0.1])
     ax.set_ylim(top=top * 1.4)
     ax.legend(fontsize=7, loc="upper left", ncol=3)
-    ax.set_title("the unrolled design's tail bubble: spin cycles per stage, stages S, k-iterations per tile",
-                 fontsize=9)
+    ax.set_title("the unrolled design's tail bubble: spin cycles per stage, stages S, k-iterations per tile "
+                 f"({measured_on or _measured_on()})", fontsize=9)
     return str(save(fig, name))
 
 
@@ -781,8 +786,12 @@ BUBBLE_COLUMNS = [("spin", "spin", ""), ("stages", "S", ""), ("k", "k", ""), ("l
                   ("model extra us", "model extra", ".2f")]
 
 
-def plot_stage_sweep(rows: list[dict], name: str = "05_bandwidth_vs_stages") -> str:
-    """GB/s against stages, one line per (KiB/stage, CTAs/SM), torch's copy dashed; returns the figure's path."""
+def plot_stage_sweep(rows: list[dict], name: str = "05_bandwidth_vs_stages", *, measured_on: str | None = None) -> str:
+    """GB/s against stages, one line per (KiB/stage, CTAs/SM), torch's copy dashed; returns the figure's path.
+
+    ``measured_on``: "device, date" for the title (default: this GPU, today: :func:`gemmlab.bench.measured_on`).
+    """
+    from .bench import measured_on as _measured_on
     from .figures import new_figure, save
 
     fig, ax = new_figure(figsize=(6.5, 3.8))
@@ -795,5 +804,5 @@ def plot_stage_sweep(rows: list[dict], name: str = "05_bandwidth_vs_stages") -> 
     ax.set_ylabel("GB/s (read + write)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("TMA pipeline row_scale, bfloat16, 1 GiB", fontsize=10)
+    ax.set_title(f"TMA pipeline row_scale, bfloat16, 1 GiB ({measured_on or _measured_on()})", fontsize=10)
     return str(save(fig, name))

@@ -10,8 +10,11 @@ What it teaches
       two from 32 to 512: ``tcgen05.alloc`` (one whole warp) writes the
       address of the allocation into shared memory. ``tcgen05.dealloc`` frees
       it; every allocation must be freed before the CTA exits.
-      ``tcgen05.relinquish_alloc_permit`` promises "this CTA allocates no
-      more", so a CTA of another kernel waiting for columns may proceed.
+      ``tcgen05.relinquish_alloc_permit``: the CTA gives up its right to
+      allocate (the PTX ISA: a later ``tcgen05.alloc`` by it is illegal).
+      What for is CUTLASS's word, not the ISA's: its kernels relinquish before
+      their deallocations "so that the next CTA can rasterize", i.e. a CTA
+      waiting to allocate (of the same kernel or another) may start.
     * A TMEM **address** is 32 bits: lane in bits 31-16, column in bits 15-0.
     * **Who may touch which lanes**: warp ``w`` of the CTA may access only
       lanes ``32*(w%4) .. 32*(w%4)+31``. An epilogue of one warpgroup (4 warps)
@@ -21,6 +24,11 @@ What it teaches
       column ``col+j`` (:func:`tmem_ld_32x32b_model`). With an M=128 MMA whose
       accumulator row ``i`` lives in lane ``i``, thread ``t`` of warp ``w``
       therefore owns row ``32*(w%4)+t`` of the tile: one row per thread.
+      Row ``i`` in lane ``i`` holds for M = 128 on one CTA and for each CTA's
+      128 rows of a pair's M = 256 (the PTX ISA's data-path layouts D and A),
+      not for M = 64 on one CTA (16 rows in each warp's 32 lanes, layout F)
+      nor for a pair's M = 128 (64 rows a CTA, layout B); the course uses
+      neither, and :func:`accumulator_coords` models only the first two.
       ``tcgen05.ld`` is asynchronous: ``tcgen05.wait::ld`` must come before
       the registers are read.
 
@@ -304,7 +312,7 @@ def tmem_alloc(dst, ncols: int, cta_group: int = 1):
 
 
 def tmem_relinquish_alloc_permit(cta_group: int = 1):
-    """``tcgen05.relinquish_alloc_permit``: this CTA will not allocate again (one warp)."""
+    """``tcgen05.relinquish_alloc_permit``: this CTA gives up the right to allocate (one warp; a later alloc is illegal)."""
     cute.arch.inline_ptx(f"tcgen05.relinquish_alloc_permit.{_group(cta_group)}.sync.aligned;")
 
 

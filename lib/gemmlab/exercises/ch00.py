@@ -43,3 +43,14 @@ def solution_compute_bound_m():
 
     ridge = ridge_point(H100, "bf16")  # 295 FLOP/byte
     return next(m for m in (64, 128, 256, 512, 1024) if gemm_intensity(m, 4096, 4096, 2) >= ridge)  # 512 (410)
+
+
+def explain_compute_bound_m() -> str:
+    """Why a larger batch makes the same weights cheaper per token (the "why" half of exercise 3)."""
+    return ("M x 4096 x 4096 BF16 does 2 M 4096^2 FLOPs and moves the 32 MiB of weights once, plus only "
+            "2 x 4096 x 2 bytes per token (its activation row in, its output row out). For M much smaller than "
+            "4096 the intensity is therefore about M FLOP/byte: 228 at M = 256, below the H100's ridge "
+            "(989 / 3.35 = 295), and 410 at M = 512, above it. Below the ridge the time is the bytes over the "
+            "bandwidth, and the bytes are almost all weights, read once whatever M is: eight requests batched "
+            "into one GEMM take about the time of one, so each token pays an eighth of the weight traffic. "
+            "That holds until the GEMM becomes compute-bound; from then on time grows with M.")

@@ -31,6 +31,15 @@ def solution_pad_by_two():
     return int(conflict_degree([34 * 4 * lane for lane in range(32)], 4))  # gcd(34, 32) = 2
 
 
+def explain_pad_by_two() -> str:
+    """Why rows of 34 words give a 2-way conflict and why an odd row length is the rule."""
+    return ("Lane i reads word 34 i, in bank (34 i) % 32 = (2 i) % 32: only the 16 even banks are used, each by "
+            "two lanes (i and i + 16) reading different words, so the column takes 2 wavefronts: a 2-way "
+            "conflict. In general lane i of a stride-s column is in bank (s i) % 32, and the lanes spread over "
+            "32 / gcd(s, 32) banks: the degree is gcd(s, 32). An odd row length is coprime with 32, so "
+            "gcd = 1 and all 32 lanes hit different banks; any even length shares at least the factor 2.")
+
+
 def check_ldmatrix_trans(answer) -> bool:
     """Predict: with ``ldmatrix .x1.trans``, which ``(row, col)`` of the 8 x 8 matrix is in the low half of lane 13's register?"""
     return verdict("ldmatrix .trans, lane 13", answer, solution_ldmatrix_trans(),

@@ -49,3 +49,15 @@ def solution_safe_resets():
     from ..pipeline import simulate_ring
 
     return tuple(k for k in range(1, 13) if simulate_ring(3, k, 3, reset_per_tile=True).ok)  # (6, 12)
+
+
+def explain_safe_resets() -> str:
+    """Why only k_tiles = 6 and 12 survive per-tile resets with 3 stages, and why tests with them miss the bug."""
+    return ("A reset puts both states back at stage 0 with their starting phases. That is what carrying them "
+            "would have given only if the ring has come back to the same place and the same phase: the index "
+            "repeats after 3 items, the phase bit after 2 laps, so only after a multiple of 2 x 3 = 6 items: "
+            "k_tiles = 6 and 12. For every other k_tiles the reset consumer waits for a parity the barrier "
+            "has already passed (it reads a stage before it is refilled: a stale read) or one that never "
+            "comes (a deadlock). A test suite whose shapes all have k_tiles a multiple of 2 x stages (for "
+            "example K a multiple of 6 x 64 with 3 stages) runs the broken kernel correctly every time: the bug "
+            "shows only on other K, which is why the course carries one state across every tile.")

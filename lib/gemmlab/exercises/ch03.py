@@ -21,6 +21,16 @@ def solution_missing_fence():
     return gone.rstrip(";")  # fence.proxy.async.shared::cta
 
 
+def explain_missing_fence() -> str:
+    """Why the barrier after the threads' writes is not enough for the bulk store."""
+    return ("fence.proxy.async.shared::cta disappears. The threads wrote shared memory with st.shared, through "
+            "the generic proxy; the bulk store reads it through the async proxy. bar.sync orders the threads "
+            "with each other: after it every thread's writes are visible to the other threads, which also use "
+            "the generic proxy. The PTX memory model does not extend that ordering to the async proxy: without "
+            "the fence the copy engine may read the bytes from before the writes. Each writing thread must "
+            "fence after its writes, then the CTA synchronises, then one thread issues the copy.")
+
+
 def check_kib_loading(answer) -> bool:
     """Count: KiB that the bulk copy keeps loading per SM with 6 stages of 16 KiB and 2 CTAs per SM."""
     return verdict("KiB loading per SM", answer, solution_kib_loading(),

@@ -30,6 +30,18 @@ def solution_unswizzled_64b_rows():
     return column_read_ways("none", 64, chunk=0)  # 4
 
 
+def explain_unswizzled_64b_rows() -> str:
+    """Which swizzle removes the conflict of 64-byte rows, and why not the 128B one."""
+    return ("Unswizzled, two 64-byte rows share each 128-byte line, so chunk 0 of rows 0..7 lies at bytes "
+            "0, 64, 128, ...: bank groups 0, 4, 0, 4, ..., four rows on each: 4-way. The 64B swizzle, whose "
+            "span is the row length, XORs the chunk index with two bits of the line index, so chunk 0 of the "
+            "8 rows lands in 8 different bank groups: conflict-free, with no byte wasted. The 128B swizzle "
+            "would also read conflict-free, but its span is 128 bytes: TMA gives every 64-byte row a whole "
+            "128-byte line (swizzle.row_pitch('128B', 64) == 128), so the tile takes twice its bytes of shared "
+            "memory (swizzle.smem_bytes), and a buffer sized by the tile's bytes overflows. Pick the swizzle "
+            "whose span equals the row.")
+
+
 def check_local_tile_element(answer) -> bool:
     """Predict: ``local_tile(coords, (128, 64), (1, None))`` of a 256 x 512 coordinate tensor; which coordinate is element ``(5, 3, 2)``?"""
     return verdict("an element of a local tile", answer, solution_local_tile_element(),

@@ -33,6 +33,17 @@ def solution_tail_cost():
     return round(unrolled - carried)  # 65 - 51 = 14
 
 
+def explain_tail_cost() -> str:
+    """Where the unrolled ring's 14 extra time units come from."""
+    return ("With 6 k-iterations and 4 stages the unrolled ring runs each tile as two groups of 4 slots: the "
+            "second group holds items 4 and 5 in stages 0 and 1, and stages 2 and 3 are walked empty (plain "
+            "arrives on full and empty). The next tile starts again at stage 0, so its first load waits until "
+            "the consumer has released stage 0, i.e. finished item 4. That load then takes its whole latency "
+            "(3) while the consumer, done with item 5 one unit later, has nothing to do: 2 units lost at each "
+            "of the 7 tile boundaries, 14 in all (65 against 51). The carried ring puts the next tile's first "
+            "item in stage 2, free long before, so its load was issued early and the consumer never waits.")
+
+
 def check_stages_two_ctas(answer) -> bool:
     """Count: with the default bfloat16 block (16 KiB stages), the most stages for which two CTAs still fit on one SM."""
     return verdict("stages with 2 CTAs per SM", answer, solution_stages_two_ctas(),
@@ -45,3 +56,12 @@ def solution_stages_two_ctas():
 
     block = default_block("bfloat16")
     return max(s for s in range(1, 9) if fitting_ctas_per_sm("bfloat16", "bfloat16", block, s) >= 2)  # 5
+
+
+def explain_stages_two_ctas() -> str:
+    """What else each CTA keeps in shared memory, and why 5 stages is the limit with two CTAs."""
+    return ("Besides its x stages (one 16 KiB box each), each CTA keeps the two y buffers the consumers write "
+            "and the TMA store reads (2 x 16 KiB for bfloat16 out) and two 8-byte mbarriers per stage; CUDA also "
+            "reserves 1 KiB per CTA. With 5 stages a CTA needs 5 x 16 + 32 KiB + 80 bytes = 114768 bytes, two "
+            "of them with their reserve 231584 bytes: within the SM's 228 KiB (233472). With 6 stages one CTA "
+            "needs 131168 bytes and two no longer fit.")

@@ -60,3 +60,12 @@ def check_one_warpgroup_128x256(answer) -> bool:
 
 def solution_one_warpgroup_128x256():
     return 2 * 64 * 256 // 128  # 256: more than a thread can hold, hence chapter 07's two consumer warpgroups
+
+
+def explain_one_warpgroup_128x256() -> str:
+    """Why one warpgroup cannot hold a 128 x 256 FP32 accumulator."""
+    return ("A 128 x 256 FP32 accumulator is 32768 values; a warpgroup has 128 threads, so each would hold 256 "
+            "of them in registers (two m64n256 blocks of 128 each). A thread can address at most 255 registers, "
+            "and it also needs registers for addresses, loop counters and the epilogue: it cannot be done. 64 x "
+            "256 and 128 x 128 need 128 accumulator registers per thread. Chapter 07 gets the 128 x 256 tile by "
+            "giving it two consumer warpgroups, 64 rows (128 registers per thread) each.")

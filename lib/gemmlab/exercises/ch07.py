@@ -17,6 +17,16 @@ def solution_units_and_waves():
     return (72, 2)
 
 
+def explain_units_and_waves() -> str:
+    """Why the heuristic prefers 128 x 144 tiles for 2048 x 2112 x 7168."""
+    return ("With 128 x 256 tiles the 72 units fill the 66 clusters once and then 6 more: the second wave leaves "
+            "60 of 66 clusters idle, so only half of the two waves' capacity does work (h.predict: useful 0.50, "
+            "about 150 us). 128 x 144 tiles cut N into 15 tiles (14 x 144 + 96): 8 x 15 = 120 units, still two "
+            "waves, but each unit is about 144 / 256 of the work, and the second wave is 54 of 66 clusters full "
+            "(useful 0.89). The heuristic's model then predicts about 98 us, bound by L2 traffic rather than by "
+            "the idle second wave; the narrower tile also leaves room for 6 stages instead of 4.")
+
+
 def check_slices(answer) -> bool:
     """Predict: 112 k-blocks asked to split into 15 slices. How many slices does the kernel get, and how long is the last?"""
     return verdict("split-K slices", answer, solution_slices(),
@@ -30,6 +40,18 @@ def solution_slices():
 
     s = effective_splits(112, 15)
     return (s, split_ranges(112, s)[-1][1])  # (14, 8)
+
+
+def explain_slices() -> str:
+    """Why 15 slices become 14, and what an empty slice would break."""
+    return ("Each slice gets ceil(112 / 15) = 8 k-blocks; 14 slices of 8 cover all 112, so the 15th would have "
+            "none. The consumer's main loop (gemm_sm90.mma_tile) peels the first k-block of its range: it waits "
+            "on full[s] and issues that k-block's wgmmas before the loop over the rest, so it consumes at least "
+            "one stage per unit. The producer loads nothing for an empty range, so that consumer would take the "
+            "next unit's first stage: from then on the two roles would be one stage out of step (wrong partial "
+            "sums, and at the end a wait nobody satisfies). gemmlab.family.configs.effective_splits prevents "
+            "it: it lowers the slice count until no slice is empty (15 -> 14), and the last slice gets 8 "
+            "k-blocks.")
 
 
 def check_l2_megabytes(answer) -> bool:
@@ -59,3 +81,13 @@ def solution_barrier_counts():
 
     cfg = Sm90Config()
     return (4 * cfg.consumers * cfg.cluster_size, cfg.stage_bytes())  # (16, 49152)
+
+
+def explain_barrier_counts() -> str:
+    """Which barrier count changes without the cluster, and why the other does not."""
+    return ("empty[s] waits for one arrival per consumer warp of every CTA that reads the stage: 8 warps in each "
+            "of the pair's 2 CTAs, 16. With cluster=(1, 1) only the CTA's own 8 warps read it: 8. full[s] expects "
+            "the bytes that land in *this* CTA's stage, and those do not change: each CTA of a pair loads only half "
+            "of B', but the multicast writes that half into both CTAs and performs complete-tx on the barrier at "
+            "the same offset in each, so every CTA still receives its A' block and all of B': 49152 bytes, "
+            "whoever issued which load.")

@@ -43,6 +43,19 @@ def solution_fence_instructions():
     return {"tensormap.cp_fenceproxy", "fence.proxy.tensormap::generic.acquire"}
 
 
+def explain_fence_instructions() -> str:
+    """What goes wrong without each of the two instructions fences=False removes."""
+    return ("tensormap.cp_fenceproxy...release copies the rewritten descriptor to the CTA's global slot and "
+            "makes that write visible to the tensormap proxy, the path through which the TMA unit reads "
+            "descriptors. Plain stores go through the generic proxy only: the TMA unit may read the slot "
+            "before the new bytes reach it, i.e. the previous group's address and sizes. "
+            "fence.proxy.tensormap::generic.acquire, by the thread that issues the TMA, makes its following "
+            "TMA instructions see the published bytes; without it the TMA unit may use a descriptor it cached "
+            "earlier for the same slot. Either way a tile is loaded from, or stored to, another group's "
+            "tensors. What happens is not defined by PTX: a run may be right by luck (section 6's broken "
+            "variant reports what happened on its machine).")
+
+
 def check_decode_floor_us(answer) -> bool:
     """Count the floor: 23 non-empty experts of DeepSeek-V3's gate/up (N = 4096, K = 7168, BF16) at 3.35 TB/s, in us."""
     ok = answer is not None and isinstance(answer, (int, float)) and abs(answer - solution_decode_floor_us()) <= 2

@@ -32,6 +32,16 @@ def solution_sm90_descriptor_on_sm100():
     return encode_smem_desc(0, 16, 1024, "128B") ^ SmemDesc(0, 16, 1024, "128B").encode()  # 1 << 46: the version
 
 
+def explain_sm90_descriptor_on_sm100() -> str:
+    """Which field a Hopper descriptor gets wrong on SM100, and why the swizzle code is not it."""
+    return ("The XOR is 1 << 46: the descriptor version, bits 46-47, which SM100's shared-memory descriptor "
+            "requires to be 1 and Hopper's wgmma descriptor leaves 0. The swizzle fields look different but "
+            "agree: Hopper puts its 2-bit code at bits 62-63 (1 = 128B), SM100 a 3-bit code at bits 61-63 "
+            "(2 = 128B), and bit 61 being 0, code 2 at 61-63 is the same bits as code 1 at 62-63. What a "
+            "tcgen05.mma does with a version-0 descriptor is not documented by the PTX ISA: do not rely on "
+            "any particular failure; write version 1.")
+
+
 def check_ld_row(answer) -> bool:
     """Predict: the accumulator row thread 7 of warp 5 receives from ``tcgen05.ld 32x32b`` (M = 128)."""
     return verdict("tcgen05.ld row", answer, solution_ld_row(),

@@ -34,6 +34,19 @@ def solution_late_arrival_barrier():
     return names.pop() if len(names) == 1 else sorted(names)  # "tmem_empty": the peer's epilogue warps
 
 
+def explain_late_arrival_barrier() -> str:
+    """Who arrives late without the producer tails, why C is still right, and what holds the leader back."""
+    return ("The late arrivals land on the leader's tmem_empty: the peer CTA's epilogue warps tell the leader's "
+            "MMA warp that they have drained an accumulator stage. Without the MMA warp's tail (one more wait "
+            "on every tmem_empty stage) the leader's roles can all finish while the peer is still reading its "
+            "last accumulator, so the peer's arrival reaches a CTA that may already be freeing its tensor "
+            "memory or exiting. C is still right in the model because the arrival only reports that a stage "
+            "is free; nothing is read after it, and every tile was already computed and stored. The tail of the "
+            "MMA warp (on tmem_empty) prevents it; the TMA warp's tail on ab_empty guards the other direction, "
+            "the MMA's commits landing in each CTA. In the teardown the final cluster barrier, which both CTAs "
+            "must reach before the dealloc, would also hold the leader until the peer has finished.")
+
+
 def check_held_clock_effect(answer) -> bool:
     """Predict, then run: by what factor (two decimals) does the calibrated 8192^3 prediction on the H200
     change if the GPU held its datasheet clock (1.83 GHz) instead of the fitted 1.51 GHz?"""
@@ -49,3 +62,13 @@ def solution_held_clock_effect():
     fast = predict_sm90((8192, 8192, 8192), "128x256 c2x1 m8 s4", "nvidia-h200",
                         with_clock(CALIBRATION, "nvidia-h200", 1.83))
     return round(fast / base, 2)
+
+
+def explain_held_clock_effect() -> str:
+    """Why the prediction grows a little less than the ratio of the clocks."""
+    return ("The ratio of the clocks is 1.83 / 1.51 = 1.212; the prediction grows by 1.21. 8192^3 is compute "
+            "bound, and in the calibrated model the tensor-core work, the consumers' per-k-block round trip and "
+            "the epilogue's sub-tiles are counted in SM cycles, which take 1 / clock. A few terms are counted in "
+            "seconds and do not shrink with the clock: the launch (calibration.CALIBRATION.launch_s), the "
+            "latency of a TMA load in flight (load_latency_s) and HBM's bandwidth. They are a small part of a "
+            "millisecond-long kernel, so the speed-up is a little less than the clock ratio.")

@@ -75,6 +75,16 @@ def solution_unshifted_tiles():
     return tuple(j for j in range(4) if not check_close(c[:, 64 * j:64 * j + 64], ref[:, 64 * j:64 * j + 64]).ok)
 
 
+def explain_unshifted_tiles() -> str:
+    """Why tiles 1 and 3 go wrong without the SFB shift, and why tile_n = 128 never shows it."""
+    return ("B's scales come in 128-row atoms (the permuted 128 x 4 layout). A 64-column tile of C uses 64 rows "
+            "of B: tiles 0 and 2 start at the first row of an atom, tiles 1 and 3 at row 64 of one. The kernel "
+            "loads whole atoms, so an odd tile must start reading the loaded scales 64 rows in (the shift). "
+            "Without it, tiles 1 and 3 use the scales of rows 0-63 of their atom, those of tiles 0 and 2: "
+            "wrong, while tiles 0 and 2 are right. With tile_n = 128 every tile starts at an atom's first row, "
+            "so the shift is always 0 and the bug cannot show.")
+
+
 def check_e4m3_byte(answer) -> bool:
     """Predict: which e4m3 byte (an int, 0..255) does the fast Hopper twin's bit move make of the e2m1 code
     ``0b1011`` (-1.5), and what value does ``cvt.rn.f16x2.e4m3x2`` then give (so what must the scale

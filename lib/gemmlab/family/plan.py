@@ -39,7 +39,26 @@ COMPILE_SECONDS: dict = {}
 def _have_tvm_ffi() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("tvm_ffi") is not None
+    try:
+        return importlib.util.find_spec("tvm_ffi") is not None
+    except (ImportError, ValueError):  # a broken or blocked package (sys.modules["tvm_ffi"] = None)
+        return False
+
+
+#: The package the Hopper kernels' call path needs (in requirements.lock and gemmlab's dependencies).
+TVM_FFI_PACKAGE = "apache-tvm-ffi"
+
+
+def require_tvm_ffi(what: str) -> None:
+    """Raise ``ImportError`` naming ``apache-tvm-ffi`` unless ``tvm_ffi`` is importable.
+
+    The Hopper kernels (``gemmlab.gemm`` on sm90, ``gemmlab.grouped_gemm``) take every size at run time and are
+    called through TVM-FFI with torch tensors; they have no slow path (the sm100 GEMM, compiled per shape, has
+    one). Without the package the DSL would fail deep inside the call ("Missing required arguments: ['stream']").
+    """
+    if not _have_tvm_ffi():
+        raise ImportError(f"{what} on Hopper needs the package {TVM_FFI_PACKAGE} (module tvm_ffi), which this "
+                          f"interpreter cannot import: pip install {TVM_FFI_PACKAGE} (it is in requirements.lock)")
 
 
 def compiled_kernel(problem: GemmProblem, cfg, arch: str):
@@ -54,7 +73,8 @@ def compiled_kernel(problem: GemmProblem, cfg, arch: str):
         if arch == "sm90":
             from ..gemm_sm90 import compile_gemm
 
-            fn = compile_gemm("sm_90a", cfg, problem.b_major, tvm_ffi=_have_tvm_ffi())
+            require_tvm_ffi("gemmlab.gemm")
+            fn = compile_gemm("sm_90a", cfg, problem.b_major, tvm_ffi=True)
         else:
             from ..gemm_sm100 import compile_gemm_sm100
 

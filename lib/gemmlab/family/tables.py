@@ -57,10 +57,13 @@ def draw_family(docs: list[dict], name: str = "07_gemm_family"):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("M (rows of A: tokens)")
         vals = [r["ratio_public"] for r in fam]
-        ax.set_title(f"{doc['device']}: geometric mean {geomean(vals):.3f}", fontsize=10)
+        ax.set_title(f"{doc['device']}, {str(doc.get('date', '?'))[:10]}\nthe 'family' group ({len(vals)} shapes, "
+                     f"drawn): geometric mean {geomean(vals):.3f}", fontsize=10)
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("torch.matmul time / gemmlab.gemm time")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()  # below the panels: inside one it covered points
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.subplots_adjust(bottom=0.24)
     return save(fig, name)
 
 
