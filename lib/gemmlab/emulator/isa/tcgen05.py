@@ -8,7 +8,10 @@ What is modelled:
 * **Allocation** of TMEM columns per CTA (a power of two from 32 to 512, naturally
   aligned, lowest free range first); the address is written to shared memory. An
   allocation after ``relinquish_alloc_permit``, a dealloc of columns that are not
-  allocated, and a CTA that exits with columns still allocated are errors.
+  allocated, and a CTA that exits with columns still allocated are errors. With
+  ``cta_group::2`` one warp of each CTA of the pair performs alloc / dealloc
+  collectively: the two instructions meet, and the same columns are allocated in both
+  CTAs before either warp goes on.
 * **MMA** ``D = A x B (+ D)`` with A and B read from shared memory through their
   descriptors (:mod:`gemmlab.emulator.operands`) when the operation completes. The
   MMAs, copies and commits one thread issues complete in issue order (one unit per
@@ -25,16 +28,20 @@ What is modelled:
   output row (all four replicas hold the same bytes when loaded with ``tcgen05.cp
   .32x128b.warpx4``). This is the data flow chapter 11's CPU model executes, checked
   here against NVIDIA's block-scaled example running on the emulator.
-* **tcgen05.ld / st** shape ``.32x32b`` (a warp reads its 32 lanes, ``.num`` columns);
-  registers written by ``tcgen05.ld`` are pending until ``tcgen05.wait::ld``.
+* **tcgen05.ld / st** shape ``.32x32b`` (a warp reads its 32 lanes, ``.num`` columns).
+  The registers a ``tcgen05.ld`` writes are usable at once (ptxas honours the register
+  dependency); its TMEM read stays open until ``tcgen05.wait::ld``, and an MMA or copy
+  that overwrites an open read is reported (see "tcgen05.ld: registers and the TMEM
+  read" below).
 * **tcgen05.cp** shape ``.32x128b.warpx4`` (32 rows of 16 bytes from a no-swizzle
-  descriptor, copied to the same 4 columns of each of the four lane quarters).
+  descriptor, copied to the same 4 columns of each of the four lane quarters); with
+  ``cta_group::2`` into both CTAs of the pair, each from its own shared memory.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import EmulatorError, MemoryFault, TmemError, Unsupported
+from ..errors import EmulatorError, MemoryFault, RaceError, TmemError, Unsupported
 from ..machine import AsyncOp
 from ..memory import TMEM_COLUMNS, TMEM_LANES
 from ..operands import read_operand, to_float
@@ -148,6 +155,7 @@ class Mma(TcOp):
             else:
                 d = (a[rows].astype(np.float32) @ b.astype(np.float32).T).astype(np.float32)
             tm = tmem_of(cta, self.d_col, n, "tcgen05.mma (D)")
+            _check_overwrite(machine, cta, 0, TMEM_LANES, self.d_col, self.d_col + n, self.label)
             acc = tm[:, self.d_col:self.d_col + n].view(np.float32)
             if self.accumulate:
                 acc += d
@@ -196,26 +204,97 @@ class Commit(TcOp):
 
 
 class Copy(TcOp):
-    """``tcgen05.cp.32x128b.warpx4``: 32 rows x 16 bytes from shared memory to each lane quarter."""
+    """``tcgen05.cp.32x128b.warpx4``: 32 rows x 16 bytes from shared memory to each lane quarter.
 
-    def __init__(self, unit, cta, taddr, desc, label):
-        self.unit, self.cta, self.taddr, self.desc, self.label = unit, cta, taddr, desc, label
+    With ``cta_group::2`` the data is copied into the tensor memory of both CTAs of the pair (PTX ISA
+    9.7.16.9.2, "tcgen05.cp"): each CTA's own shared memory at the descriptor's offset into its own TMEM
+    at ``taddr``, as CUTLASS models it (``Copy_Traits<SM100_UTCCP_4x32dp128bit_2cta>``: ``ThrID`` =
+    ``Layout<_2>``, one copy per CTA of the pair with the same source layout and TMEM address, the way
+    a 2-CTA MMA reads each CTA's own A and B).
+    """
+
+    def __init__(self, unit, ctas, taddr, desc, label):
+        self.unit, self.ctas, self.taddr, self.desc, self.label = unit, ctas, taddr, desc, label
 
     def run(self, machine):
-        cta, d = self.cta, self.desc
+        d = self.desc
         if d["swizzle"]:
             raise Unsupported("tcgen05.cp from a swizzled layout")
-        base = cta.rank << 24
-        machine.check_async_read(cta, base | d["start"], 512, "tcgen05.cp")
-        # 32 rows of 16 bytes: the no-swizzle K-major layout of a 32 x 16-byte operand (8-row core matrices at SBO)
-        codes = read_operand(cta.smem, base | d["start"], 32, 16, 8, "K", d["lbo"], d["sbo"], 0)  # (32, 16) bytes
         lane, col = tmem_fields(self.taddr)
         if lane != 0:
             raise TmemError(f"tcgen05.cp.32x128b.warpx4 to lane {lane}; it writes lanes 0..127 (lane field 0)")
-        tm = tmem_of(cta, col, 4, "tcgen05.cp")
-        words = codes.reshape(32, 4, 4).view(np.uint32).reshape(32, 4)
-        for q in range(4):
-            tm[32 * q:32 * (q + 1), col:col + 4] = words
+        for cta in self.ctas:
+            base = cta.rank << 24
+            machine.check_async_read(cta, base | d["start"], 512, "tcgen05.cp")
+            # 32 rows of 16 bytes: the no-swizzle K-major layout of a 32 x 16-byte operand (8-row core
+            # matrices at SBO)
+            codes = read_operand(cta.smem, base | d["start"], 32, 16, 8, "K", d["lbo"], d["sbo"], 0)
+            tm = tmem_of(cta, col, 4, "tcgen05.cp")
+            _check_overwrite(machine, cta, 0, TMEM_LANES, col, col + 4, self.label)
+            words = codes.reshape(32, 4, 4).view(np.uint32).reshape(32, 4)
+            for q in range(4):
+                tm[32 * q:32 * (q + 1), col:col + 4] = words
+
+
+# ---------------------------------------------------------------------------------------------
+# tcgen05.ld: registers and the TMEM read
+# ---------------------------------------------------------------------------------------------
+#
+# What the ISA makes asynchronous about ``tcgen05.ld`` is its *read of tensor memory*, not its
+# registers. PTX ISA 9.7.16.8.3 ("tcgen05.ld") says the load is performed asynchronously and refers to
+# the tcgen05 memory consistency model; unlike ``wgmma.mma_async`` (whose "wgmma.wait_group" section
+# says that accessing the accumulator registers before the wait "is undefined behavior") it says nothing that
+# makes the destination registers unusable before ``tcgen05.wait::ld``; ptxas honours the register
+# dependency (it waits on the load's scoreboard at the first use). CUTLASS relies on it: the C++
+# epilogues (``sm100_epilogue_tma_warpspecialized.hpp``) read the registers of every subtile but the
+# last without ``fence_view_async_tmem_load()``, and the CuTe DSL's ``utils/gemm/sm100.py``
+# ``epilogue_tma_store`` (DSL 4.8.1; NVIDIA's dense_gemm_persistent example) has no ``tcgen05.wait::ld``
+# at all. So registers written by ``tcgen05.ld`` are readable at once here.
+#
+# ``tcgen05.wait::ld`` orders the TMEM read before later TMEM writes: 9.7.16.8.5's example ("Prevents
+# subsequent tcgen05.mma from racing ahead of the tcgen05.ld") and the canonical pattern 9.7.16.6.4.4
+# (ld; wait::ld; fence::before_thread_sync; mbarrier.arrive -- then the MMA in the other thread).
+# The emulator performs the read at issue, so a later overwrite cannot change the values it returns;
+# instead each read stays *open* until its warp's ``tcgen05.wait::ld``, and an MMA or ``tcgen05.cp``
+# that writes TMEM cells of an open read is reported: a note in the launch report by default
+# (``machine.notes``), a :class:`RaceError` when :data:`STRICT_LD_ORDER` is true.
+# NVIDIA's DSL epilogues (4.8.1) never wait: the TMA-store one releases the accumulator after its
+# registers are converted and stored, the direct-store one right after the last tcgen05.ld (with no
+# tcgen05 fence either). They run on B200s, so this is a note by default, not an error.
+
+#: Raise instead of noting a TMEM write that overlaps a ``tcgen05.ld`` not yet waited for.
+STRICT_LD_ORDER = False
+
+
+def _open_read(warp, lane0, lane1, col0, col1, line):
+    reads = warp.cta.__dict__.setdefault("_tc_ld_open", {}).setdefault(warp.index, [])
+    reads[:] = [r for r in reads if not (r[0] >= lane0 and r[1] <= lane1 and r[2] >= col0 and r[3] <= col1)]
+    reads.append((lane0, lane1, col0, col1, line))
+
+
+def _check_overwrite(machine, cta, lane0, lane1, col0, col1, writer):
+    """``writer`` writes TMEM lanes ``lane0..lane1-1``, columns ``col0..col1-1`` of ``cta``."""
+    open_reads = cta.__dict__.get("_tc_ld_open")
+    if not open_reads:
+        return
+    for w, reads in list(open_reads.items()):
+        hit = [r for r in reads if r[0] < lane1 and lane0 < r[1] and r[2] < col1 and col0 < r[3]]
+        if not hit:
+            continue
+        r = hit[0]
+        msg = (f"{writer} writes TMEM lanes {lane0}..{lane1 - 1}, columns {col0}..{col1 - 1} of {cta.name}, which "
+               f"warp {w}'s tcgen05.ld (PTX line {r[4]}) read without a tcgen05.wait::ld since: the ISA orders "
+               "that read before the write only with tcgen05.wait::ld, then tcgen05.fence::before_thread_sync "
+               "before the release (PTX ISA 9.7.16.6.4.4)")
+        if STRICT_LD_ORDER:
+            raise RaceError(msg)
+        notes = machine.__dict__.setdefault("notes", [])
+        seen = machine.__dict__.setdefault("_note_keys", set())
+        key = ("tcgen05.ld", r[4], writer.split(" by ")[0])
+        if key not in seen:
+            seen.add(key)
+            notes.append(msg)
+        reads[:] = [x for x in reads if x not in hit]
 
 
 def tmem_of(cta, col: int, ncols: int, what: str) -> np.ndarray:
@@ -277,62 +356,115 @@ def h_tcgen05(ctx):
 
         def wait(warp, mask):
             require_converged(warp, mask)
-            pend = warp.__dict__.get("_tc_ld_pending", [])
-            if kind == "ld" and pend:
-                warp.clear_pending(pend)
-                warp._tc_ld_pending = []
+            if kind == "ld":
+                open_reads = warp.cta.__dict__.get("_tc_ld_open")
+                if open_reads:
+                    open_reads.pop(warp.index, None)
         return wait
     if op == "cp":
         return _cp(ctx)
     ctx.unsupported()
 
 
+def _pair_collective(warp, mask, kind, payload, complete):
+    """``tcgen05.alloc`` / ``dealloc`` with ``cta_group::2``: "one warp from each of the peer CTAs must
+    collectively perform the allocation and de-allocation" (PTX ISA 9.7.16.7.1). The n-th such
+    instruction of one CTA meets the n-th of its peer; the first warp to get there waits (parked) for
+    the other, and the operation takes effect for both CTAs when the second arrives, so neither warp
+    goes on before the pair's allocation exists in both tensor memories (a 2-CTA MMA writes both)."""
+    cta = warp.cta
+    lead = _pair(cta, 2)[0]
+    seq = cta.__dict__.setdefault("_tc_pair_seq", {})
+    n = seq.get(kind, 0)
+    seq[kind] = n + 1
+    book = lead.__dict__.setdefault("_tc_pair_ops", {})
+    other = book.pop((kind, n), None)
+    if other is None:
+        entry = {"cta": cta, "payload": payload, "done": False}
+        book[(kind, n)] = entry
+        warp.block(mask, lambda: not entry["done"],
+                   f"the peer CTA's warp to join tcgen05.{kind}.cta_group::2 (collective over the CTA pair)")
+        return
+    complete({other["cta"]: other["payload"], cta: payload})
+    other["done"] = True
+
+
+def _alloc_columns(ctas, n):
+    """The lowest free, naturally aligned range of ``n`` columns in every CTA of ``ctas``."""
+    if n < 32 or n > TMEM_COLUMNS or n & (n - 1):
+        raise TmemError(f"tcgen05.alloc of {n} columns: it must be a power of two from 32 to 512")
+    used = np.zeros(TMEM_COLUMNS, bool)
+    for cta in ctas:
+        if cta.tmem_relinquished:
+            raise TmemError(f"tcgen05.alloc after {cta.name} relinquished its allocation permit")
+        for c0, k in cta.tmem_alloc.items():
+            used[c0:c0 + k] = True
+    for c0 in range(0, TMEM_COLUMNS, n):
+        if not used[c0:c0 + n].any():
+            return c0
+    raise TmemError(f"tcgen05.alloc of {n} columns: {' and '.join(c.name for c in ctas)} have no free aligned "
+                    f"range (allocated: {[sorted(c.tmem_alloc.items()) for c in ctas]}); on a GPU the warp "
+                    "would wait forever")
+
+
 def _alloc(ctx):
     dst, ncols = ctx.inst.operands
     rdst, rn = ctx.addr(dst), ctx.src(ncols, "u32")
+    groups = _group(ctx)
+
+    def place(requests):
+        """``requests``: {cta: (columns, shared address for the result)}."""
+        sizes = {n for n, _ in requests.values()}
+        if len(sizes) != 1:
+            raise TmemError(f"tcgen05.alloc.cta_group::2 with different column counts in the two CTAs ({sizes})")
+        n = sizes.pop()
+        c0 = _alloc_columns(list(requests), n)
+        for cta, (_, where) in requests.items():
+            cta.tmem_alloc[c0] = n
+            cta.tensor_memory()
+            cta.smem.write(where, np.frombuffer(np.uint32(c0).tobytes(), np.uint8))
 
     def alloc(warp, mask):
         require_converged(warp, mask)
-        cta = warp.cta
         lane0 = int(np.flatnonzero(mask)[0])
-        n = int(rn(warp)[lane0])
-        if n < 32 or n > TMEM_COLUMNS or n & (n - 1):
-            raise TmemError(f"tcgen05.alloc of {n} columns: it must be a power of two from 32 to 512")
-        if cta.tmem_relinquished:
-            raise TmemError(f"tcgen05.alloc after {cta.name} relinquished its allocation permit")
-        used = np.zeros(TMEM_COLUMNS, bool)
-        for c0, k in cta.tmem_alloc.items():
-            used[c0:c0 + k] = True
-        for c0 in range(0, TMEM_COLUMNS, n):
-            if not used[c0:c0 + n].any():
-                break
+        request = (int(rn(warp)[lane0]), int(rdst(warp)[lane0]))
+        if groups == 1:
+            place({warp.cta: request})
         else:
-            raise TmemError(f"tcgen05.alloc of {n} columns: {cta.name} has no free aligned range (allocated: "
-                            f"{sorted(cta.tmem_alloc.items())}); on a GPU the warp would wait forever")
-        cta.tmem_alloc[c0] = n
-        cta.tensor_memory()
-        cta.smem.write(int(rdst(warp)[lane0]), np.frombuffer(np.uint32(c0).tobytes(), np.uint8))
+            _pair_collective(warp, mask, "alloc", request, place)
     return alloc
 
 
 def _dealloc(ctx):
     taddr, ncols = ctx.inst.operands
     rt, rn = ctx.src(taddr, "b32"), ctx.src(ncols, "u32")
+    groups = _group(ctx)
 
-    def dealloc(warp, mask):
-        require_converged(warp, mask)
-        cta = warp.cta
-        lane0 = int(np.flatnonzero(mask)[0])
-        lane, col = tmem_fields(int(rt(warp)[lane0]))
-        n = int(rn(warp)[lane0])
+    def check(cta, col, n):
         if cta.tmem_alloc.get(col) != n:
             raise TmemError(f"tcgen05.dealloc of {n} columns at column {col}: that is not an allocation of "
                             f"{cta.name} (allocated: {sorted(cta.tmem_alloc.items()) or 'none'})")
-        pending = [op for op in warp.machine.pending if isinstance(op, Mma) and cta in op.ctas]
+        pending = [op for op in cta.machine.pending if isinstance(op, Mma) and cta in op.ctas]
         if pending:
             raise TmemError(f"tcgen05.dealloc while {pending[0].label} has not completed: its accumulator would "
                             "land in freed tensor memory (wait for its tcgen05.commit first)")
-        del cta.tmem_alloc[col]
+
+    def free(requests):
+        for cta, (col, n) in requests.items():
+            check(cta, col, n)
+        for cta, (col, n) in requests.items():
+            del cta.tmem_alloc[col]
+
+    def dealloc(warp, mask):
+        require_converged(warp, mask)
+        lane0 = int(np.flatnonzero(mask)[0])
+        lane, col = tmem_fields(int(rt(warp)[lane0]))
+        request = (col, int(rn(warp)[lane0]))
+        check(warp.cta, *request)
+        if groups == 1:
+            free({warp.cta: request})
+        else:
+            _pair_collective(warp, mask, "dealloc", request, free)
     return dealloc
 
 
@@ -435,8 +567,8 @@ def _ldst(ctx, op):
     if len(items) != num:
         ctx.unsupported(f"{len(items)} registers for .x{num} in")
     rt = ctx.addr(taddr)
+    line = ctx.inst.line
     if op == "ld":
-        idx = [ctx.reg_index(r) for r in items]
         writers = [ctx.dst(r, "b32") for r in items]
     else:
         readers = [ctx.src(r, "b32") for r in items]
@@ -454,8 +586,7 @@ def _ldst(ctx, op):
         if op == "ld":
             for j, w in enumerate(writers):
                 w(warp, mask, block[:, j].copy())
-            warp.set_pending(idx, "its tcgen05.ld (tcgen05.wait::ld)")
-            warp.__dict__.setdefault("_tc_ld_pending", []).extend(idx)
+            _open_read(warp, lane, lane + 32, col, col + num, line)
         else:
             for j, r in enumerate(readers):
                 block[:, j] = r(warp)
@@ -476,6 +607,6 @@ def _cp(ctx):
         cta = warp.cta
         ctas = _pair(cta, groups)
         for i in np.flatnonzero(mask):
-            warp.machine.issue(Copy(("tcgen05", ctas[0]), cta, int(rt(warp)[i]), decode_desc(int(rd(warp)[i])),
+            warp.machine.issue(Copy(("tcgen05", ctas[0]), ctas, int(rt(warp)[i]), decode_desc(int(rd(warp)[i])),
                                     f"tcgen05.cp by {warp.name} lane {i}"))
     return cp
