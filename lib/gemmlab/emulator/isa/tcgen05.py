@@ -18,9 +18,11 @@ What is modelled:
   CTA pair), so ``tcgen05.commit`` arrives on its mbarrier once every earlier
   operation of that thread has completed (the ISA: commit tracks the completion of
   all prior asynchronous tcgen05 operations of the executing thread).
-* **Data-path layouts** implemented: M = 128 with ``cta_group::1`` and M = 256 with
-  ``cta_group::2`` (row i of each CTA's half of D in TMEM lane i, column ``col + n``).
-  Other layouts (M = 64, the pair's M = 128) are refused.
+* **Data-path layouts** (:func:`d_layout`): M = 128 with ``cta_group::1`` and M = 256 with
+  ``cta_group::2`` (row i of each CTA's half of D in TMEM lane i, column ``col + n``); M = 64
+  with ``cta_group::1`` (Layout F: 16 lanes of each lane quarter) and M = 128 with
+  ``cta_group::2`` (Layout B: "2x2", the second half of N in lanes 64-127). Block scaling
+  with the last two, ``.ws`` and sparsity are refused.
 * **Block scaling** (``kind::mxf4nvf4.block_scale.block16``, K = 64): A and B are
   E2M1, scale factors UE4M3 in TMEM. Row ``r`` (of A's M or of B's N) finds its four
   scale bytes (one per 16 values of K) in column ``base + (r // 128) * 4 + (r % 128) // 32``;
@@ -28,7 +30,8 @@ What is modelled:
   output row (all four replicas hold the same bytes when loaded with ``tcgen05.cp
   .32x128b.warpx4``). This is the data flow chapter 11's CPU model executes, checked
   here against NVIDIA's block-scaled example running on the emulator.
-* **tcgen05.ld / st** shape ``.32x32b`` (a warp reads its 32 lanes, ``.num`` columns).
+* **tcgen05.ld / st** shapes ``.32x32b``, ``.16x64b``, ``.16x128b``, ``.16x256b`` and
+  ``.16x32bx2`` (:func:`ldst_map`; no ``.pack::16b`` / ``.unpack::16b``, no ``.red``).
   The registers a ``tcgen05.ld`` writes are usable at once (ptxas honours the register
   dependency); its TMEM read stays open until ``tcgen05.wait::ld``, and an MMA or copy
   that overwrites an open read is reported (see "tcgen05.ld: registers and the TMEM
@@ -112,11 +115,49 @@ class TcOp(AsyncOp):
         self.done = True
 
 
+def d_layout(m: int, groups: int, n: int, lane0: int = 0):
+    """Where a CTA's share of D lives in its tensor memory: ``(lanes, columns)``, two ``(rows, n)`` integer
+    arrays (column offsets from D's column address) for the CTA's ``rows`` rows of D and its ``n`` columns.
+
+    PTX ISA 9.7.16.10.5 ("Data Path Layout Organization") names the layout by M and cta_group; its figures
+    are drawn in CUTLASS's ``UMMA::tmem_frg`` atoms (``cute/atom/mma_traits_sm100_frag.hpp``, (M, N) ->
+    TMEM address with lane stride 1 and column stride 128), which is what is implemented:
+
+    * Layout D (M = 128, cta_group::1) and Layout A (M = 256, cta_group::2; 128 rows per CTA): row r in
+      lane r, column n in column n ("4x1", every lane).
+    * Layout F (M = 64, cta_group::1, not .ws): atom ((16, 4), N) : ((1, 32), 128): row r in lane
+      32 * (r // 16) + r % 16 -- the first 16 lanes of each lane quarter, or the second 16 when D's
+      address names lane 16 (the ISA's "lane alignment 0 or 16"; CUTLASS's Interleaved allocation puts a
+      second accumulator there).
+    * Layout B (M = 128, cta_group::2, dense; 64 rows per CTA): atom (64, (N/2, 2)) : (1, (128, 64)):
+      row r, column n in lane r + 64 * (n // (N/2)), column n % (N/2) ("2x2").
+    """
+    m_cta = m // groups
+    r = np.arange(m_cta)[:, None]
+    c = np.arange(n)[None, :]
+    if m_cta == 128:
+        if lane0:
+            raise TmemError(f"tcgen05.mma D address names lane {lane0}; with M = {m} D starts at lane 0")
+        return np.broadcast_to(r, (m_cta, n)), np.broadcast_to(c, (m_cta, n))
+    if m == 64 and groups == 1:
+        if lane0 not in (0, 16):
+            raise TmemError(f"tcgen05.mma (M = 64) D address names lane {lane0}; Layout F starts at lane 0 or 16")
+        return np.broadcast_to(lane0 + 32 * (r // 16) + r % 16, (m_cta, n)), np.broadcast_to(c, (m_cta, n))
+    if m == 128 and groups == 2:
+        if lane0:
+            raise TmemError(f"tcgen05.mma D address names lane {lane0}; with M = 128 and cta_group::2 D starts at "
+                            "lane 0")
+        half = n // 2
+        return r + 64 * (c // half), np.broadcast_to(c % half, (m_cta, n))
+    raise Unsupported(f"the tcgen05 data-path layout of M = {m} with cta_group::{groups} (implemented: "
+                      "M = 64 and 128 with cta_group::1, M = 128 and 256 with cta_group::2)")
+
+
 class Mma(TcOp):
-    def __init__(self, unit, ctas, d_col, adesc, bdesc, idesc, accumulate, scales, label):
+    def __init__(self, unit, ctas, d_lane, d_col, adesc, bdesc, idesc, accumulate, scales, label):
         self.unit = unit
         self.ctas = ctas  # [cta] or [leader, peer]
-        self.d_col, self.adesc, self.bdesc, self.idesc = d_col, adesc, bdesc, idesc
+        self.d_lane, self.d_col, self.adesc, self.bdesc, self.idesc = d_lane, d_col, adesc, bdesc, idesc
         self.accumulate = accumulate
         self.scales = scales  # (sfa column address, sfb column address) or None
         self.label = label
@@ -126,9 +167,10 @@ class Mma(TcOp):
         m, n, k = i["m"], i["n"], i["k"]
         groups = len(self.ctas)
         m_cta, n_cta = m // groups, n // groups
-        if m_cta != 128:
-            raise Unsupported(f"the tcgen05 data-path layout of M = {m} with cta_group::{groups} (implemented: "
-                              "M = 128 with cta_group::1 and M = 256 with cta_group::2)")
+        lanes, cols = d_layout(m, groups, n, self.d_lane)
+        if self.scales is not None and m_cta != 128:
+            raise Unsupported(f"block-scaled tcgen05.mma with M = {m} and cta_group::{groups} (its scale-factor "
+                              "layout is not implemented; implemented: 128 rows of D per CTA)")
         a_parts, b_parts = [], []
         for cta in self.ctas:
             base = cta.rank << 24
@@ -138,7 +180,7 @@ class Mma(TcOp):
                 codes = read_operand(cta.smem, base | desc["start"], rows, k, i["bits"], major, desc["lbo"],
                                      desc["sbo"], desc["swizzle"])
                 parts.append(to_float(codes, fmt))
-        a = np.concatenate(a_parts)  # (m, k)
+        a = np.concatenate(a_parts)  # (m, k): CTA g of a pair holds rows g * m_cta ...
         b = np.concatenate(b_parts)  # (n, k)
         if i["neg_a"]:
             a = -a
@@ -146,21 +188,25 @@ class Mma(TcOp):
             b = -b
         if self.scales is not None:
             a, b_by_quarter = self._scaled(a, b, k)
+        ncols = int(cols.max()) + 1
         for g, cta in enumerate(self.ctas):
-            rows = slice(g * 128, (g + 1) * 128)
+            rows = slice(g * m_cta, (g + 1) * m_cta)
             if self.scales is not None:
                 d = np.empty((128, n), np.float32)
                 for q in range(4):
                     d[32 * q:32 * (q + 1)] = a[rows][32 * q:32 * (q + 1)] @ b_by_quarter[g][q].T
             else:
                 d = (a[rows].astype(np.float32) @ b.astype(np.float32).T).astype(np.float32)
-            tm = tmem_of(cta, self.d_col, n, "tcgen05.mma (D)")
-            _check_overwrite(machine, cta, 0, TMEM_LANES, self.d_col, self.d_col + n, self.label)
-            acc = tm[:, self.d_col:self.d_col + n].view(np.float32)
+            tm = tmem_of(cta, self.d_col, ncols, "tcgen05.mma (D)")
+            written = np.zeros(TMEM_LANES, bool)
+            written[lanes.ravel()] = True
+            _check_overwrite(machine, cta, written, self.d_col, self.d_col + ncols, self.label)
+            acc = tm.view(np.float32)
+            at = (lanes, self.d_col + cols)
             if self.accumulate:
-                acc += d
+                acc[at] += d
             else:
-                acc[:] = d
+                acc[at] = d
 
     def _scaled(self, a, b, k):
         """Apply block scales (16 values of K per UE4M3 scale) read from TMEM, as the module docstring says."""
@@ -230,7 +276,7 @@ class Copy(TcOp):
             # matrices at SBO)
             codes = read_operand(cta.smem, base | d["start"], 32, 16, 8, "K", d["lbo"], d["sbo"], 0)
             tm = tmem_of(cta, col, 4, "tcgen05.cp")
-            _check_overwrite(machine, cta, 0, TMEM_LANES, col, col + 4, self.label)
+            _check_overwrite(machine, cta, np.ones(TMEM_LANES, bool), col, col + 4, self.label)
             words = codes.reshape(32, 4, 4).view(np.uint32).reshape(32, 4)
             for q in range(4):
                 tm[32 * q:32 * (q + 1), col:col + 4] = words
@@ -272,17 +318,19 @@ def _open_read(warp, lane0, lane1, col0, col1, line):
     reads.append((lane0, lane1, col0, col1, line))
 
 
-def _check_overwrite(machine, cta, lane0, lane1, col0, col1, writer):
-    """``writer`` writes TMEM lanes ``lane0..lane1-1``, columns ``col0..col1-1`` of ``cta``."""
+def _check_overwrite(machine, cta, lanes, col0, col1, writer):
+    """``writer`` writes TMEM ``lanes`` (a boolean mask of the 128 lanes), columns ``col0..col1-1`` of ``cta``."""
     open_reads = cta.__dict__.get("_tc_ld_open")
     if not open_reads:
         return
     for w, reads in list(open_reads.items()):
-        hit = [r for r in reads if r[0] < lane1 and lane0 < r[1] and r[2] < col1 and col0 < r[3]]
+        hit = [r for r in reads if lanes[r[0]:r[1]].any() and r[2] < col1 and col0 < r[3]]
         if not hit:
             continue
         r = hit[0]
-        msg = (f"{writer} writes TMEM lanes {lane0}..{lane1 - 1}, columns {col0}..{col1 - 1} of {cta.name}, which "
+        lo, hi = max(r[0], int(np.flatnonzero(lanes)[0])), min(r[1], int(np.flatnonzero(lanes)[-1]) + 1)
+        msg = (f"{writer} writes TMEM lanes {lo}..{hi - 1}, columns {max(col0, r[2])}..{min(col1, r[3]) - 1} of "
+               f"{cta.name}, which "
                f"warp {w}'s tcgen05.ld (PTX line {r[4]}) read without a tcgen05.wait::ld since: the ISA orders "
                "that read before the write only with tcgen05.wait::ld, then tcgen05.fence::before_thread_sync "
                "before the release (PTX ISA 9.7.16.6.4.4)")
@@ -512,14 +560,13 @@ def _mma(ctx):
             if rdis is not None and any(int(x[i]) for x in rdis(warp)):
                 raise Unsupported("tcgen05.mma with disabled output lanes")
             lane, col = tmem_fields(int(rd(warp)[i]))
-            if lane:
-                raise TmemError(f"tcgen05.mma D address names lane {lane}; D starts at lane 0")
             idesc = decode(int(ridesc(warp)[i]))
+            d_layout(idesc["m"], groups, idesc["n"], lane)  # refuses an unknown layout or D lane at issue
             scales = None
             if scaled:
                 scales = (tmem_fields(int(rsfa(warp)[i]))[1], tmem_fields(int(rsfb(warp)[i]))[1])
             acc = bool(racc(warp)[i]) if racc is not None else True
-            op = Mma(("tcgen05", ctas[0]), ctas, col, decode_desc(int(ra(warp)[i])), decode_desc(int(rb(warp)[i])),
+            op = Mma(("tcgen05", ctas[0]), ctas, lane, col, decode_desc(int(ra(warp)[i])), decode_desc(int(rb(warp)[i])),
                      idesc, acc, scales,
                      f"tcgen05.mma m{idesc['m']}n{idesc['n']}k{idesc['k']} by {warp.name} lane {i}")
             warp.machine.issue(op)
@@ -552,20 +599,77 @@ def _commit(ctx):
     return commit
 
 
+#: Registers per ``.x1`` of each ``tcgen05.ld`` / ``st`` shape (PTX ISA 9.7.16.8.3, Table 49).
+LDST_REGS = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4, "16x32bx2": 1}
+
+
+def ldst_map(shape: str, num: int, half_offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(lanes, columns)``: two ``(32, registers)`` arrays, the TMEM lane and column (offsets from the
+    instruction's address) of register ``j`` of thread ``t`` for ``tcgen05.ld`` / ``st`` of ``shape`` ``.x{num}``.
+
+    PTX ISA 9.7.16.2.3.1 ("Matrix fragments for shape ...") draws these as figures; the mappings here are
+    CUTLASS's ``Copy_Traits<SM100_TMEM_LOAD_*>`` (``cute/atom/copy_traits_sm100.hpp``) read back from
+    their ``DstLayout`` (thread, value bit) -> logical bit and ``ValID`` (bit of a lane row, lane):
+
+    * ``.32x32b``: thread t, register j -> lane t, column j.
+    * ``.16x64b`` (``((2,2,8),(32,n)) : ((512n,32,64n),(1,64))``): lane 8 * (t % 2) + t // 4,
+      column 2 * j + (t // 2) % 2.
+    * ``.16x128b`` (``((4,8),(32,2,n)) : ((32,128n),(1,1024n,128))``): register 2i + h -> lane t // 4 + 8h,
+      column 4i + t % 4.
+    * ``.16x256b`` (``((4,8),(64,2,n)) : ((64,256n),(1,2048n,256))``): register 4i + 2h + c -> lane
+      t // 4 + 8h, column 8i + 2 * (t % 4) + c (the MMA accumulator fragment of mma.sync, per lane pair).
+    * ``.16x32bx2``: two ``.16x32b`` accesses, the second ``immHalfSplitoff`` columns on: thread t,
+      register j -> lane t % 16, column (t // 16) * immHalfSplitoff + j (CUTLASS passes
+      immHalfSplitoff = num; its ``.x2`` DstLayout ``((16,2),64) : ((128,64),1)`` over 4 columns is lane
+      t % 16, column 2 * (t // 16) + j).
+    """
+    t = np.arange(32)[:, None]
+    if shape == "32x32b":
+        j = np.arange(num)[None, :]
+        return np.broadcast_to(t, (32, num)), np.broadcast_to(j, (32, num))
+    if shape == "16x64b":
+        j = np.arange(num)[None, :]
+        return np.broadcast_to(8 * (t % 2) + t // 4, (32, num)), 2 * j + (t // 2) % 2
+    if shape == "16x128b":
+        j = np.arange(2 * num)[None, :]
+        i, h = j // 2, j % 2
+        return t // 4 + 8 * h, 4 * i + t % 4
+    if shape == "16x256b":
+        j = np.arange(4 * num)[None, :]
+        i, h, c = j // 4, (j // 2) % 2, j % 2
+        return t // 4 + 8 * h, 8 * i + 2 * (t % 4) + c
+    if shape == "16x32bx2":
+        j = np.arange(num)[None, :]
+        return np.broadcast_to(t % 16, (32, num)), (t // 16) * half_offset + j
+    raise Unsupported(f"tcgen05.ld/st shape .{shape}")
+
+
 def _ldst(ctx, op):
     parts = ctx.parts
     shape = next((p for p in parts if "x" in p and p[0].isdigit()), "")
-    if shape != "32x32b" or "pack::16b" in parts or "unpack::16b" in parts:
-        ctx.unsupported(f"shape .{shape} (implemented: .32x32b) of")
+    if shape not in LDST_REGS or "pack::16b" in parts or "unpack::16b" in parts or "red" in parts:
+        ctx.unsupported(f"shape .{shape} (implemented: {', '.join('.' + s for s in LDST_REGS)}; no pack/unpack, "
+                        "no .red) of")
     num = int(next(p for p in parts if p.startswith("x") and p[1:].isdigit())[1:])
-    ops = ctx.inst.operands
+    ops = list(ctx.inst.operands)
     if op == "ld":
-        regs, taddr = ops
+        regs, taddr, rest = ops[0], ops[1], ops[2:]
     else:
-        taddr, regs = ops
+        taddr, regs, rest = ops[0], ops[-1], ops[1:-1]
+    half = 0
+    if shape == "16x32bx2":
+        if len(rest) != 1 or not isinstance(rest[0], Imm):
+            ctx.unsupported("a .16x32bx2 without its immediate immHalfSplitoff in")
+        half = int(rest[0].value)
+    elif rest:
+        ctx.unsupported()
     items = regs.items if isinstance(regs, Vec) else (regs,)
-    if len(items) != num:
-        ctx.unsupported(f"{len(items)} registers for .x{num} in")
+    nregs = LDST_REGS[shape] * num
+    if len(items) != nregs:
+        ctx.unsupported(f"{len(items)} registers for .{shape}.x{num} (it takes {nregs}) in")
+    lanes, cols = ldst_map(shape, num, half)
+    nlanes = int(lanes.max()) + 1
+    ncols = int(cols.max()) + 1
     rt = ctx.addr(taddr)
     line = ctx.inst.line
     if op == "ld":
@@ -578,18 +682,20 @@ def _ldst(ctx, op):
         cta = warp.cta
         lane, col = tmem_fields(int(rt(warp)[int(np.flatnonzero(mask)[0])]))
         quarter = warp.index % 4
-        if lane != 32 * quarter:
-            raise TmemError(f"tcgen05.{op}.32x32b by warp {warp.index} at TMEM lane {lane}: warp {warp.index} may "
-                            f"access lanes {32 * quarter}..{32 * quarter + 31} only (warp index mod 4)")
-        tm = tmem_of(cta, col, num, f"tcgen05.{op}")
-        block = tm[lane:lane + 32, col:col + num]  # (lane, column)
+        if not (32 * quarter <= lane and lane + nlanes <= 32 * quarter + 32):
+            raise TmemError(f"tcgen05.{op}.{shape} by warp {warp.index} at TMEM lane {lane} (lanes {lane}.."
+                            f"{lane + nlanes - 1}): warp {warp.index} may access lanes {32 * quarter}.."
+                            f"{32 * quarter + 31} only (warp index mod 4)")
+        tm = tmem_of(cta, col, ncols, f"tcgen05.{op}")
+        at_l, at_c = lane + lanes, col + cols
         if op == "ld":
             for j, w in enumerate(writers):
-                w(warp, mask, block[:, j].copy())
-            _open_read(warp, lane, lane + 32, col, col + num, line)
+                w(warp, mask, tm[at_l[:, j], at_c[:, j]])
+            _open_read(warp, lane, lane + nlanes, col, col + ncols, line)
         else:
             for j, r in enumerate(readers):
-                block[:, j] = r(warp)
+                v = r(warp)
+                tm[at_l[mask, j], at_c[mask, j]] = v[mask]
     return run
 
 
