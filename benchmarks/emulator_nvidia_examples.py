@@ -86,8 +86,10 @@ def extract(cutlass: str, rev: str = "HEAD", into: str | None = None) -> tuple[P
 
 
 def load(directory: Path, name: str):
-    spec = importlib.util.spec_from_file_location(f"nvidia_example_{name}", directory / f"{name}.py")
+    key = f"nvidia_example_{name}"
+    spec = importlib.util.spec_from_file_location(key, directory / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[key] = mod  # dataclasses and the DSL's decorators look the module up
     spec.loader.exec_module(mod)
     return mod
 
