@@ -1,6 +1,6 @@
 """tcgen05 (sm_100a): tensor memory and the fifth-generation tensor core (PTX ISA "TensorCore 5th
 Generation Family Instructions": tcgen05.alloc / dealloc / relinquish_alloc_permit, tcgen05.mma
-(kind::f16, kind::mxf4nvf4 with block scaling), tcgen05.commit, tcgen05.ld / st / wait, tcgen05.cp,
+(kind::f16; kind::mxf4nvf4, mxf4 and mxf8f6f4 with block scaling), tcgen05.commit, tcgen05.ld / st / wait, tcgen05.cp,
 tcgen05.fence).
 
 What is modelled:
@@ -23,13 +23,16 @@ What is modelled:
   with ``cta_group::1`` (Layout F: 16 lanes of each lane quarter) and M = 128 with
   ``cta_group::2`` (Layout B: "2x2", the second half of N in lanes 64-127). Block scaling
   with the last two, ``.ws`` and sparsity are refused.
-* **Block scaling** (``kind::mxf4nvf4.block_scale.block16``, K = 64): A and B are
-  E2M1, scale factors UE4M3 in TMEM. Row ``r`` (of A's M or of B's N) finds its four
-  scale bytes (one per 16 values of K) in column ``base + (r // 128) * 4 + (r % 128) // 32``;
-  A's at lane ``r % 128``, B's in the lanes of the sub-partition that computes the
-  output row (all four replicas hold the same bytes when loaded with ``tcgen05.cp
-  .32x128b.warpx4``). This is the data flow chapter 11's CPU model executes, checked
-  here against NVIDIA's block-scaled example running on the emulator.
+* **Block scaling**: ``kind::mxf4nvf4`` (E2M1, K = 64; 4X/block16 with UE4M3 or UE8M0
+  scales, 2X/block32 with UE8M0), ``kind::mxf4`` (E2M1, 2X, UE8M0) and ``kind::mxf8f6f4``
+  with E4M3/E5M2 operands (K = 32, 1X, UE8M0; the 6- and 4-bit types of that kind are
+  refused). Row ``r`` (of A's M or of B's N) finds its scale bytes in the 32-bit word of
+  column ``base + (r // 128) * 4 + (r % 128) // 32``, bytes ``sf_id .. sf_id + per - 1``
+  (``per`` = 1, 2 or 4 scales per row, each for K / per values); A's at lane ``r % 128``,
+  B's in the lanes of the sub-partition that computes the output row (all four replicas
+  hold the same bytes when loaded with ``tcgen05.cp .32x128b.warpx4``). This is the data
+  flow chapter 11's CPU model executes; NVIDIA's block-scaled example (NVFP4, MXF8, MXF4)
+  runs on it and matches.
 * **tcgen05.ld / st** shapes ``.32x32b``, ``.16x64b``, ``.16x128b``, ``.16x256b`` and
   ``.16x32bx2`` (:func:`ldst_map`; no ``.pack::16b`` / ``.unpack::16b``, no ``.red``).
   The registers a ``tcgen05.ld`` writes are usable at once (ptxas honours the register
@@ -85,17 +88,44 @@ def decode_idesc_f16(v: int) -> dict:
             "n": ((v >> 17) & 0x3F) << 3, "m": ((v >> 24) & 0x1F) << 4, "k": 16, "bits": 16}
 
 
-def decode_idesc_block_scaled(v: int) -> dict:
+#: Block-scaled kinds (PTX ISA 9.7.16.4.2, Tables 43 and 44): K of one MMA (dense), A/B element width,
+#: the A/B type codes implemented, and the scale-vector sizes allowed with each scale type (Table 55:
+#: mxf8f6f4 1X with UE8M0; mxf4 2X with UE8M0; mxf4nvf4 2X with UE8M0, 4X with UE8M0 or UE4M3).
+BLOCK_SCALED = {
+    "kind::mxf8f6f4": {"k": 32, "bits": 8, "types": {0: "e4m3", 1: "e5m2"}, "vec": {1: ("ue8m0",)}},
+    "kind::mxf4": {"k": 64, "bits": 4, "types": {1: "e2m1"}, "vec": {2: ("ue8m0",)}},
+    "kind::mxf4nvf4": {"k": 64, "bits": 4, "types": {1: "e2m1"}, "vec": {2: ("ue8m0",), 4: ("ue8m0", "ue4m3")}},
+}
+
+
+def decode_idesc_block_scaled(v: int, kind: str = "kind::mxf4nvf4") -> dict:
+    """The instruction descriptor of a block-scaled ``tcgen05.mma`` (PTX ISA 9.7.16.4.2, Tables 43/44): the
+    scale factor data IDs in bits 4-5 (B) and 29-30 (A), the scale type in bit 23 (UE8M0 = 1, UE4M3 = 0),
+    M >> 7 in bits 27-28, K = 96 in bit 31 (mxf4 / mxf4nvf4)."""
     v = int(v)
+    spec = BLOCK_SCALED[kind]
     if v & 0b111 or (v >> 31) & 1:
         raise Unsupported("a sparse block-scaled instruction descriptor or K = 96")
     a_fmt, b_fmt = (v >> 7) & 7, (v >> 10) & 7
-    if a_fmt != 1 or b_fmt != 1:
-        raise Unsupported(f"block-scaled A/B format codes {a_fmt}/{b_fmt} (only E2M1 = 1 is implemented)")
-    return {"d": "f32", "a": "e2m1", "b": "e2m1", "neg_a": (v >> 13) & 1, "neg_b": (v >> 14) & 1,
-            "a_major": "MN" if (v >> 15) & 1 else "K", "b_major": "MN" if (v >> 16) & 1 else "K",
-            "n": ((v >> 17) & 0x3F) << 3, "m": ((v >> 24) & 0x1F) << 4, "k": 64, "bits": 4,
-            "scale_format": (v >> 23) & 1, "a_sf_id": (v >> 29) & 3, "b_sf_id": (v >> 4) & 3}
+    if a_fmt not in spec["types"] or b_fmt not in spec["types"]:
+        raise Unsupported(f"{kind} with A/B type codes {a_fmt}/{b_fmt} (implemented: "
+                          f"{', '.join(f'{c} = {t}' for c, t in spec['types'].items())})")
+    return {"d": "f32", "a": spec["types"][a_fmt], "b": spec["types"][b_fmt], "neg_a": (v >> 13) & 1,
+            "neg_b": (v >> 14) & 1, "a_major": "MN" if (v >> 15) & 1 else "K",
+            "b_major": "MN" if (v >> 16) & 1 else "K", "n": ((v >> 17) & 0x3F) << 3, "m": ((v >> 27) & 3) << 7,
+            "k": spec["k"], "bits": spec["bits"], "scale_format": "ue8m0" if (v >> 23) & 1 else "ue4m3",
+            "a_sf_id": (v >> 29) & 3, "b_sf_id": (v >> 4) & 3}
+
+
+def decode_scales(codes: np.ndarray, fmt: str) -> np.ndarray:
+    """Scale-factor codes -> float32: UE4M3 (E4M3 without the sign) or UE8M0 (2^(code - 127), 0xFF NaN;
+    OCP MX formats v1.0, the E8M0 scale)."""
+    from ..values import decode_small
+
+    if fmt == "ue4m3":
+        return decode_small(codes, "e4m3")
+    c = codes.astype(np.int64)
+    return np.where(c == 0xFF, np.nan, np.ldexp(1.0, c - 127)).astype(np.float32)
 
 
 def tmem_fields(addr: int) -> tuple[int, int]:
@@ -220,21 +250,26 @@ class Mma(TcOp):
                 acc[at] = d
 
     def _scaled(self, a, b, k):
-        """Apply block scales (16 values of K per UE4M3 scale) read from TMEM, as the module docstring says."""
-        from ..values import decode_small
-
+        """Apply block scales read from TMEM, as the module docstring says: ``per`` scale factors per row
+        (1X, 2X, 4X), each for ``k // per`` values of K, at byte ``sf_id`` .. ``sf_id + per - 1`` of the row's
+        32-bit TMEM word (PTX ISA 9.7.16.10.7.2 / .3, "Scale Factor A ID" / "B ID": the ID is the byte
+        offset, the half-word offset 0 or 2 with 2X, and 0 with 4X)."""
         i = self.idesc
-        if i["a_sf_id"] or i["b_sf_id"] or i["scale_format"] != 0:
-            raise Unsupported("block scaling other than UE4M3 scales with scale-factor id 0 (NVFP4)")
-        sfa_col, sfb_col = self.scales
-        blocks = k // 16
+        per = self.scales[2]
+        vec = k // per
+        fmt = i["scale_format"]
+        for which, sf_id in (("A", i["a_sf_id"]), ("B", i["b_sf_id"])):
+            if sf_id % per or sf_id + per > 4:
+                raise EmulatorError(f"scale factor {which} ID {sf_id} with {per} scale factors per row: it must be "
+                                    f"a multiple of {per} below 4 (PTX ISA 9.7.16.10.7.2)")
+        sfa_col, sfb_col = self.scales[:2]
         out_b = []
         rows = np.arange(128)
         for g, cta in enumerate(self.ctas):
             tm = tmem_of(cta, sfa_col, 4, "tcgen05.mma (scale factors of A)")
             cols = sfa_col + rows // 32
-            sa = tm[rows, cols].view(np.uint8).reshape(128, 4)[:, :blocks]
-            a[g * 128:(g + 1) * 128] *= np.repeat(decode_small(sa, "e4m3"), 16, axis=1)
+            sa = tm[rows, cols].view(np.uint8).reshape(128, 4)[:, i["a_sf_id"]:i["a_sf_id"] + per]
+            a[g * 128:(g + 1) * 128] *= np.repeat(decode_scales(sa, fmt), vec, axis=1)
         n = b.shape[0]
         r = np.arange(n)
         for g, cta in enumerate(self.ctas):
@@ -243,8 +278,8 @@ class Mma(TcOp):
             for q in range(4):
                 lanes = 32 * q + r % 32
                 cols = sfb_col + (r // 128) * 4 + (r % 128) // 32
-                sb = tm[lanes, cols].view(np.uint8).reshape(n, 4)[:, :blocks]
-                quarters.append(b * np.repeat(decode_small(sb, "e4m3"), 16, axis=1))
+                sb = tm[lanes, cols].view(np.uint8).reshape(n, 4)[:, i["b_sf_id"]:i["b_sf_id"] + per]
+                quarters.append(b * np.repeat(decode_scales(sb, fmt), vec, axis=1))
             out_b.append(quarters)
         return a, out_b
 
@@ -530,14 +565,32 @@ def _dealloc(ctx):
 def _mma(ctx):
     parts = ctx.parts
     groups = _group(ctx)
+    per = None
     kind = next((p for p in parts if p.startswith("kind::")), None)
     scaled = "block_scale" in parts
     if kind == "kind::f16" and not scaled:
         decode = decode_idesc_f16
-    elif kind == "kind::mxf4nvf4" and scaled:
-        if "block16" not in parts and "scale_vec::4X" not in parts:
-            ctx.unsupported("block scaling other than 16 values per scale (block16) in")
-        decode = decode_idesc_block_scaled
+    elif kind in BLOCK_SCALED and scaled:
+        # scale factors per row of one MMA: .scale_vec::NX, or .block16 (4X) / .block32 (1X for mxf8f6f4,
+        # else 2X) -- PTX ISA 9.7.16.10.7.1, Table 54
+        vec = next((p for p in parts if p.startswith("scale_vec::")), None)
+        if vec:
+            per = {"scale_vec::1X": 1, "scale_vec::2X": 2, "scale_vec::4X": 4}.get(vec)
+        elif "block16" in parts:
+            per = 4
+        elif "block32" in parts:
+            per = 1 if kind == "kind::mxf8f6f4" else 2
+        else:
+            per = None
+        if per not in BLOCK_SCALED[kind]["vec"]:
+            ctx.unsupported(f"the scale vector size ({vec or 'none'}) of")
+
+        def decode(v, kind=kind, per=per):
+            i = decode_idesc_block_scaled(v, kind)
+            if i["scale_format"] not in BLOCK_SCALED[kind]["vec"][per]:
+                raise Unsupported(f"{kind} with {per} scale factors per row and {i['scale_format']} scales "
+                                  "(not a valid combination, PTX ISA Table 55)")
+            return i
     else:
         ctx.unsupported()
     if "ws" in parts or any(p.startswith("ashift") for p in parts):
@@ -575,7 +628,7 @@ def _mma(ctx):
             d_layout(idesc["m"], groups, idesc["n"], lane)  # refuses an unknown layout or D lane at issue
             scales = None
             if scaled:
-                scales = (tmem_fields(int(rsfa(warp)[i]))[1], tmem_fields(int(rsfb(warp)[i]))[1])
+                scales = (tmem_fields(int(rsfa(warp)[i]))[1], tmem_fields(int(rsfb(warp)[i]))[1], per)
             acc = bool(racc(warp)[i]) if racc is not None else True
             op = Mma(("tcgen05", ctas[0]), ctas, lane, col, decode_desc(int(ra(warp)[i])), decode_desc(int(rb(warp)[i])),
                      idesc, acc, scales,
