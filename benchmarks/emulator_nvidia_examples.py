@@ -16,10 +16,12 @@ CPU reference of our own:
 
 * dense: integer-valued BF16/FP16 inputs (as NVIDIA's own test draws them), so the FP32 accumulation is
   exact and the output must equal ``(A @ B^T)`` rounded to the output type bit for bit;
-* NVFP4 (E2M1 operands, UE4M3 scale factors, 16 values of K per scale): random codes and scales in
-  [0.25, 4), dequantized independently here (the E2M1 table, torch's float8_e4m3fn, the scale-factor
-  layout ((32,4),(16,4)) : ((16,4),(0,1)) tiled over M/N then K, written out below), FP64 reference; the
-  FP32 output must be within 1e-5 of max |reference| (the tensor core's summation order is not FP64's).
+* block-scaled (NVFP4: E2M1 operands, UE4M3 scales, 16 values of K per scale; optionally NVFP4 with UE8M0
+  scales, MXF4, MXF8 E4M3/E5M2 with UE8M0 scales per 32): random codes and scales, dequantized
+  independently here (the E2M1 table, torch's float8 types, 2^(e - 127), the scale-factor layout
+  ((32,4),(sf_vec,4)) : ((16,4),(0,1)) tiled over M/N then K, written out below), FP64 reference; each
+  output element must be within 1e-5 (FP32 out; 2^-8 for 16-bit out) of the sum of the absolute values of
+  its products (the tensor core's summation order is not FP64's; a wrong scale factor is far outside).
 
 None of this is a B200 measurement: "emulator seconds" is how long the CPU took to emulate, and "warp
 instructions" counts what the emulator executed. Results go to ``results/cpu/emulator_nvidia_examples.json``
@@ -101,7 +103,7 @@ def load(directory: Path, name: str):
 
 @dataclass
 class Case:
-    example: str  # "dense" or "nvfp4"
+    example: str  # "dense" or "blockscaled"
     config: str
     m: int
     n: int
@@ -110,7 +112,7 @@ class Case:
     cluster: tuple
     two_cta: bool = False
     tma_store: bool = True
-    dtype: str = "bf16"  # dense: the A/B/C type; nvfp4: the C type
+    dtype: str = "bf16"  # dense: the A/B/C type; blockscaled: the C type (the format is extra["format"])
     max_clusters: int = 2  # max_active_clusters: fewer clusters than tiles, so each does several
     quick: bool = False
     extra: dict = field(default_factory=dict)
@@ -136,15 +138,24 @@ CASES = [
     Case("dense", "2-CTA MMA (M=128, Layout B), cluster 2x2", 256, 256, 256, (128, 128), (2, 2), two_cta=True,
          max_clusters=1),
     Case("dense", "1-CTA MMA (M=64, Layout F), direct store", 256, 192, 256, (64, 64), (1, 1), tma_store=False),
-    # dense_blockscaled_gemm_persistent, NVFP4: Float4E2M1FN, scale Float8E4M3FN, sf_vec_size 16; K tile 256
-    Case("nvfp4", "1-CTA MMA, cluster 1x1", 200, 136, 320, (128, 128), (1, 1), dtype="fp32", quick=True),
-    Case("nvfp4", "1-CTA MMA (N=192), cluster 1x1", 256, 384, 512, (128, 192), (1, 1), dtype="fp32"),
-    Case("nvfp4", "1-CTA MMA (N=256), cluster 1x2 multicast A", 256, 512, 256, (128, 256), (1, 2), dtype="fp32",
-         max_clusters=1),
-    Case("nvfp4", "2-CTA MMA (M=256), cluster 2x1", 256, 256, 512, (256, 128), (2, 1), two_cta=True, dtype="fp32",
-         quick=True),
-    Case("nvfp4", "2-CTA MMA (M=256, N=64), cluster 2x2, fp16 out", 512, 128, 256, (256, 64), (2, 2), two_cta=True,
-         dtype="fp16", max_clusters=1),
+    # dense_blockscaled_gemm_persistent: NVFP4 (Float4E2M1FN, scale Float8E4M3FN, sf_vec_size 16; K tile 256)
+    Case("blockscaled", "NVFP4, 1-CTA MMA, cluster 1x1", 200, 136, 320, (128, 128), (1, 1), dtype="fp32", quick=True),
+    Case("blockscaled", "NVFP4, 1-CTA MMA (N=192), cluster 1x1", 256, 384, 512, (128, 192), (1, 1), dtype="fp32"),
+    Case("blockscaled", "NVFP4, 1-CTA MMA (N=256), cluster 1x2 multicast A", 256, 512, 256, (128, 256), (1, 2),
+         dtype="fp32", max_clusters=1),
+    Case("blockscaled", "NVFP4, 2-CTA MMA (M=256), cluster 2x1", 256, 256, 512, (256, 128), (2, 1), two_cta=True,
+         dtype="fp32", quick=True),
+    Case("blockscaled", "NVFP4, 2-CTA MMA (M=256, N=64), cluster 2x2", 512, 128, 256, (256, 64), (2, 2),
+         two_cta=True, dtype="fp16", max_clusters=1),
+    # the optional formats: scales Float8E8M0FNU; MXF8 K tile 128 (four 1X MMAs, scale factor IDs 0..3)
+    Case("blockscaled", "NVFP4 with UE8M0 scales, 1-CTA MMA", 256, 256, 512, (128, 128), (1, 1), dtype="fp32",
+         extra={"format": "nvfp4-ue8m0"}),
+    Case("blockscaled", "MXF4, 1-CTA MMA", 200, 136, 320, (128, 128), (1, 1), dtype="fp32",
+         extra={"format": "mxf4"}),
+    Case("blockscaled", "MXF8 E4M3, 1-CTA MMA", 200, 136, 320, (128, 128), (1, 1), dtype="fp32",
+         extra={"format": "mxf8-e4m3"}),
+    Case("blockscaled", "MXF8 E5M2, 2-CTA MMA (M=256), cluster 2x1", 256, 256, 256, (256, 128), (2, 1),
+         two_cta=True, dtype="fp32", extra={"format": "mxf8-e5m2"}),
 ]
 
 
@@ -221,7 +232,13 @@ def blocked_scales(sf, rows: int, sf_k: int):
     return pad.view(rm, 4, 32, rk, 4).permute(0, 3, 2, 1, 4).contiguous().view(-1)
 
 
-def compile_nvfp4(mod, case: Case):
+#: Block-scaled formats: A/B element type, scale type, values of K per scale (the example's sf_vec_size).
+FORMATS = {"nvfp4": ("e2m1", "ue4m3", 16), "nvfp4-ue8m0": ("e2m1", "ue8m0", 16), "mxf4": ("e2m1", "ue8m0", 32),
+           "mxf8-e4m3": ("e4m3", "ue8m0", 32), "mxf8-e5m2": ("e5m2", "ue8m0", 32)}
+
+
+def compile_blockscaled(mod, case: Case):
+    """NVIDIA's Sm100BlockScaledPersistentDenseGemmKernel for ``case.extra["format"]`` (default NVFP4)."""
     import cutlass
     import cutlass.cute as cute
     import torch
@@ -234,22 +251,24 @@ def compile_nvfp4(mod, case: Case):
         from cutlass.tensor_utils import LayoutEnum
     except ImportError:  # older DSLs
         from cutlass.utils import LayoutEnum
+    ab, sft, vec = FORMATS[case.extra.get("format", "nvfp4")]
     cdt = {"fp32": (cutlass.Float32, torch.float32), "fp16": (cutlass.Float16, torch.float16),
            "bf16": (cutlass.BFloat16, torch.bfloat16)}[case.dtype]
-    fp4, sf = cutlass.Float4E2M1FN, cutlass.Float8E4M3FN
+    abt = {"e2m1": cutlass.Float4E2M1FN, "e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}[ab]
+    sf = {"ue4m3": cutlass.Float8E4M3FN, "ue8m0": cutlass.Float8E8M0FNU}[sft]
     try:  # the signature of HEAD (2026); other revisions may differ, then the kernel's own checks decide
         ok = mod.Sm100BlockScaledPersistentDenseGemmKernel.can_implement(
-            (case.m, case.n, case.k, 1), fp4, fp4, sf, cdt[0], "k", "k", "n", 16, case.tiler, case.cluster)
+            (case.m, case.n, case.k, 1), abt, abt, sf, cdt[0], "k", "k", "n", vec, case.tiler, case.cluster)
     except TypeError:
         ok = True
     if not ok:
         raise CantImplement(f"the example refuses {case}")
-    gemm = mod.Sm100BlockScaledPersistentDenseGemmKernel(16, case.tiler, case.cluster)
+    gemm = mod.Sm100BlockScaledPersistentDenseGemmKernel(vec, case.tiler, case.cluster)
 
     def ptr(dtype, t, align):
         return make_ptr(dtype, 0 if t is None else t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
 
-    compiled = compile_for("sm_100a", gemm, ptr(fp4, None, 16), ptr(fp4, None, 16), ptr(sf, None, 32),
+    compiled = compile_for("sm_100a", gemm, ptr(abt, None, 16), ptr(abt, None, 16), ptr(sf, None, 32),
                            ptr(sf, None, 32), ptr(cdt[0], None, 16),
                            (OperandMajorMode.K, OperandMajorMode.K, LayoutEnum.ROW_MAJOR),
                            (cutlass.Int32(0),) * 4, case.max_clusters, _stream())
@@ -257,60 +276,83 @@ def compile_nvfp4(mod, case: Case):
     def tensors(seed):
         g = torch.Generator().manual_seed(seed)
         m, n, k = case.m, case.n, case.k
-        a = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.uint8)  # two E2M1 codes a byte, low first
-        b = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
-        # UE4M3 scale codes 0x28..0x47: 0.25 .. 3.75 (exponent and mantissa both vary)
-        sfa = torch.randint(0x28, 0x48, (m, k // 16), generator=g, dtype=torch.uint8)
-        sfb = torch.randint(0x28, 0x48, (n, k // 16), generator=g, dtype=torch.uint8)
+        if ab == "e2m1":  # two E2M1 codes a byte, low nibble first
+            a = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.uint8)
+            b = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
+        else:  # random FP8 codes, the non-finite ones replaced by zero
+            a = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
+            b = torch.randint(0, 256, (n, k), generator=g, dtype=torch.uint8)
+            for t in (a, b):
+                t[~element_values(t, ab).isfinite()] = 0
+        if sft == "ue4m3":  # UE4M3 codes 0x28..0x47: 0.25 .. 3.75 (exponent and mantissa both vary)
+            lo, hi = 0x28, 0x48
+        else:  # UE8M0 codes 2^-6 .. 2^6
+            lo, hi = 121, 134
+        sfa = torch.randint(lo, hi, (m, k // vec), generator=g, dtype=torch.uint8)
+        sfb = torch.randint(lo, hi, (n, k // vec), generator=g, dtype=torch.uint8)
         c = torch.full((m, n), float("nan"), dtype=cdt[1])
-        mem = (a, b, blocked_scales(sfa, m, k // 16), blocked_scales(sfb, n, k // 16), c)
-        args = [ptr(fp4, mem[0], 16), ptr(fp4, mem[1], 16), ptr(sf, mem[2], 32), ptr(sf, mem[3], 32),
+        mem = (a, b, blocked_scales(sfa, m, k // vec), blocked_scales(sfb, n, k // vec), c)
+        args = [ptr(abt, mem[0], 16), ptr(abt, mem[1], 16), ptr(sf, mem[2], 32), ptr(sf, mem[3], 32),
                 ptr(cdt[0], c, 16), (m, n, k, 1)]
         return (a, b, sfa, sfb, c), mem, args
 
     return compiled, tensors
 
 
-def nvfp4_reference(a, b, sfa, sfb):
+def element_values(q, fmt: str):
+    """Codes -> float64: E2M1 nibbles by the table (low nibble first), FP8 through torch's float8 types."""
     import torch
 
-    table = torch.tensor(E2M1, dtype=torch.float64)
-
-    def values(q):
+    if fmt == "e2m1":
+        table = torch.tensor(E2M1, dtype=torch.float64)
         return torch.stack([table[(q & 15).long()], table[(q >> 4).long()]], -1).reshape(q.shape[0], -1)
-
-    def scales(s):
-        return s.view(torch.float8_e4m3fn).double().repeat_interleave(16, 1)
-
-    return (values(a) * scales(sfa)) @ (values(b) * scales(sfb)).T
+    return q.view({"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]).double()
 
 
-def run_nvfp4(compiled, tensors, case: Case, seed: int) -> dict:
+def scale_values(s, fmt: str, vec: int):
+    import torch
+
+    if fmt == "ue4m3":
+        v = s.view(torch.float8_e4m3fn).double()
+    else:  # UE8M0: 2^(code - 127)
+        v = torch.pow(2.0, s.double() - 127)
+    return v.repeat_interleave(vec, 1)
+
+
+def blockscaled_reference(a, b, sfa, sfb, fmt: str = "nvfp4"):
+    """``(A * scale_A) @ (B * scale_B)^T`` in FP64, and the same with absolute values (the size of what
+    is summed, against which the FP32 summation's rounding is measured)."""
+    ab, sft, vec = FORMATS[fmt]
+    x = element_values(a, ab) * scale_values(sfa, sft, vec)
+    y = element_values(b, ab) * scale_values(sfb, sft, vec)
+    return x @ y.T, x.abs() @ y.abs().T
+
+
+def run_blockscaled(compiled, tensors, case: Case, seed: int) -> dict:
+    """Error of each element relative to the sum of the absolute values of its products: FP32 summation
+    stays near 2^-24 * sqrt(K) of it, while one wrong scale factor (a factor of 2 or more on one block of
+    K) moves an element by a sizeable fraction of it."""
     from gemmlab.emulator.run import run_on_emulator
 
     (a, b, sfa, sfb, c), mem, args = tensors(seed)
     reports = run_on_emulator(compiled, *args, seed=seed, extra_memory=mem)
-    ref = nvfp4_reference(a, b, sfa, sfb)
-    scale = max(1.0, ref.abs().max().item())
-    if case.dtype == "fp32":
-        tol = 1e-5 * scale
-        err = (c.double() - ref).abs().max().item()
-    else:  # compare with the reference rounded to the output type: at most one unit in the last place apart
-        rounded = ref.to(c.dtype).double()
-        err = (c.double() - rounded).abs().max().item()
-        tol = 2.0 ** -10 * scale  # one half-precision ulp of the largest value
+    ref, size = blockscaled_reference(a, b, sfa, sfb, case.extra.get("format", "nvfp4"))
+    size = size.clamp_min(1e-30)
+    err = ((c.double() - ref).abs() / size).max().item()
+    tol = 1e-5 if case.dtype == "fp32" else 2.0 ** -8  # FP32 out; 16-bit out: its rounding (8 or 11 bits)
     return {"max_err": err, "tolerance": tol, "pass": err <= tol and not c.isnan().any(),
             "nan": int(c.isnan().sum()), "reports": reports}
 
 
 RUNNERS = {"dense": ("dense_gemm_persistent", compile_dense, run_dense),
-           "nvfp4": ("dense_blockscaled_gemm_persistent", compile_nvfp4, run_nvfp4)}
+           "blockscaled": ("dense_blockscaled_gemm_persistent", compile_blockscaled, run_blockscaled)}
 
 
 def run_case(modules: dict, case: Case, seeds) -> list[dict]:
     """Compile ``case`` once and run it on the emulator for each seed; one row per seed."""
     name, compile_fn, run_fn = RUNNERS[case.example]
-    base = {"example": name, "config": case.config, "shape": case.shape, "dtype": case.dtype,
+    dtype = case.dtype if case.example == "dense" else f"{case.extra.get('format', 'nvfp4')} -> {case.dtype}"
+    base = {"example": name, "config": case.config, "shape": case.shape, "dtype": dtype,
             "mma_tiler": list(case.tiler), "cluster": list(case.cluster), "use_2cta_instrs": case.two_cta,
             "tma_store": case.tma_store, "max_active_clusters": case.max_clusters}
     t0 = time.perf_counter()
@@ -353,7 +395,7 @@ def table(rows: list[dict]) -> str:
     view = []
     for r in rows:
         view.append({**r, "example": {"dense_gemm_persistent": "dense_gemm",
-                                      "dense_blockscaled_gemm_persistent": "blockscaled NVFP4"}[r["example"]],
+                                      "dense_blockscaled_gemm_persistent": "blockscaled"}[r["example"]],
                      "err": f"{r['max_err']:.3g} (tol {r['tolerance']:.2g})" if "max_err" in r else "-",
                      "secs": f"{r['emulator_s']:.2f}" if "emulator_s" in r else "-",
                      "winst": str(r.get("warp_instructions", "-")), "nnotes": str(len(r.get("notes", []))),
@@ -385,7 +427,7 @@ def main(argv=None) -> int:
         new = run_case(modules, case, seeds)
         rows += new
         for r in new:
-            print(f"  {r['example']:<34} {r['config']:<52} {r['shape']:>12} seed {r['seed']}: {r['outcome']}"
+            print(f"  {r['example']:<34} {r['config']:<50} {r['shape']:>12} seed {r['seed']}: {r['outcome']}"
                   + (f", max error {r['max_err']:.3g}, {r['emulator_s']:.2f} s, {r['warp_instructions']} warp "
                      "instructions" if "max_err" in r else f" ({r.get('detail', '')})"), flush=True)
     total = time.perf_counter() - t0

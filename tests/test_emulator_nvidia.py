@@ -440,3 +440,32 @@ def test_nvidia_example_on_the_emulator(nvidia, index):
     rows = script.run_case(modules, case, seeds=[index % 3])
     for r in rows:
         assert r["pass"], r
+
+
+# ---------------------------------------------------------------------------------------------
+# Block scaling: instruction descriptors and scale types
+# ---------------------------------------------------------------------------------------------
+
+
+def test_block_scaled_instruction_descriptors():
+    """PTX ISA 9.7.16.4.2, Table 43 (mxf8f6f4) and 44 (mxf4, mxf4nvf4), assembled by hand."""
+    # mxf8f6f4, A = E4M3 (0), B = E5M2 (1), N = 128, UE8M0 (bit 23), M = 256 (2 << 27), SFA_ID 3, SFB_ID 1
+    v = (1 << 4) | (0 << 7) | (1 << 10) | ((128 >> 3) << 17) | (1 << 23) | (2 << 27) | (3 << 29)
+    i = T.decode_idesc_block_scaled(v, "kind::mxf8f6f4")
+    assert (i["a"], i["b"], i["n"], i["m"], i["k"], i["bits"]) == ("e4m3", "e5m2", 128, 256, 32, 8)
+    assert (i["scale_format"], i["a_sf_id"], i["b_sf_id"]) == ("ue8m0", 3, 1)
+    # mxf4nvf4, E2M1 (1) both, N = 64, UE4M3 (bit 23 clear), M = 128, IDs 0
+    v = (1 << 7) | (1 << 10) | ((64 >> 3) << 17) | (1 << 27)
+    i = T.decode_idesc_block_scaled(v, "kind::mxf4nvf4")
+    assert (i["a"], i["n"], i["m"], i["k"], i["scale_format"]) == ("e2m1", 64, 128, 64, "ue4m3")
+    with pytest.raises(Exception, match="type codes 5/5"):  # E2M1 inside mxf8f6f4: refused, not guessed
+        T.decode_idesc_block_scaled((5 << 7) | (5 << 10) | (1 << 27), "kind::mxf8f6f4")
+    with pytest.raises(Exception, match="K = 96"):
+        T.decode_idesc_block_scaled((1 << 7) | (1 << 10) | (1 << 27) | (1 << 31), "kind::mxf4nvf4")
+
+
+def test_scale_types():
+    codes = np.array([127, 128, 120, 0, 254, 255], np.uint8)
+    v = T.decode_scales(codes, "ue8m0")
+    assert v[:5].tolist() == [1.0, 2.0, 2.0 ** -7, 2.0 ** -127, 2.0 ** 127] and np.isnan(v[5])
+    assert T.decode_scales(np.array([0x38, 0x28, 0x47], np.uint8), "ue4m3").tolist() == [1.0, 0.25, 3.75]
