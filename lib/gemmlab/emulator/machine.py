@@ -86,7 +86,10 @@ class MBarrier:
         if self.pending == 0 and self.tx == 0:
             self.phase += 1
             self.pending = self.expected
-            self.cta.machine.wake()
+            m = self.cta.machine
+            m.wake()
+            if m.trace is not None:
+                m.trace.phase(self, m.steps)
         elif self.pending == 0 and self.tx < 0:
             raise BarrierError(f"{self.where()}: more bytes completed than expected (tx-count {self.tx})")
 
@@ -166,16 +169,19 @@ class Warp:
     def active(self) -> np.ndarray:
         return ~self.exited
 
-    def block(self, lanes: np.ndarray, still_waiting, why: str):
+    def block(self, lanes: np.ndarray, still_waiting, why: str, obj=None):
         """Park ``lanes`` (which have moved past the waiting instruction) while ``still_waiting()`` is true.
 
         Other lane groups of a divergent warp keep running, as with independent thread scheduling:
-        a lane that spins on an mbarrier does not stop the lane that will make it arrive."""
-        self.parked.append((lanes.copy(), still_waiting, why, None))
+        a lane that spins on an mbarrier does not stop the lane that will make it arrive. ``obj``: what
+        is waited on (an :class:`MBarrier`), for the trace."""
+        tr = self.machine.trace
+        rec = tr.wait(self, obj, why) if tr is not None else None
+        self.parked.append((lanes.copy(), still_waiting, why, None, rec))
 
     def wait_for_lanes(self, lanes: np.ndarray, others: np.ndarray, why: str):
         """Park ``lanes`` (still at their warp-synchronous instruction) until one of ``others`` is free."""
-        self.parked.append((lanes.copy(), None, why, others.copy()))
+        self.parked.append((lanes.copy(), None, why, others.copy(), None))
 
     def free(self) -> np.ndarray:
         """Active lanes that are not parked (re-checking every parked group's condition)."""
@@ -188,6 +194,8 @@ class Warp:
                 elif entry[1]():
                     kept.append(entry)
                     act = act & ~entry[0]
+                elif entry[4] is not None:
+                    self.machine.trace.resume(entry[4], self.machine.steps)
             for entry in waiting:  # lanes waiting for their warp's other lanes: free once one of those is
                 if (act & entry[3] & ~entry[0]).any():
                     continue
@@ -252,6 +260,8 @@ class Warp:
         self.exited = self.exited | mask
         if self.exited.all():
             self.done = True
+            if self.machine.trace is not None:
+                self.machine.trace.exited(self)
             self.cta.warp_done(self)
         on_warp_exit(self.cta)
 
@@ -299,10 +309,13 @@ class CTA:
         self.linear = linear
         self.nthreads = machine.launch_block[0] * machine.launch_block[1] * machine.launch_block[2]
         self.smem = SharedMemory(machine.smem_total, shared_base(rank))
+        # shared memory starts with whatever an earlier CTA left: a seeded pattern, not zeros
+        self.smem.data[:] = machine.poison_bytes(len(self.smem.data))
         self.mbarriers: dict[int, MBarrier] = {}
         self.named: dict[int, NamedBarrier] = {}
         self.warps = [Warp(self, w, machine.nregs) for w in range(-(-self.nthreads // 32))]
         self.tmem = None  # created on first tcgen05 use (sm_100 kernels only)
+        self.tmem_written = np.zeros((TMEM_LANES, TMEM_COLUMNS), dtype=np.bool_)
         self.tmem_alloc: dict[int, int] = {}  # column -> number of columns
         self.tmem_relinquished = False
         self.exited = False
@@ -356,7 +369,7 @@ class Machine:
 
     def __init__(self, module: ptxmod.Module, kernel: ptxmod.Kernel, launch, memory: GlobalMemory, *,
                  seed: int = 0, arch: str = "sm_90a", max_steps: int = 50_000_000, trace=None,
-                 async_bias: float = 0.35, burst: int = 24):
+                 async_bias: float = 0.35, burst: int = 24, latency: int | None = None):
         from .isa import compile_kernel
 
         self.module = module
@@ -368,6 +381,9 @@ class Machine:
         self.trace = trace
         self.async_bias = async_bias
         self.burst = burst
+        #: the most warp instructions an asynchronous operation may wait before completing (by seed, when not
+        #: given: 16, 256, 2048 or 16384, so a handful of seeds covers prompt and very late completions)
+        self.latency = latency if latency is not None else (16, 256, 2048, 16384)[seed % 4]
         self.max_steps = max_steps
         self.launch_block = tuple(launch.block)
         self.grid = tuple(launch.grid)
@@ -381,6 +397,7 @@ class Machine:
         self.nregs = max(len(self.reg_index), 1)
         self.program = compile_kernel(self)
         self.pending: list[AsyncOp] = []
+        self._poison = np.random.default_rng(seed).integers(0, 256, size=256 * 1024, dtype=np.uint8)
         self.steps = 0
         self.clock = 0
         self._woken = True
@@ -441,11 +458,18 @@ class Machine:
                     self.clusters.append(cluster)
                     index += 1
 
+    def poison_bytes(self, n: int) -> np.ndarray:
+        reps = -(-n // len(self._poison))
+        return np.tile(self._poison, reps)[:n]
+
     # ---- running
     def wake(self):
         self._woken = True
 
     def issue(self, op: AsyncOp):
+        # each operation takes a random time (in warp instructions executed meanwhile) before it may
+        # complete; the seed's latency scale ranges from "at once" to "very late", so missing waits show
+        op.due = self.steps + self.rng.randint(0, self.latency)
         self.pending.append(op)
 
     def eligible_ops(self) -> list[AsyncOp]:
@@ -481,8 +505,12 @@ class Machine:
                     raise Deadlock("asynchronous operations remain that can never complete:\n  " +
                                    "\n  ".join(op.label for op in self.pending))
                 raise Deadlock(self.deadlock_report(live))
-            if ops and (not runnable or rng.random() < self.async_bias):
-                self.complete_op(ops[rng.randrange(len(ops))])
+            if ops and not runnable:  # nothing else can happen: the earliest-due operation completes now
+                self.complete_op(min(ops, key=lambda o: o.due))
+                continue
+            due = [o for o in ops if o.due <= self.steps]
+            if due and rng.random() < self.async_bias:
+                self.complete_op(due[rng.randrange(len(due))])
                 continue
             warp = runnable[rng.randrange(len(runnable))]
             self.run_warp(warp, rng.randint(1, self.burst))
@@ -533,6 +561,8 @@ class Machine:
         return False
 
     def finish(self):
+        if self.trace is not None:
+            self.trace.finish(self)
         for cta in self.ctas:
             if cta.tmem_alloc:
                 cols = ", ".join(f"{n} columns at column {c}" for c, n in sorted(cta.tmem_alloc.items()))

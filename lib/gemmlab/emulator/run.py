@@ -90,20 +90,22 @@ def _convert(compiled, args):
 
 
 def run_on_emulator(compiled, *args, seed: int = 0, trace=None, max_steps: int = 50_000_000,
-                    extra_memory=()) -> list:
+                    extra_memory=(), ptx: str | None = None) -> list:
     """Run ``compiled`` (a ``cute.compile`` result, without TVM-FFI) on the emulator; returns a
     :class:`LaunchReport` per launch. Outputs land in the torch tensors passed in.
 
     ``seed`` picks the interleaving of warps and asynchronous completions (a kernel correct on one seed
     and wrong on another has a race). ``extra_memory``: more CPU tensors the kernel may address (e.g. a
-    workspace whose pointer travels inside another tensor).
+    workspace whose pointer travels inside another tensor). ``ptx``: run this PTX instead of the compiled
+    kernel's (the same kernel with an instruction changed, to see what a bug does; the launch and the
+    parameters still come from the compiled host code).
     """
     runner = _runner(compiled)
     converted, memory = _convert(compiled, args)
     for t in extra_memory:
         memory.add_tensor(t, "extra")
     launches = runner(*converted)
-    module = module_of(runner.ptx)
+    module = module_of(ptx if ptx is not None else runner.ptx)
     reports = []
     for launch in launches:
         kernel = module.kernel(launch.kernel)
@@ -151,3 +153,41 @@ def emulate(host_fn, *args, target: str = "sm_100a", seed: int = 0, trace=None, 
 
 
 _COMPILED: dict = {}
+
+
+def run_ptx(ptx_text: str, *params, grid=(1, 1, 1), block=(32, 1, 1), cluster=(1, 1, 1), smem: int = 0,
+            kernel: str | None = None, seed: int = 0, trace=None, max_steps: int = 1_000_000) -> LaunchReport:
+    """Run hand-written PTX: one launch of ``kernel`` (the module's only one by default).
+
+    ``params`` follow the ``.entry`` parameters in order: a CPU torch tensor passes its address (and becomes
+    global memory the kernel may touch), an int its little-endian bytes at the parameter's size, ``bytes``
+    themselves. For tests of single instructions and for the course's small demonstrations.
+    """
+    import torch
+
+    from .host import Launch
+
+    module = module_of(ptx_text)
+    k = module.kernel(kernel)
+    if len(params) != len(k.params):
+        raise TypeError(f"kernel {k.name} takes {len(k.params)} parameters; got {len(params)}")
+    memory = GlobalMemory()
+    raw = []
+    for (name, size, _), p in zip(k.params, params):
+        if isinstance(p, torch.Tensor):
+            memory.add_tensor(p, name)
+            p = p.data_ptr()
+        if isinstance(p, (bytes, bytearray)):
+            if len(p) != size:
+                raise ValueError(f"parameter {name} takes {size} bytes; got {len(p)}")
+            raw.append(bytes(p))
+        else:
+            raw.append(int(p).to_bytes(size, "little", signed=int(p) < 0))
+    launch = Launch(k.name, tuple(grid), tuple(block), tuple(cluster), smem, raw)
+    t0 = time.perf_counter()
+    m = Machine(module, k, launch, memory, seed=seed, arch=module.target, max_steps=max_steps, trace=trace)
+    nops = _count_ops(m)
+    m.run()
+    return LaunchReport(k.name, launch.grid, launch.block, launch.cluster, smem, m.steps, nops.count,
+                        time.perf_counter() - t0, warps=sum(len(c.warps) for c in m.ctas),
+                        notes=list(getattr(m, "notes", ())))

@@ -44,6 +44,8 @@ offset    bits     field                                       source
 0x34      3i..3i+2 element stride i - 1 (i = 0..4)             ptxas ``.element_stride``
 0x34      24..31   box dim 0 - 1                               ptxas ``.box_dim``
 0x38      8i-8..   box dim i - 1 (i = 1..4)                    ptxas ``.box_dim``
+0x3c      0..31    zero in tiled maps (the DSL's im2col maps   DSL
+                   use it)
 ========  =======  ==========================================  ===========================
 
 Every other bit of bytes 0..63 is zero in every map the DSL writes; :func:`decode` rejects a
@@ -413,7 +415,8 @@ def replace(raw, field: str, ordinal: int | None, value: int, *, arch: str | Non
     4 = 96B, ``swizzle_atomicity`` 0..3, ``fill_mode`` 0..1, ``interleave_layout`` 0..2).
 
     Errors (``ValueError``): an unknown field; an ordinal where none is taken or outside 0..4
-    (``global_stride``: 0..3, the map holds rank - 1 strides); a ``field3`` value outside
+    (``global_stride``: 0..3, the map holds rank - 1 strides; ptxas accepts 4 and writes its
+    low word over the high-nibble word at 0x1c); a ``field3`` value outside
     Table 33 (ptxas rejects these too); values the map cannot hold or the driver forbids: a
     rank above 5, box dims outside 1..256, element strides outside 1..8, global dims outside
     1..2**32, strides not a multiple of 16 or >= 2**40, an address not 16-byte aligned (the

@@ -232,8 +232,10 @@ def h_mbarrier(ctx):
         def arrive(warp, mask):
             a = addr(warp)
             tokens = np.zeros(32, np.uint64)
+            start = {}
             for i in np.flatnonzero(mask):
                 mb = resolve_mbarrier(warp, int(a[i]), space, warp.where())
+                start.setdefault(id(mb), (mb, mb.phase))
                 if expect:
                     mb.expect_tx(int(rtx(warp)[i]))
                 n = int(rcount(warp)[i]) if rcount is not None else 1
@@ -241,6 +243,11 @@ def h_mbarrier(ctx):
                 if drop:
                     mb.expected -= n
                 mb.arrive(n, f"{warp.name} lane {i}")
+            for mb, phase in start.values():
+                if mb.phase - phase > 1:
+                    raise BarrierError(f"one arrive by {int(mask.sum())} lanes completed {mb.phase - phase} phases of "
+                                       f"{mb.where()}, which expects {mb.expected} arrivals per phase: arrive from "
+                                       "one elected lane, or initialise the barrier with the number of arriving threads")
             if wstate is not None:
                 wstate(warp, mask, tokens)
         return arrive
@@ -275,7 +282,7 @@ def h_mbarrier(ctx):
             if op == "try_wait" and not done[mask].any() and first is not None:
                 # the instruction may return false any number of times; sleep until the phase moves
                 seen = first.phase
-                warp.block(mask, lambda: first.phase == seen, first.state())
+                warp.block(mask, lambda: first.phase == seen, first.state(), first)
         return wait
     if op == "pending_count":
         ctx.unsupported()

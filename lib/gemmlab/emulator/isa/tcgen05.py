@@ -56,6 +56,7 @@ from . import handler, require_converged
 from .sync import resolve_mbarrier
 
 SM100_SWIZZLE = {0: 0, 2: 128, 4: 64, 6: 32}  # descriptor bits 61-63 (1 = 128B with 32B atoms: refused)
+TMEM_POISON = np.uint32(0x7FC00000)  # a float32 NaN: what freshly allocated columns read as here
 
 
 def decode_desc(value: int) -> dict:
@@ -245,9 +246,15 @@ class Mma(TcOp):
             acc = tm.view(np.float32)
             at = (lanes, self.d_col + cols)
             if self.accumulate:
+                if not cta.tmem_written[at].all():
+                    raise TmemError(f"{self.label} accumulates (enable-input-d = 1) into TMEM columns "
+                                    f"{self.d_col}..{self.d_col + ncols - 1} of {cta.name} that nothing has written "
+                                    "since they were allocated: the first MMA of a tile must overwrite "
+                                    "(enable-input-d = 0)")
                 acc[at] += d
             else:
                 acc[at] = d
+                cta.tmem_written[at] = True
 
     def _scaled(self, a, b, k):
         """Apply block scales read from TMEM, as the module docstring says: ``per`` scale factors per row
@@ -326,6 +333,7 @@ class Copy(TcOp):
             words = codes.reshape(32, 4, 4).view(np.uint32).reshape(32, 4)
             for q in range(4):
                 tm[32 * q:32 * (q + 1), col:col + 4] = words
+            cta.tmem_written[:, col:col + 4] = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,13 +356,14 @@ class Copy(TcOp):
 # (ld; wait::ld; fence::before_thread_sync; mbarrier.arrive -- then the MMA in the other thread).
 # The emulator performs the read at issue, so a later overwrite cannot change the values it returns;
 # instead each read stays *open* until its warp's ``tcgen05.wait::ld``, and an MMA or ``tcgen05.cp``
-# that writes TMEM cells of an open read is reported: a note in the launch report by default
+# that writes TMEM cells of an open read, or a ``tcgen05.dealloc`` that frees them, is reported: a note
+# in the launch report by default
 # (``machine.notes``), a :class:`RaceError` when :data:`STRICT_LD_ORDER` is true.
 # NVIDIA's DSL epilogues (4.8.1) never wait: the TMA-store one releases the accumulator after its
 # registers are converted and stored, the direct-store one right after the last tcgen05.ld (with no
 # tcgen05 fence either). They run on B200s, so this is a note by default, not an error.
 
-#: Raise instead of noting a TMEM write that overlaps a ``tcgen05.ld`` not yet waited for.
+#: Raise instead of noting a TMEM write or dealloc that overlaps a ``tcgen05.ld`` not yet waited for.
 STRICT_LD_ORDER = False
 
 
@@ -364,8 +373,9 @@ def _open_read(warp, lane0, lane1, col0, col1, line):
     reads.append((lane0, lane1, col0, col1, line))
 
 
-def _check_overwrite(machine, cta, lanes, col0, col1, writer):
-    """``writer`` writes TMEM ``lanes`` (a boolean mask of the 128 lanes), columns ``col0..col1-1`` of ``cta``."""
+def _check_overwrite(machine, cta, lanes, col0, col1, writer, verb="writes"):
+    """``writer`` writes (or frees) TMEM ``lanes`` (a boolean mask of the 128 lanes), columns ``col0..col1-1``
+    of ``cta``."""
     open_reads = cta.__dict__.get("_tc_ld_open")
     if not open_reads:
         return
@@ -375,11 +385,10 @@ def _check_overwrite(machine, cta, lanes, col0, col1, writer):
             continue
         r = hit[0]
         lo, hi = max(r[0], int(np.flatnonzero(lanes)[0])), min(r[1], int(np.flatnonzero(lanes)[-1]) + 1)
-        msg = (f"{writer} writes TMEM lanes {lo}..{hi - 1}, columns {max(col0, r[2])}..{min(col1, r[3]) - 1} of "
-               f"{cta.name}, which "
-               f"warp {w}'s tcgen05.ld (PTX line {r[4]}) read without a tcgen05.wait::ld since: the ISA orders "
-               "that read before the write only with tcgen05.wait::ld, then tcgen05.fence::before_thread_sync "
-               "before the release (PTX ISA 9.7.16.6.4.4)")
+        msg = (f"{writer} {verb} TMEM lanes {lo}..{hi - 1}, columns {max(col0, r[2])}..{min(col1, r[3]) - 1} of "
+               f"{cta.name}, which warp {w}'s tcgen05.ld (PTX line {r[4]}) read without a tcgen05.wait::ld since: "
+               "the ISA orders that read before a later write or dealloc only with tcgen05.wait::ld, then "
+               "tcgen05.fence::before_thread_sync before the thread synchronisation (PTX ISA 9.7.16.6.4.4)")
         if STRICT_LD_ORDER:
             raise RaceError(msg)
         notes = machine.__dict__.setdefault("notes", [])
@@ -515,7 +524,9 @@ def _alloc(ctx):
         c0 = _alloc_columns(list(requests), n)
         for cta, (_, where) in requests.items():
             cta.tmem_alloc[c0] = n
-            cta.tensor_memory()
+            # fresh columns hold whatever the last owner left: poison them (NaN) and remember nothing wrote them
+            cta.tensor_memory()[:, c0:c0 + n] = TMEM_POISON
+            cta.tmem_written[:, c0:c0 + n] = False
             cta.smem.write(where, np.frombuffer(np.uint32(c0).tobytes(), np.uint8))
 
     def alloc(warp, mask):
@@ -547,6 +558,8 @@ def _dealloc(ctx):
         for cta, (col, n) in requests.items():
             check(cta, col, n)
         for cta, (col, n) in requests.items():
+            _check_overwrite(cta.machine, cta, np.ones(TMEM_LANES, bool), col, col + n,
+                             f"tcgen05.dealloc of {cta.name}", verb="frees")
             del cta.tmem_alloc[col]
 
     def dealloc(warp, mask):
@@ -760,6 +773,7 @@ def _ldst(ctx, op):
             for j, r in enumerate(readers):
                 v = r(warp)
                 tm[at_l[mask, j], at_c[mask, j]] = v[mask]
+                cta.tmem_written[at_l[mask, j], at_c[mask, j]] = True
     return run
 
 
