@@ -96,9 +96,22 @@ def test_the_unchanged_ptx_passes(dual128):
     assert _run_dual(dual128, dual128.__ptx__).ok
 
 
-def test_missing_wait_ld_is_reported_at_the_first_use(dual128):
+def test_missing_wait_ld_is_reported(dual128, monkeypatch):
+    """Without ``tcgen05.wait::ld`` the epilogue's TMEM reads are not ordered before the dealloc (or the next
+    tile's MMA) of those columns (PTX ISA 9.7.16.6.4.4). Reading the loaded registers before the wait is not
+    the bug: the ISA does not forbid it (unlike wgmma's accumulators), ptxas honours the dependency, and
+    NVIDIA's own DSL epilogues never wait. The emulator notes the unordered read in the launch report, and
+    raises in strict mode (``tcgen05.STRICT_LD_ORDER``)."""
+    from gemmlab.emulator.isa import tcgen05
+
+    packed, scales, out, ref = _dual_operands(128, 128, 512, 0)
+    (report,) = run_on_emulator(dual128, *packed, *scales, out, seed=0)
+    assert report.notes == []
     ptx = mutate(dual128.__ptx__, drop=r"^tcgen05\.wait::ld")
-    with pytest.raises(errors.RaceError, match=r"read before its tcgen05\.ld \(tcgen05\.wait::ld\)") as e:
+    (report,) = run_on_emulator(dual128, *packed, *scales, out, seed=0, ptx=ptx)
+    assert any("without a tcgen05.wait::ld" in n for n in report.notes), report.notes
+    monkeypatch.setattr(tcgen05, "STRICT_LD_ORDER", True)
+    with pytest.raises(errors.RaceError, match=r"without a tcgen05\.wait::ld") as e:
         _run_dual(dual128, ptx)
     assert "PTX line" in str(e.value) and "warp" in str(e.value)
 

@@ -116,7 +116,7 @@ def run_on_emulator(compiled, *args, seed: int = 0, trace=None, max_steps: int =
         m.run()
         reports.append(LaunchReport(launch.kernel, launch.grid, launch.block, launch.cluster, launch.smem,
                                     m.steps, nops.count, time.perf_counter() - t0,
-                                    warps=sum(len(c.warps) for c in m.ctas)))
+                                    warps=sum(len(c.warps) for c in m.ctas), notes=list(getattr(m, "notes", ()))))
     return reports
 
 
@@ -189,4 +189,5 @@ def run_ptx(ptx_text: str, *params, grid=(1, 1, 1), block=(32, 1, 1), cluster=(1
     nops = _count_ops(m)
     m.run()
     return LaunchReport(k.name, launch.grid, launch.block, launch.cluster, smem, m.steps, nops.count,
-                        time.perf_counter() - t0, warps=sum(len(c.warps) for c in m.ctas))
+                        time.perf_counter() - t0, warps=sum(len(c.warps) for c in m.ctas),
+                        notes=list(getattr(m, "notes", ())))
