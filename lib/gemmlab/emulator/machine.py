@@ -509,6 +509,7 @@ class Machine:
         rng = self.rng
         runnable: list = []
         in_runnable: set = set()
+        checked_all = False
         self._woken = True
         while True:
             if self._woken:  # re-check every warp
@@ -546,7 +547,12 @@ class Machine:
                     self.complete_op(due[rng.randrange(len(due))])
                     continue
             if not runnable:
+                if not self.pending:  # a state change nobody announced? re-check everything once, then give up
+                    if checked_all:
+                        raise Deadlock(self.deadlock_report(warps))
+                    checked_all = self._woken = True
                 continue
+            checked_all = False
             warp = runnable[rng.randrange(len(runnable))]
             self._running = warp
             self.run_warp(warp, rng.randint(1, self.burst))

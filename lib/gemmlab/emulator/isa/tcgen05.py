@@ -483,13 +483,14 @@ def _pair_collective(warp, mask, kind, payload, complete):
     book = lead.__dict__.setdefault("_tc_pair_ops", {})
     other = book.pop((kind, n), None)
     if other is None:
-        entry = {"cta": cta, "payload": payload, "done": False}
+        entry = {"cta": cta, "payload": payload, "done": False, "warp": warp}
         book[(kind, n)] = entry
         warp.block(mask, lambda: not entry["done"],
                    f"the peer CTA's warp to join tcgen05.{kind}.cta_group::2 (collective over the CTA pair)")
         return
     complete({other["cta"]: other["payload"], cta: payload})
     other["done"] = True
+    warp.machine.wake((other["warp"],))
 
 
 def _alloc_columns(ctas, n):
