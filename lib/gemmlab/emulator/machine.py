@@ -17,7 +17,12 @@ Execution model (functional, never timing):
   in issue order, others in any order.
 * **Waiting** never spins the emulator: a warp that waits on an mbarrier phase, a
   named barrier, a cluster barrier or a wait_group sleeps until what it waits for
-  changes. When every warp sleeps and no operation is left, that is a deadlock, and
+  changes. ``mbarrier.try_wait`` is a *bounded* wait (PTX ISA: the thread may be
+  suspended until the phase completes or a time limit passes, then it answers):
+  its lanes sleep until the phase moves or until nothing else in the machine can
+  run, which is when its time limit runs out; a probe then reads ``false`` and goes
+  on. When every warp sleeps, no operation is left and waking the bounded waits
+  again would only bring them back to where they were, that is a deadlock, and
   the report lists each warp's PC and every mbarrier's state.
 """
 from __future__ import annotations
@@ -384,6 +389,10 @@ class Machine:
         self.steps = 0
         self.clock = 0
         self._woken = True
+        self.wakes = 0  # state changes that may end a wait (phases, barriers, completed operations)
+        self.timeout_epoch = 0  # bumped when the bounded waits (try_wait) time out
+        self._timeouts_seen: set = set()
+        self.notes: list[str] = []  # what instructions observed that a run's report should mention
         self.clusters: list[Cluster] = []
         self.ctas: list[CTA] = []
         self._build_grid()
@@ -444,6 +453,27 @@ class Machine:
     # ---- running
     def wake(self):
         self._woken = True
+        self.wakes += 1
+
+    def time_out_waits(self, live) -> bool:
+        """Nothing can run: let the bounded waits (``mbarrier.try_wait``) time out, unless that was already
+        tried from this very state (same lanes waiting at the same PCs, no wake since), which is a deadlock."""
+        sig = []
+        for w in live:
+            for entry in w.parked:
+                if getattr(entry[1], "timed", False):
+                    pcs = (w.pc,) if w.pcs is None else tuple(int(p) for p in w.pcs)
+                    sig.append((w.cta.linear, w.index, pcs, entry[0].tobytes()))
+        if not sig:
+            return False
+        key = (self.wakes, tuple(sig))
+        if key in self._timeouts_seen:
+            return False
+        if not any(k[0] == self.wakes for k in self._timeouts_seen):
+            self._timeouts_seen = set()
+        self._timeouts_seen.add(key)
+        self.timeout_epoch += 1
+        return True
 
     def issue(self, op: AsyncOp):
         self.pending.append(op)
@@ -476,6 +506,8 @@ class Machine:
                 break
             runnable = [w for w in live if w.runnable()]
             ops = self.eligible_ops() if self.pending else []
+            if not runnable and not ops and live and self.time_out_waits(live):
+                continue
             if not runnable and not ops:
                 if not live:
                     raise Deadlock("asynchronous operations remain that can never complete:\n  " +
