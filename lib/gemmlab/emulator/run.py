@@ -114,7 +114,7 @@ def run_on_emulator(compiled, *args, seed: int = 0, trace=None, max_steps: int =
         m.run()
         reports.append(LaunchReport(launch.kernel, launch.grid, launch.block, launch.cluster, launch.smem,
                                     m.steps, nops.count, time.perf_counter() - t0,
-                                    warps=sum(len(c.warps) for c in m.ctas)))
+                                    warps=sum(len(c.warps) for c in m.ctas), notes=list(m.notes)))
     return reports
 
 
