@@ -127,3 +127,19 @@ def test_matrix_fragments_follow_the_isa_figure():
     assert (rows[31].tolist(), cols[31].tolist()) == ([7, 7], [6, 7])
     rows_t, cols_t = fragment_positions(True)
     assert np.array_equal(rows_t, cols) and np.array_equal(cols_t, rows)  # .trans: the same pairs, transposed
+
+
+def test_a_zero_grid_is_an_error_that_names_the_fix():
+    # chapter 07's kernel takes M, N, K at run time; torch tensors arrive with static layouts, so its host code
+    # reads zero sizes and launches zero CTAs: CUDA would refuse that launch, and so does the emulator
+    from cutlass import Int32
+
+    from gemmlab.emulator.errors import EmulatorError
+    from gemmlab.emulator.run import run_on_emulator
+    from gemmlab.family.configs import Sm90Config
+
+    gm = S._kernel_module("gemm_sm90")
+    c = gm.compile_gemm(target="sm_90a", cfg=Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1)), b_major="k")
+    a, b = torch.zeros(64, 64, dtype=torch.bfloat16), torch.zeros(64, 64, dtype=torch.bfloat16).t()
+    with pytest.raises(EmulatorError, match="mark_layout_dynamic"):
+        run_on_emulator(c, a, b, torch.zeros(64, 64, dtype=torch.bfloat16), Int32(1))
