@@ -150,11 +150,16 @@ def gpu_mode() -> tuple[bool, str]:
     tier, declared = detect_tier(), required_tier()
     if tier == "sm90" or declared == "sm90":
         return True, f"tier {tier}" + (f" (GEMMLAB_TIER={declared})" if declared else "")
+    import shutil
+
     import torch
 
     if torch.cuda.is_available():
         raise SystemExit(f"{NAME}: the GPU half needs an H100/H200 (tier sm90: the kernels are sm_90a); this "
                          f"machine's GPU ({torch.cuda.get_device_name(0)}) is tier {tier}")
+    if os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi"):
+        raise SystemExit(f"{NAME}: this machine has an NVIDIA driver but torch sees no GPU (torch {torch.__version__}, "
+                         f"CUDA {torch.version.cuda}): refusing to skip the GPU half")
     return False, f"no GPU (tier {tier})"
 
 
@@ -191,6 +196,10 @@ def main(argv=None) -> int:
         return 2
     inputs = {c.name: c.make(0) for c in cases}
     jobs = args.jobs or max(1, min((os.cpu_count() or 2) - 2, 14))
+    if use_gpu:
+        from gemmlab.bench import device_name
+
+        why += f", {device_name()}"
     print(f"{NAME}: {len(cases)} cases; GPU half {'on (' + why + ')' if use_gpu else 'SKIPPED: ' + why}; "
           f"emulator half in {jobs} process{'es' if jobs > 1 else ''}", flush=True)
 
