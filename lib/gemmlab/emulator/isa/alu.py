@@ -264,6 +264,9 @@ def _packed_binary(ctx, fn):
     """``add/sub/mul/fma/min/max .f16x2/.bf16x2``: the operation on each 16-bit half."""
     typ = type_of(ctx.parts)
     half = "f16" if typ == "f16x2" else "bf16"
+    extra = ctx.mods - {typ, "rn"}
+    if extra:  # each half is computed in float32 and rounded to nearest: other modes are not modelled
+        ctx.unsupported("the modifier(s) ." + ", .".join(sorted(extra)) + " of")
     ops = ctx.inst.operands
     readers = [ctx.src(x, "b32") for x in ops[1:]]
     w = ctx.dst(ops[0], "b32")
@@ -359,7 +362,13 @@ def h_mul(ctx):
 def h_mad(ctx):
     typ = type_of(ctx.parts)
     if typ in ("f16x2", "bf16x2"):
-        return _packed_binary(ctx, lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32))
+        if ctx.mods - {typ, "rn"}:
+            ctx.unsupported(f"the modifiers {sorted(ctx.mods - {typ, 'rn'})} on .{typ} of")
+        half = typ[:-2]
+
+        def packed_fma(a, b, c):  # the exact a*b + c, rounded once to the half type
+            return half_from_exact(*_two_sum(a.astype(np.float64) * b, c.astype(np.float64)), half)
+        return _packed_binary(ctx, packed_fma)
     d, a, b, c = ctx.inst.operands
     if typ in FLOAT_TYPES:
         ctx.need({typ, *_ROUNDINGS, "ftz", "sat"})
@@ -421,14 +430,32 @@ def h_div(ctx):
 
 @handler("min", "max")
 def h_minmax(ctx):
+    """min/max. A NaN operand yields the other operand; with ``.NaN`` a NaN operand yields NaN; ``.relu`` then
+    clamps a negative result to +0 (PTX ISA "min", "max"; ``.ftz`` for f32)."""
     typ = type_of(ctx.parts)
     is_max = ctx.parts[0] == "max"
+    nan, relu, ftz = "NaN" in ctx.mods, "relu" in ctx.mods, "ftz" in ctx.mods
+    if typ not in FLOAT_TYPES | {"f16x2", "bf16x2"} and (nan or relu or ftz):
+        ctx.unsupported()
+    if ftz and typ != "f32":
+        ctx.unsupported("the modifier .ftz on ." + typ + " of")
+
+    def pick(a, b):
+        if nan:  # a NaN operand makes the result NaN
+            r = np.maximum(a, b) if is_max else np.minimum(a, b)
+        else:
+            r = np.fmax(a, b) if is_max else np.fmin(a, b)
+        return np.where(r < 0, np.zeros_like(r), r) if relu else r  # NaN stays NaN under .relu
     if typ in ("f16x2", "bf16x2"):
-        return _packed_binary(ctx, np.fmax if is_max else np.fmin)
+        ctx.mods.discard("NaN")
+        ctx.mods.discard("relu")
+        return _packed_binary(ctx, pick)
 
     def fn(a, b, t, mask):
-        if t in FLOAT_TYPES:  # a NaN operand yields the other one (ISA: min/max with one NaN)
-            return np.fmax(a, b) if is_max else np.fmin(a, b)
+        if t in FLOAT_TYPES:
+            if ftz:
+                a, b = _ftz(a), _ftz(b)
+            return pick(a, b)
         return np.maximum(a, b) if is_max else np.minimum(a, b)
     return _binary(ctx, fn, allowed={"ftz", "NaN", "relu"})
 
