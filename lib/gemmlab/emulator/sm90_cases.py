@@ -112,6 +112,7 @@ class Mma:
         if tuple(got.shape) != tuple(want.shape):
             return Verdict(False, self.comparison, float("inf"), f"shape {tuple(got.shape)} vs {tuple(want.shape)}")
         worst, identical, total, biggest, bad = 0.0, 0, 0, 0.0, 0
+        err2, ref2 = 0.0, 0.0
         for index, a, b in self.operands(inputs):
             x, y = got[index].double(), want[index].double()
             a64, b64 = a.double(), b.double()
@@ -127,8 +128,12 @@ class Mma:
             biggest = max(biggest, float(d.max()) if d.numel() else 0.0)
             identical += int((d == 0).sum())
             total += d.numel()
+            err2 += float(((x - y) ** 2).nan_to_num(float("inf")).sum())
+            ref2 += float((y ** 2).sum())
         detail = ((f"{identical} of {total} identical, " if sides > 1 else "")
                   + f"worst difference {worst:.3g} of its bound" + (f", {bad} beyond it" if bad else ""))
+        if self.acc and ref2 > 0:
+            detail += f", relative error {(err2 / ref2) ** 0.5:.2e} (Frobenius)"
         return Verdict(bad == 0, self.comparison.replace("sides", str(sides)), biggest, detail, worst)
 
 
