@@ -924,19 +924,22 @@ def _grouped_cases():
     small = Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1))
     pair = Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(2, 1))
     wide = Sm90Config(tile_m=128, tile_n=64, stages=3, cluster=(1, 1))
-    sizes = (70, 0, 20, 130)  # an empty group, a group smaller than a tile, partial tiles
+    four = (70, 0, 20, 130)  # an empty group, a group smaller than a tile, partial tiles
+    five = (70, 0, 20, 130, 30)
     ragged = [
-        # label, cfg, b_major, fences, dynamic, by_size, overlap_store, grid, seeds
-        ("static, largest first", small, "k", True, False, True, False, 2, (0, 1)),
-        ("static, index order, B N-major", small, "n", True, False, False, False, 3, (0,)),
-        ("dynamic (atomic tile counter)", small, "k", True, True, True, False, 2, (0, 1)),
-        ("2-CTA tile (B multicast), static", pair, "k", True, False, True, False, 4, (0, 1)),
-        ("2-CTA tile, dynamic (mailbox)", pair, "k", True, True, True, False, 4, (0,)),
-        ("128-row tile, store under the next main loop", wide, "k", True, False, True, True, 2, (0,)),
+        # label, cfg, b_major, fences, dynamic, by_size, overlap_store, (mixed rows, burst), grid, sizes, seeds
+        ("static, largest first", small, "k", True, False, True, False, (0, 1), 2, four, (0, 1)),
+        ("static, index order, B N-major", small, "n", True, False, False, False, (0, 1), 3, four, (0,)),
+        ("dynamic (atomic tile counter)", small, "k", True, True, True, False, (0, 1), 2, four, (0, 1)),
+        ("2-CTA tile (B multicast), static", pair, "k", True, False, True, False, (0, 1), 4, four, (0, 1)),
+        ("2-CTA tile, dynamic (mailbox)", pair, "k", True, True, True, False, (0, 1), 4, four, (0,)),
+        ("128-row tile, store under the next main loop", wide, "k", True, False, True, True, (0, 1), 2, four, (0,)),
+        ("dynamic, light groups (<= 64 rows) mixed in, bursts of 2", small, "k", True, True, True, False, (64, 2),
+         2, five, (0,)),
     ]
     n, k = 72, 136
-    for label, cfg, b_major, fences, dynamic, by_size, overlap, grid, seeds in ragged:
-        def make(seed, b_major=b_major):
+    for label, cfg, b_major, fences, dynamic, by_size, overlap, (mixed, burst), grid, sizes, seeds in ragged:
+        def make(seed, b_major=b_major, sizes=sizes):
             g = _gen(seed)
             t = sum(sizes)
             a = _randn((t, k), torch.bfloat16, g)
@@ -944,27 +947,31 @@ def _grouped_cases():
                  else _randn((len(sizes), k, n), torch.bfloat16, g))
             return {"a": a, "b": b, "offs": torch.tensor(np.cumsum(sizes), dtype=torch.int32)}
 
-        def compiled(cfg=cfg, b_major=b_major, fences=fences, dynamic=dynamic, by_size=by_size, overlap=overlap):
+        def compiled(cfg=cfg, b_major=b_major, fences=fences, dynamic=dynamic, by_size=by_size, overlap=overlap,
+                     mixed=mixed, burst=burst):
             gs = _kernel_module("grouped_sm90")
-            return _compiled(("grouped", cfg, "ragged", b_major, fences, dynamic, by_size, overlap),
+            return _compiled(("grouped", cfg, "ragged", b_major, fences, dynamic, by_size, overlap, mixed, burst),
                              lambda: gs.compile_grouped(cfg=cfg, mode="ragged", b_major=b_major, target=TARGET,
                                                         fences=fences, by_size=by_size, dynamic=dynamic,
-                                                        overlap_store=overlap, l2_promotion=grouped.L2_PROMOTION))
+                                                        overlap_store=overlap, mixed=mixed, burst=burst,
+                                                        l2_promotion=grouped.L2_PROMOTION))
 
-        def emulate(x, seed, cfg=cfg, compiled=compiled, grid=grid):
+        def emulate(x, seed, cfg=cfg, compiled=compiled, grid=grid, mixed=mixed):
             gs = _kernel_module("grouped_sm90")
             o = torch.full((x["a"].shape[0], n), float("nan"), dtype=torch.bfloat16)
             table = torch.zeros((1, len(gs.TABLE_COLUMNS)), dtype=torch.int64)
-            ws = torch.zeros((grid, gs.slots_per_cta(cfg), gs.DESC_WORDS), dtype=torch.int64)
-            rep = _emulate(compiled(), [x["a"], x["b"], o, x["offs"], table, ws, Int32(len(sizes)), Int32(grid)],
+            ws = torch.zeros((grid, gs.slots_per_cta(cfg, False, bool(mixed)), gs.DESC_WORDS), dtype=torch.int64)
+            groups = x["offs"].numel()
+            rep = _emulate(compiled(), [x["a"], x["b"], o, x["offs"], table, ws, Int32(groups), Int32(grid)],
                            seed, dynamic=True, aligns={3: 4, 4: 8})
             return {"c": o}, rep
 
-        def gpu(x, cfg=cfg, fences=fences, dynamic=dynamic, by_size=by_size, overlap=overlap):
+        def gpu(x, cfg=cfg, fences=fences, dynamic=dynamic, by_size=by_size, overlap=overlap, mixed=mixed,
+                burst=burst):
             d = _cuda(x)
             o = torch.full((d["a"].shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")
             grouped.grouped_gemm(d["a"], d["b"], d["offs"], o, config=cfg, fences=fences, by_size=by_size,
-                                 dynamic=dynamic, overlap_store=overlap, mixed=0)
+                                 dynamic=dynamic, overlap_store=overlap, mixed=mixed, burst=burst)
             return _cpu({"c": o})
 
         def operands(x):
