@@ -17,7 +17,12 @@ Execution model (functional, never timing):
   in issue order, others in any order.
 * **Waiting** never spins the emulator: a warp that waits on an mbarrier phase, a
   named barrier, a cluster barrier or a wait_group sleeps until what it waits for
-  changes. When every warp sleeps and no operation is left, that is a deadlock, and
+  changes. ``mbarrier.try_wait`` is a *bounded* wait (PTX ISA: the thread may be
+  suspended until the phase completes or a time limit passes, then it answers):
+  its lanes sleep until the phase moves or until nothing else in the machine can
+  run, which is when its time limit runs out; a probe then reads ``false`` and goes
+  on. When every warp sleeps, no operation is left and waking the bounded waits
+  again would only bring them back to where they were, that is a deadlock, and
   the report lists each warp's PC and every mbarrier's state.
 """
 from __future__ import annotations
@@ -408,6 +413,10 @@ class Machine:
         self.steps = 0
         self.clock = 0
         self._woken = True
+        self.wakes = 0  # state changes that may end a wait (phases, barriers, completed operations)
+        self.timeout_epoch = 0  # bumped when the bounded waits (try_wait) time out
+        self._timeouts_seen: set = set()
+        self.notes: list[str] = []  # what instructions observed that a run's report should mention
         self.clusters: list[Cluster] = []
         self.ctas: list[CTA] = []
         self._build_grid()
@@ -472,10 +481,31 @@ class Machine:
     # ---- running
     def wake(self, warps=None):
         """Something changed: re-check ``warps`` (all warps when None) before the next choice."""
+        self.wakes += 1
         if warps is None:
             self._woken = True
         else:
             self._dirty.update(warps)
+
+    def time_out_waits(self, live) -> bool:
+        """Nothing can run: let the bounded waits (``mbarrier.try_wait``) time out, unless that was already
+        tried from this very state (same lanes waiting at the same PCs, no wake since), which is a deadlock."""
+        sig = []
+        for w in live:
+            for entry in w.parked:
+                if getattr(entry[1], "timed", False):
+                    pcs = (w.pc,) if w.pcs is None else tuple(int(p) for p in w.pcs)
+                    sig.append((w.cta.linear, w.index, pcs, entry[0].tobytes()))
+        if not sig:
+            return False
+        key = (self.wakes, tuple(sig))
+        if key in self._timeouts_seen:
+            return False
+        if not any(k[0] == self.wakes for k in self._timeouts_seen):
+            self._timeouts_seen = set()
+        self._timeouts_seen.add(key)
+        self.timeout_epoch += 1
+        return True
 
     def issue(self, op: AsyncOp):
         # each operation takes a random time (in warp instructions executed meanwhile) before it may
@@ -539,6 +569,9 @@ class Machine:
                         if not warps:
                             raise Deadlock("asynchronous operations remain that can never complete:\n  " +
                                            "\n  ".join(op.label for op in self.pending))
+                        if self.time_out_waits(warps):
+                            self._woken = True
+                            continue
                         raise Deadlock(self.deadlock_report(warps))
                     self.complete_op(min(ops, key=lambda o: o.due))  # nothing else can happen: the earliest
                     continue
@@ -547,10 +580,13 @@ class Machine:
                     self.complete_op(due[rng.randrange(len(due))])
                     continue
             if not runnable:
-                if not self.pending:  # a state change nobody announced? re-check everything once, then give up
-                    if checked_all:
+                if not self.pending:  # a state change nobody announced? re-check everything once
+                    if not checked_all:
+                        checked_all = self._woken = True
+                    elif self.time_out_waits(warps):  # then let bounded waits time out, then give up
+                        self._woken = True
+                    else:
                         raise Deadlock(self.deadlock_report(warps))
-                    checked_all = self._woken = True
                 continue
             checked_all = False
             warp = runnable[rng.randrange(len(runnable))]

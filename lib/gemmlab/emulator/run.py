@@ -108,6 +108,14 @@ def run_on_emulator(compiled, *args, seed: int = 0, trace=None, max_steps: int =
     module = module_of(ptx if ptx is not None else runner.ptx)
     reports = []
     for launch in launches:
+        if 0 in launch.grid:
+            from .errors import EmulatorError
+
+            raise EmulatorError(f"the host code launched {launch.kernel[:60]} with grid {launch.grid}: CUDA refuses a "
+                                "zero grid dimension (invalid configuration). A kernel compiled with symbolic sizes "
+                                "(cute.sym_int) reads them from its tensors: hand it CuTe tensors whose layout is "
+                                "dynamic (from_dlpack(t).mark_layout_dynamic(), with the tensors in extra_memory), "
+                                "not torch tensors, which are converted with static layouts")
         kernel = module.kernel(launch.kernel)
         t0 = time.perf_counter()
         m = Machine(module, kernel, launch, memory, seed=seed, arch=module.target, max_steps=max_steps,
@@ -116,7 +124,7 @@ def run_on_emulator(compiled, *args, seed: int = 0, trace=None, max_steps: int =
         m.run()
         reports.append(LaunchReport(launch.kernel, launch.grid, launch.block, launch.cluster, launch.smem,
                                     m.steps, nops.count, time.perf_counter() - t0,
-                                    warps=sum(len(c.warps) for c in m.ctas), notes=list(getattr(m, "notes", ()))))
+                                    warps=sum(len(c.warps) for c in m.ctas), notes=list(m.notes)))
     return reports
 
 

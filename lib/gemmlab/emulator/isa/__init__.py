@@ -247,7 +247,7 @@ SPECIAL = {
 
 
 def compile_kernel(machine) -> list:
-    from . import alu, mem, sync, asyncops, wgmma, tcgen05  # noqa: F401  (register the handlers)
+    from . import alu, mem, sync, asyncops, wgmma, tcgen05, matrix  # noqa: F401  (register the handlers)
 
     return [compile_instruction(machine, inst) for inst in machine.kernel.body]
 

@@ -57,6 +57,119 @@ def _round_half(values, typ):
 
 
 # ---------------------------------------------------------------------------------------------
+# FP32 arithmetic with the ISA's rounding modifiers (PTX ISA "Floating-Point Instructions": add, sub, mul,
+# fma; "Rounding modifiers": .rn, .rz, .rm, .rp; .ftz; .sat)
+# ---------------------------------------------------------------------------------------------
+
+_F32_MIN_NORMAL = np.float32(2.0 ** -126)
+_ROUNDINGS = ("rn", "rz", "rm", "rp")
+
+
+def _two_sum(x, y):
+    """``s, e`` with ``s = fl(x + y)`` and ``s + e = x + y`` exactly (float64, Knuth's TwoSum)."""
+    s = x + y
+    bb = s - x
+    return s, (x - (s - bb)) + (y - bb)
+
+
+def f32_from_exact(s, e, mode: str = "rn"):
+    """The float32 rounding, by ``mode``, of the exact value ``s + e`` (float64 arrays; ``e`` the error of ``s``).
+
+    ``rn``: round to odd in binary64 (``s`` itself, or its neighbour towards ``s + e`` when ``e != 0`` and ``s``
+    ends in a 0 bit), then to nearest even in binary32: correctly rounded because binary64 has at least two bits
+    more than binary32 (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms
+    using rounding to odd", IEEE Trans. Computers 2008). ``rz``/``rm``/``rp``: the nearest float32, stepped one
+    unit towards zero / minus infinity / plus infinity when it lies on the wrong side of the exact value.
+    """
+    s = np.asarray(s, np.float64)
+    e = np.asarray(e, np.float64)
+    with np.errstate(**_ERRSTATE):
+        if mode == "rn":
+            return _round_to_odd(s, e).astype(np.float32)
+        r = s.astype(np.float32)
+        diff = (s - r.astype(np.float64)) + e  # exact - r: s - r is exact (Sterbenz), the sum keeps its sign
+        if mode == "rz":
+            step = ((r > 0) & (diff < 0)) | ((r < 0) & (diff > 0))
+            return np.where(step, np.nextafter(r, np.float32(0)), r).astype(np.float32)
+        if mode == "rm":
+            return np.where(diff < 0, np.nextafter(r, np.float32(-np.inf)), r).astype(np.float32)
+        if mode == "rp":
+            return np.where(diff > 0, np.nextafter(r, np.float32(np.inf)), r).astype(np.float32)
+    raise Unsupported(f"rounding mode .{mode}")
+
+
+def _round_to_odd(s, e):
+    """``s + e`` rounded to odd in binary64: ``s``, or its neighbour towards ``s + e`` if inexact and ``s`` is even."""
+    odd = (s.view(np.uint64) & np.uint64(1)) == 1
+    fix = (e != 0) & ~odd & np.isfinite(s)
+    return np.where(fix, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+
+
+def half_from_exact(s, e, typ: str):
+    """The exact value ``s + e`` (float64 pair) rounded once to nearest even ``f16``/``bf16`` (as float32 values).
+
+    Round to odd in binary64, then for bf16 to odd in binary32 (24 bits >= 8 + 2), then to nearest even in the
+    type; numpy converts binary64 to binary16 in one rounding."""
+    r = _round_to_odd(np.asarray(s, np.float64), np.asarray(e, np.float64))
+    with np.errstate(**_ERRSTATE):
+        if typ == "f16":
+            return r.astype(np.float16).astype(np.float32)
+        r32 = r.astype(np.float32)
+        inexact = r32.astype(np.float64) != r
+        odd = (r32.view(np.uint32) & np.uint32(1)) == 1
+        r32 = np.where(inexact & ~odd & np.isfinite(r32),
+                       np.nextafter(r32, np.where(r > r32, np.float32(np.inf), np.float32(-np.inf))), r32)
+    return bf16_bits_to_f32(f32_to_bf16_bits(r32.astype(np.float32)))
+
+
+def _ftz(x):
+    """``.ftz``: subnormal float32 inputs and results become zero of the same sign."""
+    x = np.asarray(x, np.float32)
+    return np.where((np.abs(x) < _F32_MIN_NORMAL) & (x != 0), np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def _sat(x):
+    """``.sat``: the result clamped to [0.0, 1.0]; NaN becomes +0.0."""
+    x = np.asarray(x, np.float32)
+    return np.where(np.isnan(x), np.float32(0), np.clip(x, np.float32(0), np.float32(1))).astype(np.float32)
+
+
+def _float_mods(ctx, typ):
+    """``(rounding, ftz, sat)`` of a float add/sub/mul/fma; directed rounding, .ftz and .sat only for f32."""
+    mods = ctx.mods
+    rnd = next((m for m in _ROUNDINGS if m in mods), "rn")
+    ftz, sat = "ftz" in mods, "sat" in mods
+    if typ != "f32" and (rnd != "rn" or ftz or sat):
+        ctx.unsupported(f"the modifiers .{rnd}{'.ftz' if ftz else ''}{'.sat' if sat else ''} on .{typ} of")
+    return rnd, ftz, sat
+
+
+def _f32_op(op: str, rnd: str, ftz: bool, sat: bool):
+    """``f(a, b[, c])`` for float32 add/sub/mul/fma with the ISA's modifiers, exactly rounded."""
+    def f(*args):
+        args = [np.asarray(x, np.float32) for x in args]
+        if ftz:
+            args = [_ftz(x) for x in args]
+        with np.errstate(**_ERRSTATE):
+            if rnd == "rn" and op in ("add", "sub", "mul"):
+                a, b = args
+                r = a + b if op == "add" else a - b if op == "sub" else a * b  # IEEE binary32, round to nearest
+            else:
+                a64 = [x.astype(np.float64) for x in args]
+                if op == "mul":
+                    s, e = a64[0] * a64[1], np.zeros_like(a64[0])  # exact: 24 + 24 bits fit in 53
+                elif op == "fma":
+                    s, e = _two_sum(a64[0] * a64[1], a64[2])
+                else:
+                    s, e = _two_sum(a64[0], -a64[1] if op == "sub" else a64[1])
+                r = f32_from_exact(s, np.where(np.isfinite(s), e, 0.0), rnd)
+        if ftz:
+            r = _ftz(r)
+        return _sat(r) if sat else r
+    return f
+
+
+# ---------------------------------------------------------------------------------------------
 # mov
 # ---------------------------------------------------------------------------------------------
 
@@ -151,6 +264,9 @@ def _packed_binary(ctx, fn):
     """``add/sub/mul/fma/min/max .f16x2/.bf16x2``: the operation on each 16-bit half."""
     typ = type_of(ctx.parts)
     half = "f16" if typ == "f16x2" else "bf16"
+    extra = ctx.mods - {typ, "rn"}
+    if extra:  # each half is computed in float32 and rounded to nearest: other modes are not modelled
+        ctx.unsupported("the modifier(s) ." + ", .".join(sorted(extra)) + " of")
     ops = ctx.inst.operands
     readers = [ctx.src(x, "b32") for x in ops[1:]]
     w = ctx.dst(ops[0], "b32")
@@ -178,13 +294,20 @@ def h_addsub(ctx):
     if ".cc" in ctx.inst.opcode or "cc" in ctx.mods:
         ctx.unsupported("the carry (.cc) form of")
 
+    if typ in FLOAT_TYPES:
+        rnd, ftz, sat = _float_mods(ctx, typ)
+        if typ == "f32":
+            f32 = _f32_op("sub" if sub else "add", rnd, ftz, sat)
+            return _binary(ctx, lambda a, b, t, m: f32(a, b), allowed={*_ROUNDINGS, "ftz", "sat"})
+        return _binary(ctx, lambda a, b, t, m: _round_half(a - b if sub else a + b, t), allowed={"rn"})
+
     def fn(a, b, t, mask):
         r = a - b if sub else a + b
         if "sat" in ctx.mods and t == "s32":
             wide = a.astype(np.int64) - b.astype(np.int64) if sub else a.astype(np.int64) + b.astype(np.int64)
             r = np.clip(wide, -2 ** 31, 2 ** 31 - 1).astype(np.int32)
-        return _round_half(r, t)
-    return _binary(ctx, fn, allowed={"rn", "ftz", "sat", "rz"})
+        return r
+    return _binary(ctx, fn, allowed={"sat"} if typ == "s32" else ())
 
 
 @handler("mul")
@@ -194,7 +317,11 @@ def h_mul(ctx):
         return _packed_binary(ctx, lambda a, b: a * b)
     mode = next((p for p in ("lo", "hi", "wide") if p in ctx.mods), None)
     if typ in FLOAT_TYPES:
-        return _binary(ctx, lambda a, b, t, m: _round_half(a * b, t), allowed={"rn", "ftz", "sat", "rz"})
+        rnd, ftz, sat = _float_mods(ctx, typ)
+        if typ == "f32":
+            f32 = _f32_op("mul", rnd, ftz, sat)
+            return _binary(ctx, lambda a, b, t, m: f32(a, b), allowed={*_ROUNDINGS, "ftz", "sat"})
+        return _binary(ctx, lambda a, b, t, m: _round_half(a * b, t), allowed={"rn"})
     if mode is None:
         ctx.unsupported("an integer mul without .lo/.hi/.wide:")
     d, a, b = ctx.inst.operands
@@ -235,16 +362,29 @@ def h_mul(ctx):
 def h_mad(ctx):
     typ = type_of(ctx.parts)
     if typ in ("f16x2", "bf16x2"):
-        return _packed_binary(ctx, lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32))
+        if ctx.mods - {typ, "rn"}:
+            ctx.unsupported(f"the modifiers {sorted(ctx.mods - {typ, 'rn'})} on .{typ} of")
+        half = typ[:-2]
+
+        def packed_fma(a, b, c):  # the exact a*b + c, rounded once to the half type
+            return half_from_exact(*_two_sum(a.astype(np.float64) * b, c.astype(np.float64)), half)
+        return _packed_binary(ctx, packed_fma)
     d, a, b, c = ctx.inst.operands
     if typ in FLOAT_TYPES:
-        ctx.need({typ, "rn", "ftz", "sat", "rz"})
+        ctx.need({typ, *_ROUNDINGS, "ftz", "sat"})
+        rnd, ftz, sat = _float_mods(ctx, typ)
+        if typ == "f64":
+            ctx.unsupported("the .f64 form of")  # fused f64 needs more than float64 arithmetic to round once
         ra, rb, rc, w = ctx.src(a, typ), ctx.src(b, typ), ctx.src(c, typ), ctx.dst(d, typ)
+        f32 = _f32_op("fma", rnd, ftz, sat)
 
         def fma(warp, mask):
-            with np.errstate(**_ERRSTATE):  # fused: one rounding (exact product in float64)
-                r = (_as(ra(warp), "f64") * _as(rb(warp), "f64") + _as(rc(warp), "f64"))
-            w(warp, mask, _round_half(r.astype(np.float32) if typ != "f64" else r, typ))
+            if typ == "f32":  # fused: the exact a*b + c, rounded once
+                w(warp, mask, f32(_as(ra(warp), "f32"), _as(rb(warp), "f32"), _as(rc(warp), "f32")))
+                return
+            with np.errstate(**_ERRSTATE):  # f16/bf16: the exact a*b + c (products of halves fit in float64)
+                s, e = _two_sum(_as(ra(warp), "f64") * _as(rb(warp), "f64"), _as(rc(warp), "f64"))
+            w(warp, mask, half_from_exact(s, np.where(np.isfinite(s), e, 0.0), typ))
         return fma
     mode = next((p for p in ("lo", "hi", "wide") if p in ctx.mods), None)
     if mode not in ("lo", "wide"):
@@ -290,14 +430,32 @@ def h_div(ctx):
 
 @handler("min", "max")
 def h_minmax(ctx):
+    """min/max. A NaN operand yields the other operand; with ``.NaN`` a NaN operand yields NaN; ``.relu`` then
+    clamps a negative result to +0 (PTX ISA "min", "max"; ``.ftz`` for f32)."""
     typ = type_of(ctx.parts)
     is_max = ctx.parts[0] == "max"
+    nan, relu, ftz = "NaN" in ctx.mods, "relu" in ctx.mods, "ftz" in ctx.mods
+    if typ not in FLOAT_TYPES | {"f16x2", "bf16x2"} and (nan or relu or ftz):
+        ctx.unsupported()
+    if ftz and typ != "f32":
+        ctx.unsupported("the modifier .ftz on ." + typ + " of")
+
+    def pick(a, b):
+        if nan:  # a NaN operand makes the result NaN
+            r = np.maximum(a, b) if is_max else np.minimum(a, b)
+        else:
+            r = np.fmax(a, b) if is_max else np.fmin(a, b)
+        return np.where(r < 0, np.zeros_like(r), r) if relu else r  # NaN stays NaN under .relu
     if typ in ("f16x2", "bf16x2"):
-        return _packed_binary(ctx, np.fmax if is_max else np.fmin)
+        ctx.mods.discard("NaN")
+        ctx.mods.discard("relu")
+        return _packed_binary(ctx, pick)
 
     def fn(a, b, t, mask):
-        if t in FLOAT_TYPES:  # a NaN operand yields the other one (ISA: min/max with one NaN)
-            return np.fmax(a, b) if is_max else np.fmin(a, b)
+        if t in FLOAT_TYPES:
+            if ftz:
+                a, b = _ftz(a), _ftz(b)
+            return pick(a, b)
         return np.maximum(a, b) if is_max else np.minimum(a, b)
     return _binary(ctx, fn, allowed={"ftz", "NaN", "relu"})
 

@@ -53,7 +53,33 @@ def tensor_map(warp, addr: int):
             raise MemoryFault(f"tensor map address 0x{addr:x} is not 64-byte aligned")
         raw = bytes(read_generic(warp, addr, 128))
         cache[addr] = raw
+    elif generic_to_space(addr)[0] == "global":
+        _note_if_stale(warp, addr, raw)
     return tm.decode(raw)
+
+
+def _note_if_stale(warp, addr: int, cached: bytes):
+    """A use of a cached map that global memory no longer holds: the run's report says so (it is what a kernel
+    that rewrites a descriptor without ``fence.proxy.tensormap::generic.acquire`` gets)."""
+    from .. import tensormap as tm
+
+    current = bytes(warp.machine.memory.read(addr, 128))
+    if current == cached:
+        return
+    try:
+        old, new = tm.decode(cached), tm.decode(current)
+        fields = [f for f in ("global_address", "global_dim", "global_stride", "box_dim", "elemtype", "swizzle")
+                  if getattr(old, f) != getattr(new, f)]
+        what = "its " + ", ".join(fields) if fields else "other bytes"
+    except Exception:  # the bytes in memory are not (yet) a valid map
+        what = "bytes that do not decode as a tensor map"
+    seen = warp.machine.__dict__.setdefault("_stale_tensormaps", set())
+    if (warp.cta.linear, warp.index, addr, what) in seen:
+        return
+    seen.add((warp.cta.linear, warp.index, addr, what))
+    warp.machine.notes.append(
+        f"stale tensor map: {warp.name} used its cached copy of the map at 0x{addr:x}, but global memory now "
+        f"holds a different one ({what} changed) and no fence.proxy.tensormap::generic.acquire dropped the copy")
 
 
 def tensormap_prefetch(ctx):

@@ -19,7 +19,7 @@ from ..values import bits_of, from_raw, to_raw
 from . import handler, type_of
 
 _SPACES = ("global", "shared", "shared::cta", "shared::cluster", "param", "param::entry", "local", "const")
-_IGNORED = {"weak", "volatile", "relaxed", "acquire", "release", "mmio", "cta", "cluster", "gpu", "sys",
+_IGNORED = {"weak", "volatile", "relaxed", "acquire", "release", "acq_rel", "mmio", "cta", "cluster", "gpu", "sys",
             "ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "L2::cache_hint", "L1::evict_normal",
             "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate", "L2::evict_normal",
             "L2::evict_first", "L2::evict_last", "L2::64B", "L2::128B", "L2::256B", "sync", "aligned"}

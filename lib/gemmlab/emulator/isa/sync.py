@@ -280,9 +280,18 @@ def h_mbarrier(ctx):
                     done[i] = mb.phase > int(ph[i])
             wdone(warp, mask, done)
             if op == "try_wait" and not done[mask].any() and first is not None:
-                # the instruction may return false any number of times; sleep until the phase moves
+                # "try_wait": the thread may be suspended until the phase completes or a time limit passes
+                # (PTX ISA, mbarrier.test_wait/try_wait). Sleep until the phase moves or the machine has
+                # nothing else to run (the time limit; Machine.time_out_waits). A spin loop then tries again;
+                # a probe (chapter 02's phase demo) goes on with its false.
                 seen = first.phase
-                warp.block(mask, lambda: first.phase == seen, first.state(), first)
+                m = warp.machine
+                epoch = m.timeout_epoch
+
+                def still():
+                    return first.phase == seen and m.timeout_epoch == epoch
+                still.timed = True
+                warp.block(mask, still, first.state(), first)
         return wait
     if op == "pending_count":
         ctx.unsupported()
