@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from . import nvfp4 as fp4
 from . import tiers
-from .checks import check_int
+from .checks import check_choice, check_int
 
 SM100_MODULE = "gemmlab.dual_gemm_sm100"
 #: The best public result for GPU MODE's nvfp4_dual_gemm on a B200 (geomean of the four shapes), microseconds.
@@ -378,24 +378,23 @@ def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) 
     from .calibration import CALIBRATION, SM90_SPEC_GHZ, TOLERANCE, Calibration, b200_clock_fraction
     from .dual_gemm_model import EPI_N, TILE_N_CHOICES, budget, max_stages
     from .hardware import B200
-    from .simulator import simulate
+    from .simulator import check_work, simulate
 
     if not isinstance(shape, (tuple, list)) or len(shape) != 3:
         raise ValueError(f"shape must be (m, n, k); got {shape!r}")
-    m, n, k = shape
-    fp4.check_problem(m, n, k)
-    if tile_n not in TILE_N_CHOICES:
-        raise ValueError(f"tile_n must be one of {TILE_N_CHOICES}; got {tile_n!r}")
+    m, n, k, _ = fp4.check_problem(*shape)
+    tile_n = check_choice("tile_n", tile_n, TILE_N_CHOICES)
     cal = CALIBRATION if cal is None else cal
     if not isinstance(cal, Calibration):
         raise TypeError(f"cal must be a gemmlab.calibration.Calibration; got {type(cal).__name__}")
     most = max_stages(tile_n)
     stages = most if stages is None else stages
-    check_int("stages", stages, lo=1, hi=most)
+    stages = check_int("stages", stages, lo=1, hi=most)
     tiles = fp4.ceil_div(m, TILE_M) * fp4.ceil_div(n, tile_n)
     ctas = min(B200.sms, tiles)
     waves = fp4.ceil_div(tiles, ctas)
     k_blocks = k // fp4.K_MULTIPLE
+    check_work(waves, k_blocks)  # the busiest CTA's k-blocks, refused before the list of them is built
     frac = b200_clock_fraction(cal)
     sm_flops = B200.fp4_tflops * 1e12 * frac / B200.sms
     kblock_s = 2 * 2 * TILE_M * tile_n * fp4.K_MULTIPLE / sm_flops
