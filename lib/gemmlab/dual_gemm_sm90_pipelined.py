@@ -493,7 +493,10 @@ def rs_a_layouts(tile_n: int = 64) -> dict:
         frag = tm.make_fragment_A(tm.get_slice(0).partition_shape_A((TILE_M, SLICE_K)))
         seen["fragment"] = str(frag.type).split('"')[1]
 
-    cute.compile(probe, options="--gpu-arch sm_90a")
+    from .compile import COMPILE_LOCK
+
+    with COMPILE_LOCK:  # one compile at a time (gemmlab.compile.COMPILE_LOCK)
+        cute.compile(probe, options="--gpu-arch sm_90a")
     return seen
 
 
