@@ -35,8 +35,22 @@ SETUP_LINE = "import gemmlab.notebook; gemmlab.notebook.setup()  # cells for a G
 _SETUP_RE = re.compile(r"gemmlab\.notebook\.setup\(|^from gemmlab\.notebook import[^\n]*\bsetup\b", re.M)
 
 
+def cell_tags(cell) -> list:
+    """A cell's ``metadata.tags``: a list of strings (``[]`` when absent); ``ValueError`` for anything else.
+
+    A string (``"gpu"``) or ``null`` there is a hand-edited notebook: read as a list of letters or as
+    nothing, it would run a GPU cell on a CPU machine, so it is an error that names the cell's tags.
+    """
+    tags = cell.get("metadata", {}).get("tags", [])
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
+        raise ValueError(f"metadata.tags must be a list of strings; got {tags!r}")
+    return list(tags)
+
+
 def needed_tier(tags) -> str | None:
     """The most demanding tier word among a cell's ``tags`` (``None``: any machine runs it)."""
+    if not isinstance(tags, (list, tuple, set, frozenset)):
+        raise ValueError(f"tags must be a list of strings; got {tags!r}")
     for w in TIER_WORDS:
         if w in tags:
             return w
@@ -181,6 +195,14 @@ def problems(nb) -> list[str]:
     """Where a notebook's markers and setup call disagree with its tags (empty: all agree)."""
     out = []
     code = _code_cells(nb)
+    bad = []
+    for n, cell in enumerate(code, 1):
+        try:
+            cell_tags(cell)
+        except ValueError as exc:
+            bad.append(f"code cell {n}: {exc}")
+    if bad:  # nothing else can be judged until the tags are lists
+        return bad
     if code:
         first = code[0]
         if needed_tier(first.metadata.get("tags", [])):
@@ -205,6 +227,11 @@ def mark(nb) -> list[str]:
 
     changes = []
     code = _code_cells(nb)
+    for n, cell in enumerate(code, 1):
+        try:
+            cell_tags(cell)
+        except ValueError as exc:
+            raise ValueError(f"code cell {n}: {exc}; fix the tags by hand first") from None
     if code and (needed_tier(code[0].metadata.get("tags", [])) or not _SETUP_RE.search(code[0].source)):
         if needed_tier(code[0].metadata.get("tags", [])):
             cell = nbformat.v4.new_code_cell(SETUP_LINE)
@@ -235,6 +262,12 @@ def main(argv=None) -> int:
     ap.add_argument("notebooks", nargs="*", help="notebook paths (default: the repository's notebooks/*.ipynb)")
     args = ap.parse_args(argv)
 
+    from .runner import missing_notebook_modules
+
+    missing = missing_notebook_modules()
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     import nbformat
 
     from .runner import notebook_paths
@@ -250,19 +283,25 @@ def main(argv=None) -> int:
             print(f"{p}: cannot read: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             bad += 1
             continue
+        if args.mark:
+            try:
+                changes = mark(nb)
+            except ValueError as exc:
+                print(f"{p}: {exc}")
+                bad += 1
+                continue
         if args.check:
             found = problems(nb)
             for msg in found:
                 print(f"{p}: {msg}")
             bad += bool(found)
         else:
-            changes = mark(nb)
             if changes:
                 nbformat.write(nb, p)
                 for msg in changes:
                     print(f"{p}: {msg}")
     if bad:
-        what = "disagree with their tags or could not be read" if args.check else "could not be read"
+        what = "disagree with their tags or could not be read" if args.check else "could not be read or have tags that are not lists"
         print(f"{bad} of {len(paths)} notebook(s) {what}")
         return 1
     print(f"{len(paths)} notebook(s): markers agree with tags" if args.check else f"{len(paths)} notebook(s) marked")
