@@ -358,3 +358,29 @@ def test_figures_are_replaced_whole_never_seen_half_written(tmp_path, monkeypatc
     t.join()
     assert seen and all(seen)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["torn.png"]  # no temporary file left
+
+
+def test_a_library_figure_leaves_the_notebooks_own_backend_alone():
+    """``make lab`` kernels keep the inline backend: drawing a gemmlab figure must not switch it to Agg."""
+    import subprocess
+    import sys
+
+    code = ("import matplotlib; matplotlib.use('svg')\n"
+            "from gemmlab.figures import new_figure\n"
+            "fig, axes = new_figure(1, 2, figsize=(4, 2), sharey=True)\n"
+            "axes[0].plot([1, 2])\n"
+            "import matplotlib.pyplot as plt\n"
+            "print(matplotlib.get_backend(), len(axes), fig.get_size_inches().tolist(), plt.get_fignums())\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "PYTEST_CURRENT_TEST")}
+    env["PYTHONPATH"] = str(runner.REPO_ROOT / "lib")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["svg", "2", "[4.0,", "2.0]", "[]"]
+
+
+def test_make_lab_takes_agg_out_of_the_kernels_environment_and_make_test_checks_the_stack():
+    text = (runner.REPO_ROOT / "Makefile").read_text()
+    lab = text[text.index("\nlab:"):text.index("\n\n", text.index("\nlab:"))]
+    assert "env -u MPLBACKEND" in lab
+    test = text[text.index("\ntest:"):text.index("\n\n", text.index("\ntest:"))]
+    assert "STACK_GUARD" in test and "pytest, hypothesis" in text

@@ -42,8 +42,6 @@ def save(fig, name: str) -> Path:
     The PNG is written to a temporary file beside it and renamed over the old one, so a reader
     (another notebook, a browser) never sees half a file.
     """
-    import matplotlib.pyplot as plt
-
     FIGURES_DIR.mkdir(parents=True, exist_ok=True)
     path = FIGURES_DIR / f"{name}.png"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -52,10 +50,18 @@ def save(fig, name: str) -> Path:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", metadata={"Software": None}, format="png")
         os.replace(tmp, path)
     finally:
-        plt.close(fig)
+        _close(fig)
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def _close(fig) -> None:
+    """Release ``fig``: pyplot's figures are closed; a :func:`new_figure` one is not pyplot's to close."""
+    if getattr(fig.canvas, "manager", None) is not None:  # made by pyplot
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
 
 
 def show(path) -> None:
@@ -65,11 +71,18 @@ def show(path) -> None:
     display(Image(filename=str(path)))
 
 
+#: The keyword arguments of ``plt.subplots`` that go to the grid of axes rather than to the figure.
+_SUBPLOTS_KEYS = ("sharex", "sharey", "squeeze", "width_ratios", "height_ratios", "subplot_kw", "gridspec_kw")
+
+
 def new_figure(*args, **kwargs):
-    """``plt.subplots`` on the non-interactive Agg canvas (works headless)."""
-    import matplotlib
+    """``plt.subplots(*args, **kwargs)`` without pyplot: ``(fig, axes)`` of a figure that works headless.
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    The figure is not registered with pyplot and no backend is switched, so drawing a library figure
+    leaves a notebook's own ``plt.show()`` (inline) working; :func:`save` writes it as PNG.
+    """
+    from matplotlib.figure import Figure
 
-    return plt.subplots(*args, **kwargs)
+    grid = {k: kwargs.pop(k) for k in _SUBPLOTS_KEYS if k in kwargs}
+    fig = Figure(**kwargs)
+    return fig, fig.subplots(*args, **grid)
