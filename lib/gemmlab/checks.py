@@ -161,7 +161,7 @@ def check_choice(name: str, value, choices):
         else:
             try:
                 equal = bool(v == c)
-            except (TypeError, ValueError):  # an array compared elementwise
+            except Exception:  # an array or tensor compared elementwise: not one of the choices
                 equal = False
         if equal and same:
             return c

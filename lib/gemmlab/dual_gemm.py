@@ -300,7 +300,7 @@ def stock_path(a, sfa, weights: StockWeights, out=None):
 def problem_bytes(m: int, n: int, k: int) -> dict:
     """Bytes that must cross HBM at least once: packed A, B1, B2 (half a byte a value), their e4m3 scales
     (one byte per 16 values of every row), and C in FP16."""
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     d = dict(a=m * k // 2, b1=n * k // 2, b2=n * k // 2, scales=(m + 2 * n) * (k // fp4.SF_VEC), c=2 * m * n)
     d["total"] = sum(d.values())
     return d
@@ -308,7 +308,7 @@ def problem_bytes(m: int, n: int, k: int) -> dict:
 
 def problem_flops(m: int, n: int, k: int) -> int:
     """Multiply-adds of both products, two FLOPs each: ``2 * 2 * M * N * K`` (the gate is negligible)."""
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     return 4 * m * n * k
 
 
@@ -458,7 +458,7 @@ def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, s
 
     from . import bench, hardware
 
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     check_int("rounds", rounds, lo=1)
     check_int("per_round", per_round, lo=1)
     tiers.require_tier("gpu", "gemmlab.dual_gemm.time_case")

@@ -513,7 +513,7 @@ def compile_pipelined(m: int, n: int, k: int, cfg: PipelinedConfig | None = None
     from .compile import compile_for, fake_stream
 
     check_sm90_target(target)
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     cfg = _config(m, n, cfg)
     return compile_for(target, pipelined_host(cfg), *fake_operands(m, n, k), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)

@@ -528,7 +528,7 @@ def generate(m: int, n: int, k: int, l: int = 1, seed: int = 0, device="cpu") ->
     ``c`` is filled with NaN (a poisoned output: an element a kernel forgets to write fails the check).
     """
     torch = _torch()
-    check_problem(m, n, k, l)
+    m, n, k, l = check_problem(m, n, k, l)
     gen = torch.Generator().manual_seed(seed)
     # E[v^2] of a uniform e2m1 code is 8.5625 and E[2^(2u)] of the spread is (2^(2h) - 2^(-2h)) / (4h ln 2),
     # h = SPREAD/2; std(A B^T) = 8.5625 sqrt(K) E[2^(2u)] base^2.

@@ -176,7 +176,7 @@ def split_ranges(k_tiles: int, splits: int) -> list[tuple[int, int]]:
     any other count (one that would leave a slice empty) is a ``ValueError`` naming it.
     """
     k_tiles = check_int("k_tiles", k_tiles, lo=1)
-    splits = check_int("splits", splits, lo=1)
+    splits = check_int("splits", splits, lo=1, hi=1024)  # a list of them is built: far more than any kernel runs
     per = -(-k_tiles // splits)
     if (splits - 1) * per >= k_tiles:
         raise ValueError(f"splits={splits} leaves slices of {k_tiles} k-blocks empty (ceil({k_tiles} / {splits}) = "
