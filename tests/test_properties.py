@@ -18,8 +18,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
+from gemmlab.compile import scratch_dir
+
+# Nothing written into the checkout: hypothesis keeps its caches in this process's temporary folder
+# (removed at exit), and no example database (the examples are derandomized anyway).
+set_hypothesis_home_dir(scratch_dir("hypothesis"))
+SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 # ---------------------------------------------------------------- values a user may pass
@@ -281,7 +287,8 @@ BAD_SIZES = st.one_of(st.sampled_from([0, -1, -256, 256.0, float("nan"), "256", 
                       st.integers(-(2 ** 40), 0))
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(m=BAD_SIZES, which=st.sampled_from(["nt", "sm100", "dual", "multicast"]))
 def test_compiles_refuse_bad_sizes_before_compiling(m, which, monkeypatch):
     import gemmlab.compile as gc
@@ -310,7 +317,7 @@ def test_compiles_refuse_bad_sizes_before_compiling(m, which, monkeypatch):
 # ---------------------------------------------------------------- exercise checkers: any answer, a verdict
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
 @given(answer=st.one_of(st.none(), st.integers(), st.floats(), st.text(max_size=8), st.booleans(),
                         st.lists(st.integers(-5, 5), max_size=4), st.sets(st.text(max_size=3), max_size=3),
                         st.integers(-5, 5).map(np.int64), st.floats(-5, 5).map(np.float32),
