@@ -6,8 +6,9 @@
 #                   notebooks re-executed in place, nbval with gpu cells required
 #   make lock       regenerate requirements.lock from the current .venv
 #
-# run/test/lab create .venv from requirements.lock when it is missing
-# (`make run PYTHON=python3` uses that interpreter instead and installs nothing).
+# run/test/lab create .venv from requirements.lock when it is missing (about 3 GB to download, 6 GB on
+# disk; `make run PYTHON=python3` uses that interpreter instead, checks first that it imports the
+# stack, and installs nothing: so do `make test PYTHON=...` and `make lab PYTHON=...`).
 # gpu-check uses .venv if present, else a python3 that already imports the
 # stack (an offline GPU machine), else creates .venv.
 
@@ -32,9 +33,10 @@ endif
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
-	@echo "== installing requirements.lock into $(VENV) (torch, CUDA libraries, CuTe DSL: several GB and several quiet minutes the first time)"
+	@echo "== installing requirements.lock into $(VENV): torch with its CUDA libraries and CuTe DSL, about 3 GB to"
+	@echo "== download and 6 GB on disk; 5-15 minutes the first time on a fast connection (pip shows each package)"
 	@test -x $(VENV_PY) || $(BOOT_PYTHON) -m venv $(VENV)
-	$(VENV_PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(VENV_PY) -m pip install --disable-pip-version-check --progress-bar on -r requirements.lock
 	$(VENV_PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
@@ -51,11 +53,15 @@ run: $(VENV_DEP)
 	@$(call STACK_GUARD,$(STACK_CHECK))
 	$(PY) -m gemmlab.runner $(RUN_ARGS)
 
+TEST_CHECK := $(STACK_CHECK), pytest, hypothesis
 test: $(VENV_DEP)
+	@$(call STACK_GUARD,$(TEST_CHECK))
 	$(PY) -m pytest -q -p no:cacheprovider tests notebooks $(NBVAL_ARGS)
 
 # Headless and as root it just works: --allow-root for uid 0, --no-browser without a display
 # (macOS opens its browser without $DISPLAY). LAB_ARGS: more JupyterLab options (e.g. --ip=0.0.0.0 --port=8890).
+# The kernels get the user's own matplotlib backend (inline): MPLBACKEND=Agg, exported above for the
+# headless targets, is taken out of their environment.
 LAB_CHECK := $(STACK_CHECK), jupyterlab
 lab: $(VENV_DEP)
 	@$(call STACK_GUARD,$(LAB_CHECK))
@@ -64,7 +70,7 @@ lab: $(VENV_DEP)
 	if [ -z "$$DISPLAY$$WAYLAND_DISPLAY" ] && [ "$$(uname)" != Darwin ]; then args="$$args --no-browser"; fi; \
 	echo "== $(PY) -m jupyter lab $$args $(LAB_ARGS)"; \
 	echo "== open the http://.../lab?token=... URL that JupyterLab prints below; Ctrl-C twice stops it"; \
-	exec $(PY) -m jupyter lab $$args $(LAB_ARGS)
+	exec env -u MPLBACKEND $(PY) -m jupyter lab $$args $(LAB_ARGS)
 
 # The interpreter for gpu-check, chosen as the header says.
 GPU_PY = $(shell if [ -x $(VENV_PY) ]; then echo $(VENV_PY); \

@@ -145,7 +145,7 @@ def test_ring_schedule_errors():
         ac.ring_schedule(10, 1)
     with pytest.raises(ValueError, match="n_chunks must be >= 1"):
         ac.ring_schedule(0, 2)
-    with pytest.raises(ValueError, match="latency must be a positive number"):
+    with pytest.raises(ValueError, match="latency must be > 0"):
         ac.ring_schedule(10, 2, latency=0)
 
 
@@ -184,11 +184,11 @@ def test_smem_fits():
 def test_wrapper_errors():
     with pytest.raises(ValueError, match="nbytes must be one of"):
         ac.cp_async_ca(None, None, 2)
-    with pytest.raises(TypeError, match="n must be a Python int"):
+    with pytest.raises(TypeError, match=r"n must be an int \(a compile-time immediate\)"):
         ac.cp_async_wait_group(1.0)
     with pytest.raises(ValueError, match="n must be >= 0"):
         ac.cp_async_bulk_wait_group_read(-1)
-    with pytest.raises(TypeError, match="n must be a Python int"):
+    with pytest.raises(TypeError, match=r"n must be an int \(a compile-time immediate\)"):
         ac.cp_async_bulk_wait_group("0")
     for fn in (lambda: ac.cp_async_bulk_g2s(None, None, 24, None),
                lambda: ac.cp_async_bulk_s2g(None, None, 0),

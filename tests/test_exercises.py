@@ -13,10 +13,10 @@ PAIRS = [(mod, name[len("check_"):]) for mod in MODULES for name in dir(mod) if 
 @pytest.mark.parametrize("mod,name", PAIRS, ids=[f"{m.__name__.split('.')[-1]}.{n}" for m, n in PAIRS])
 def test_solution_passes_and_wrong_answers_fail(mod, name, capsys):
     check, solution = getattr(mod, f"check_{name}"), getattr(mod, f"solution_{name}")
-    assert check(solution()) is True
+    assert check(solution()) == True  # noqa: E712 (a Verdict, equal to the bool)
     assert "right" in capsys.readouterr().out
-    assert check(None) is False and "no answer yet" in capsys.readouterr().out
-    assert check("certainly not") is False and "not yet" in capsys.readouterr().out
+    assert check(None) == False and "no answer yet" in capsys.readouterr().out  # noqa: E712
+    assert check("certainly not") == False and "not yet" in capsys.readouterr().out  # noqa: E712
 
 
 def test_chapter07_solutions_by_hand():
@@ -57,7 +57,7 @@ def test_chapters_00_to_06_solutions_by_hand():
     desc = ch06.solution_descriptor()
     assert desc & 0x3FFF == (0x4000 + 64) >> 4 and (desc >> 32) & 0x3FFF == 1024 >> 4 and desc >> 62 == 1
     assert ch06.solution_acc_element() == (16 * 1 + 5 // 4 + 8 * ((5 // 2) % 2), 8 * (5 // 4) + 2 * (5 % 4) + 5 % 2)
-    assert ch06.check_fence_points(["c", "a"]) is True and ch06.check_fence_points("abc") is False
+    assert ch06.check_fence_points(["c", "a"]) and not ch06.check_fence_points("abc")
     assert ch06.solution_one_warpgroup_128x256() > 255
 
 
@@ -107,3 +107,86 @@ def test_the_exercises_say_where_the_solutions_are_and_how_to_read_them_from_the
             assert (REPO_ROOT / rel).is_file(), f"{path.name} names {rel}, which does not exist"
         ch = re.search(r"ch\d\d", named[0])[0]
         assert f"show_source({ch}.solution_<name>)" in text and f"{ch}.explain_<name>()" in text, path.name
+
+
+# ---------------------------------------------------------------- answers as a reader types them
+
+
+@pytest.fixture
+def cached_solutions(monkeypatch):
+    """Each solution computed once for the tests below (some compile kernels or run models)."""
+    import functools
+
+    for mod, name in PAIRS:
+        monkeypatch.setattr(mod, f"solution_{name}", functools.cache(getattr(mod, f"solution_{name}")))
+
+
+def _solutions_as(kind):
+    """Every (checker, solution) pair whose solution can be written as ``kind``: numpy/torch scalars, lists, arrays."""
+    import numpy as np
+    import torch
+
+    out = []
+    for mod, name in PAIRS:
+        sol = getattr(mod, f"solution_{name}")()
+        if kind == "numpy" and isinstance(sol, (int, float)) and not isinstance(sol, bool):
+            out.append((mod, name, np.float32(sol) if isinstance(sol, float) else np.int64(sol)))
+        elif kind == "torch" and isinstance(sol, int) and not isinstance(sol, bool) and abs(sol) < 2 ** 62:
+            out.append((mod, name, torch.tensor(sol)))
+        elif kind == "list" and isinstance(sol, tuple):
+            out.append((mod, name, list(sol)))
+        elif kind == "array" and isinstance(sol, tuple) and all(isinstance(v, int) for v in sol):
+            out.append((mod, name, np.array(sol)))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch", "list", "array"])
+def test_right_answers_of_any_numeric_type_are_right(kind, capsys, cached_solutions):
+    cases = _solutions_as(kind)
+    assert cases, kind
+    for mod, name, answer in cases:
+        assert getattr(mod, f"check_{name}")(answer), (mod.__name__, name, answer)
+        assert "right" in capsys.readouterr().out
+
+
+def test_unrounded_answers_are_read_as_the_exercise_asks_and_said_so(capsys):
+    from gemmlab.exercises import ch00, ch10, ch11
+
+    exact = ch11.solution_stock_weight_ratio()  # 3.56: "two decimals"
+    assert ch11.check_stock_weight_ratio(3.5556)
+    assert "3.5556 rounded to 2 decimals" in capsys.readouterr().out
+    assert not ch11.check_stock_weight_ratio(3.6) and "not yet" in capsys.readouterr().out
+    assert exact == 3.56
+    assert not ch00.check_decode_roof(76.2046)  # a whole number is asked for: say so, give nothing away
+    out = capsys.readouterr().out
+    assert "is not a whole number" in out and "76" not in out.replace("76.2046", "")
+    assert ch00.check_decode_roof(76.0)
+    assert ch10.check_held_clock_effect(ch10.solution_held_clock_effect() + 0.001)
+
+
+def test_checkers_survive_any_kind_of_answer(capsys, cached_solutions):
+    import numpy as np
+    import torch
+
+    from gemmlab.exercises import ch06, ch08
+
+    odd = [2, 2.5, "x", [], (), {}, set(), np.array([1, 2]), torch.zeros(3), object(), float("nan"), b"ac"]
+    for mod, name in PAIRS:
+        for answer in odd:
+            assert getattr(mod, f"check_{name}")(answer) in (True, False)
+    capsys.readouterr()
+    assert not ch08.check_fence_instructions(2)
+    assert ch08.check_fence_instructions(list(ch08.solution_fence_instructions()))
+    for answer in ("ac", "a, c", "a;c", "A C", ["c", "a"], {"a", "c"}):
+        assert ch06.check_fence_points(answer), answer
+
+
+def test_a_checker_cell_shows_no_trailing_value():
+    """In Jupyter a checker's result is displayed as nothing (the printed line is the whole output)."""
+    from gemmlab.exercises import Verdict, ch00
+
+    v = ch00.check_ridge_h200(None)
+    assert isinstance(v, Verdict) and v._ipython_display_() is None and not v
+    from IPython.core.formatters import DisplayFormatter
+
+    assert DisplayFormatter().format(v) == ({}, {})

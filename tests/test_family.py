@@ -128,7 +128,8 @@ def test_kernel_key_ignores_the_number_of_splits():
 
 def test_split_ranges_by_hand():
     assert split_ranges(10, 4) == [(0, 3), (3, 3), (6, 3), (9, 1)]
-    assert split_ranges(10, 6)[-1] == (10, 0)  # 6 slices of ceil(10/6) = 2 leave the last empty ...
+    with pytest.raises(ValueError, match=r"leaves slices of 10 k-blocks empty.*effective_splits\(10, 6\) = 5"):
+        split_ranges(10, 6)  # 6 slices of ceil(10/6) = 2 leave the last empty ...
     assert effective_splits(10, 6) == 5  # ... so the kernel is given 5
     assert effective_splits(3, 16) == 3
 

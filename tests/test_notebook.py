@@ -233,3 +233,60 @@ def test_outside_a_checkout_the_tool_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path / "nowhere")
     assert gnb.main(["--check"]) == 2
     assert "no notebooks found" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- Run All on a laptop, then Save: the GPU results stay
+
+
+def _stored_notebook(path, src):
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(src)
+    cell.metadata["tags"] = ["gpu"]
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="H100: 812 TFLOP/s\n"),
+                    nbformat.v4.new_output("display_data", data={"text/plain": "<stored figure>"})]
+    nb.cells.append(cell)
+    nbformat.write(nb, path)
+    return nb
+
+
+def test_a_skipped_cell_shows_its_stored_outputs_again_in_jupyterlab(shell, capsys, monkeypatch, tmp_path):
+    src = "# tier: gpu\nprint('launching')\n"
+    path = tmp_path / "chapter.ipynb"
+    _stored_notebook(path, src)
+    monkeypatch.delenv("GEMMLAB_TIER", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JPY_SESSION_NAME", "notebooks/chapter.ipynb")  # relative to the server's root
+    gnb.setup(shell, have="cpu")
+    result, out = _run(shell, capsys, src)
+    assert result.success, result.error_in_exec
+    assert out.startswith("skipped: needs tier sm90 or sm100; this machine is tier cpu\n" + gnb.STORED_NOTE + "\n")
+    assert "H100: 812 TFLOP/s\n" in out and "<stored figure>" in out and "launching" not in out
+
+
+def test_stored_outputs_do_not_pile_up_over_saves(tmp_path):
+    src = "# tier: gpu\nprint('launching')\n"
+    path = tmp_path / "chapter.ipynb"
+    nb = _stored_notebook(path, src)
+    # What the frontend saved after one Run All: our two lines merged with the stored stream, then the rest.
+    cell = nb.cells[0]
+    cell.outputs[0]["text"] = ("skipped: needs tier sm90 or sm100; this machine is tier cpu\n" + gnb.STORED_NOTE + "\n"
+                               + cell.outputs[0]["text"])
+    nbformat.write(nb, path)
+    outs = gnb.stored_outputs(src, path)
+    assert [o["output_type"] for o in outs] == ["stream", "display_data"]
+    assert outs[0]["text"] == "H100: 812 TFLOP/s\n"
+    assert gnb.stored_outputs("# tier: gpu\nprint('edited')\n", path) == []
+
+
+def test_without_a_frontend_a_skipped_cell_prints_one_line(shell, capsys, monkeypatch, tmp_path):
+    src = "# tier: sm90\nprint('launching')\n"
+    _stored_notebook(tmp_path / "chapter.ipynb", src)
+    monkeypatch.delenv("GEMMLAB_TIER", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)  # nbconvert, nbclient, the runner
+    monkeypatch.chdir(tmp_path)
+    gnb.setup(shell, have="cpu")
+    _, out = _run(shell, capsys, src)
+    assert out == "skipped: needs tier sm90; this machine is tier cpu\n"
+    monkeypatch.setenv("JPY_SESSION_NAME", "missing.ipynb")
+    _, out = _run(shell, capsys, src)
+    assert out == "skipped: needs tier sm90; this machine is tier cpu\n"

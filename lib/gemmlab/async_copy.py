@@ -48,13 +48,15 @@ The kernels (static shapes, bytes as ``Uint8`` tensors):
 """
 from __future__ import annotations
 
+import numbers
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Constexpr, Float32, Int32, Int64, Uint8, Uint32
 from cutlass.memory import SmemAllocator
 
-from .checks import check_choice, check_int, check_same, check_tensor
+from .checks import check_choice, check_int, check_real, check_same, check_tensor
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
 from .ldst import ld_shared_v4, st_global_v4  # chapter 01's wrappers
 from .hardware import sm_count
@@ -75,9 +77,10 @@ MAX_COPY_BYTES = (1 << 31) - (1 << 20)
 
 
 def _immediate(name: str, n, lo: int = 0) -> int:
-    """``n`` must be a Python int: it is written into the instruction itself."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be a Python int (a compile-time immediate); got {type(n).__name__}")
+    """``n`` must be an int known now (numpy ints too; not a DSL value): it is written into the instruction itself."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{name} must be an int (a compile-time immediate); got {type(n).__name__}")
+    n = int(n)
     if n < lo:
         raise ValueError(f"{name} must be >= {lo}; got {n}")
     return n
@@ -85,7 +88,7 @@ def _immediate(name: str, n, lo: int = 0) -> int:
 
 def _check_bulk_size(nbytes) -> None:
     """A size known at trace time (Python int) is checked here; a runtime size is the caller's job."""
-    if isinstance(nbytes, int) and not isinstance(nbytes, bool):
+    if isinstance(nbytes, numbers.Integral) and not isinstance(nbytes, bool):
         if nbytes <= 0 or nbytes % BULK_ALIGN:
             raise ValueError(f"nbytes must be a positive multiple of {BULK_ALIGN}; got {nbytes}")
 
@@ -738,9 +741,8 @@ def ring_schedule(n_chunks: int, stages: int, *, latency: float = 4.0, transfer:
     """
     check_int("n_chunks", n_chunks, lo=1)
     check_int("stages", stages, lo=2)
-    for name, v in (("latency", latency), ("transfer", transfer), ("read", read)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            raise ValueError(f"{name} must be a positive number; got {v!r}")
+    latency, transfer, read = (check_real(name, v, lo=0, lo_open=True)
+                               for name, v in (("latency", latency), ("transfer", transfer), ("read", read)))
     rows = [dict(chunk=j, stage=j % stages) for j in range(n_chunks)]
     last_load_end = 0.0
 

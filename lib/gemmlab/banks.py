@@ -118,8 +118,9 @@ def conflict_degree(addresses, width: int = 4) -> float:
 
 def strided_addresses(stride: int, width: int = 4, lanes: int = 32) -> list[int]:
     """Byte addresses of lanes reading ``width``-byte pieces ``stride`` pieces apart."""
-    check_int("stride", stride, lo=0)
-    check_choice("width", width, WIDTHS)
+    stride = check_int("stride", stride, lo=0)
+    width = check_choice("width", width, WIDTHS)
+    lanes = check_int("lanes", lanes, lo=1, hi=32)  # one warp
     return [lane * stride * width for lane in range(lanes)]
 
 

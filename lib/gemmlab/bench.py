@@ -20,6 +20,7 @@ cuBLAS) side by side in the same run. Results are written as JSON under
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import statistics
@@ -256,7 +257,13 @@ def write_results(name: str, rows: list[dict], *, out_dir=None, **meta) -> Path:
         **meta,
         "rows": rows,
     }
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # written whole, then renamed: never half a file
+    try:
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
 
 

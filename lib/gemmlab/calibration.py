@@ -59,11 +59,11 @@ Predicting a B200
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .checks import check_int, check_real
 from .figures import REPO_ROOT
 from .hardware import B200, H100, H200
 
@@ -99,13 +99,15 @@ class Calibration:
     clock_source: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        for name in ("subtile_cycles", "kblock_cycles", "load_latency_s", "launch_s", "hbm_efficiency"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"{name} must be a finite number >= 0; got {v!r}")
-        for dev, ghz in self.tensor_ghz.items():
-            if isinstance(ghz, bool) or not isinstance(ghz, (int, float)) or not math.isfinite(ghz) or ghz <= 0:
-                raise ValueError(f"tensor_ghz[{dev!r}] must be a finite number > 0; got {ghz!r}")
+        for name in ("subtile_cycles", "kblock_cycles", "load_latency_s", "launch_s"):
+            object.__setattr__(self, name, check_real(name, getattr(self, name), lo=0))
+        # A fraction of the datasheet bandwidth: 0 would divide by zero, more than 1 is faster than the datasheet.
+        object.__setattr__(self, "hbm_efficiency", check_real("hbm_efficiency", self.hbm_efficiency, lo=0, hi=1,
+                                                              lo_open=True))
+        if not isinstance(self.tensor_ghz, dict) or not isinstance(self.clock_source, dict):
+            raise TypeError("tensor_ghz and clock_source must be dicts keyed by device")
+        object.__setattr__(self, "tensor_ghz", {dev: check_real(f"tensor_ghz[{dev!r}]", ghz, lo=0, lo_open=True)
+                                                for dev, ghz in self.tensor_ghz.items()})
         for dev, src in self.clock_source.items():
             if src not in ("measured", "fitted"):
                 raise ValueError(f"clock_source[{dev!r}] must be 'measured' or 'fitted'; got {src!r}")
@@ -137,10 +139,13 @@ CALIBRATION = Calibration(tensor_ghz={"nvidia-h100-80gb-hbm3": 1.3725, "nvidia-h
 
 
 def _check_shape(shape) -> tuple[int, int, int]:
-    if (not isinstance(shape, (tuple, list)) or len(shape) != 3
-            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape)):
-        raise ValueError(f"shape must be (m, n, k), three positive ints; got {shape!r}")
-    return tuple(shape)
+    msg = f"shape must be (m, n, k), three positive ints (numpy ints too); got {shape!r}"
+    if not isinstance(shape, (tuple, list)) or len(shape) != 3:
+        raise ValueError(msg)
+    try:
+        return tuple(check_int("shape", x, lo=1) for x in shape)
+    except (TypeError, ValueError):
+        raise ValueError(msg) from None
 
 
 def parse_sm90_config(name: str) -> tuple[int, int, tuple[int, int], int]:
@@ -209,6 +214,9 @@ def _simulate(flop: float, stages: int, tiles: int, k_tiles: int, slots: int, wo
     """
     from .simulator import simulate
 
+    from .simulator import check_work
+
+    check_work(tiles, k_tiles)  # before the list of tiles is built
     compute = max(tile_flop_per_kblock / worker_flops, min_kblock_s)
     transfer = total_bytes / slots / (hbm_bytes_per_s * cal.hbm_efficiency / workers)
     tl = simulate(stages, [k_tiles] * tiles, cal.load_latency_s, compute, transfer_time=transfer,
@@ -247,9 +255,13 @@ def predict_sm90(shape, config: str, device: str, cal: Calibration = CALIBRATION
         if device not in cal.tensor_ghz:
             raise ValueError(f"the calibration has no clock for {device!r}; pass ghz (a measured clock)")
         ghz = cal.tensor_ghz[device]
-    elif isinstance(ghz, bool) or not isinstance(ghz, (int, float)) or not math.isfinite(ghz) or not 0 < ghz < 5:
-        raise ValueError(f"ghz must be a clock in GHz, a finite number in (0, 5); got {ghz!r}")
+    else:
+        try:
+            ghz = check_real("ghz", ghz, lo=0, hi=5, lo_open=True, hi_open=True)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"ghz must be a clock in GHz, a finite number in (0, 5); got {ghz!r}") from None
     tile_m, tile_n, cluster, stages = parse_sm90_config(config)
+    _check_sm90_config(config, tile_m, tile_n, cluster, stages)
     spec = DEVICES[device]
     m_tiles, n_tiles, k_tiles = -(-m // tile_m), -(-n // tile_n), -(-k // 64)
     units = -(-m_tiles // cluster[0]) * -(-n_tiles // cluster[1])
@@ -261,6 +273,18 @@ def predict_sm90(shape, config: str, device: str, cal: Calibration = CALIBRATION
                         cal.subtile_cycles * sm90_epilogue_subtiles(tile_n) / hz, "inline", cal,
                         min_kblock_s=cal.kblock_cycles / hz)
     return 2 * m * n * k / seconds / 1e12
+
+
+def _check_sm90_config(name: str, tile_m: int, tile_n: int, cluster: tuple, stages: int) -> None:
+    """The parsed config must be one the chapter 07 kernel can be built with (:class:`Sm90Config`'s rules)."""
+    from .family.configs import Sm90Config
+    from .family.heuristic_sm90 import epi_shape_for
+
+    try:
+        Sm90Config(tile_m=tile_m, tile_n=tile_n, stages=stages, cluster=cluster,
+                   epi_n=epi_shape_for(tile_n)[0] if tile_n > 0 else 16)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"config {name!r} is not a chapter 07 kernel: {exc}") from None
 
 
 def _point_ghz(p: dict):

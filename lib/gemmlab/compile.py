@@ -9,24 +9,90 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 
 TARGETS = ("sm_90a", "sm_100a")
 
-# Kept PTX files land in a directory of this process's own (made on first use, removed at exit):
-# the DSL names the file after the argument types only, so two processes compiling kernels with
-# the same signature into one shared directory could read each other's PTX.
-_DUMP_DIR: str | None = None
+#: One compile at a time in this process. The DSL's MLIR context is not thread-safe: two threads
+#: compiling at once abort the whole process ("An MLIR function requires a Location ..."), so
+#: :func:`compile_for` (through which every compile of the library goes) holds this lock.
+COMPILE_LOCK = threading.RLock()
+
+#: The temporary folder of this process: ``gemmlab-<pid>-*`` in the system's temp dir, made on first
+#: use, removed at exit. A process ended by a signal cannot remove its own; the next process that
+#: makes one removes those of processes that no longer run.
+SCRATCH_PREFIX = "gemmlab-"
+_SCRATCH: tuple[int, str] | None = None  # (pid, path)
+_SCRATCH_LOCK = threading.Lock()
+_SCRATCH_RE = re.compile(r"^gemmlab-(\d+)-[^/]+$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # another user's process, or we cannot tell: leave it alone
+    return True
+
+
+def _remove_scratch(pid: int, path: str) -> None:
+    import shutil
+
+    if os.getpid() == pid:  # never a parent's folder from a forked child
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def sweep_stale_scratch(tmp: str | None = None) -> list[str]:
+    """Remove the temporary folders of gemmlab processes that no longer run (ours only); return them."""
+    import shutil
+
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        m = _SCRATCH_RE.match(name)
+        path = os.path.join(tmp, name)
+        if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+            continue
+        try:
+            if os.stat(path).st_uid != os.getuid() or not os.path.isdir(path):
+                continue
+        except (OSError, AttributeError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def scratch_dir(sub: str | None = None) -> str:
+    """This process's one temporary folder (or its sub-folder ``sub``), made on first use, removed at exit.
+
+    Kept PTX goes to ``ptx/`` (the DSL names the file after the argument types only, so two processes
+    sharing a folder could read each other's PTX); the runner keeps its kernelspec and kernel sockets here.
+    """
+    global _SCRATCH
+    with _SCRATCH_LOCK:
+        if _SCRATCH is None or _SCRATCH[0] != os.getpid() or not os.path.isdir(_SCRATCH[1]):
+            import atexit
+
+            sweep_stale_scratch()
+            path = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+            _SCRATCH = (os.getpid(), path)
+            atexit.register(_remove_scratch, os.getpid(), path)
+        path = _SCRATCH[1]
+    if sub:
+        path = os.path.join(path, sub)
+        os.makedirs(path, exist_ok=True)
+    return path
 
 
 def _dump_dir() -> str:
-    global _DUMP_DIR
-    if _DUMP_DIR is None or not os.path.isdir(_DUMP_DIR):
-        import atexit
-        import shutil
-
-        _DUMP_DIR = tempfile.mkdtemp(prefix="gemmlab-ptx-")
-        atexit.register(shutil.rmtree, _DUMP_DIR, True)
-    return _DUMP_DIR
+    return scratch_dir("ptx")
 
 
 def check_target(target: str) -> str:
@@ -52,7 +118,8 @@ def compile_for(target: str, fn, *args, tvm_ffi: bool = False):
     """
     import cutlass.cute as cute
 
-    return cute.compile(fn, *args, options=compile_options(target, tvm_ffi))
+    with COMPILE_LOCK:
+        return cute.compile(fn, *args, options=compile_options(target, tvm_ffi))
 
 
 def ptx_of(compiled) -> str:
@@ -228,9 +295,13 @@ def fake_tensor(dtype, shape, *, align: int = 16, stride_order=None):
 
     ``shape`` entries may be ints or ``cute.sym_int()`` for dynamic extents.
     """
+    import numbers
+
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    return make_fake_compact_tensor(dtype, tuple(shape), assumed_align=align, stride_order=stride_order)
+    # numpy and torch integers are ints here (the DSL takes Python ints or its symbolic ones only).
+    shape = tuple(int(e) if isinstance(e, numbers.Integral) and not isinstance(e, bool) else e for e in shape)
+    return make_fake_compact_tensor(dtype, shape, assumed_align=align, stride_order=stride_order)
 
 
 def fake_stream(env: bool = False):
@@ -307,10 +378,11 @@ def launcher(fn, *args, target: str | None = None, align: int = 16):
     target = target or device_target()
     key = (fn, target, align, tuple(_key_of(a) for a in args))
     conv = [to_cute(a, align) if isinstance(a, torch.Tensor) else a for a in args]
-    compiled = _CACHE.get(key)
-    if compiled is None:
-        compiled = compile_for(target, fn, *conv, current_stream())
-        _CACHE[key] = compiled
+    with COMPILE_LOCK:
+        compiled = _CACHE.get(key)
+        if compiled is None:
+            compiled = compile_for(target, fn, *conv, current_stream())
+            _CACHE[key] = compiled
 
     # The compiled function takes only the runtime parameters: Constexpr values
     # are baked into the code, and passing them again would shift the stream

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from . import nvfp4 as fp4
 from . import tiers
-from .checks import check_int
+from .checks import check_choice, check_int
 
 SM100_MODULE = "gemmlab.dual_gemm_sm100"
 #: The best public result for GPU MODE's nvfp4_dual_gemm on a B200 (geomean of the four shapes), microseconds.
@@ -300,7 +300,7 @@ def stock_path(a, sfa, weights: StockWeights, out=None):
 def problem_bytes(m: int, n: int, k: int) -> dict:
     """Bytes that must cross HBM at least once: packed A, B1, B2 (half a byte a value), their e4m3 scales
     (one byte per 16 values of every row), and C in FP16."""
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     d = dict(a=m * k // 2, b1=n * k // 2, b2=n * k // 2, scales=(m + 2 * n) * (k // fp4.SF_VEC), c=2 * m * n)
     d["total"] = sum(d.values())
     return d
@@ -308,7 +308,7 @@ def problem_bytes(m: int, n: int, k: int) -> dict:
 
 def problem_flops(m: int, n: int, k: int) -> int:
     """Multiply-adds of both products, two FLOPs each: ``2 * 2 * M * N * K`` (the gate is negligible)."""
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     return 4 * m * n * k
 
 
@@ -378,24 +378,23 @@ def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) 
     from .calibration import CALIBRATION, SM90_SPEC_GHZ, TOLERANCE, Calibration, b200_clock_fraction
     from .dual_gemm_model import EPI_N, TILE_N_CHOICES, budget, max_stages
     from .hardware import B200
-    from .simulator import simulate
+    from .simulator import check_work, simulate
 
     if not isinstance(shape, (tuple, list)) or len(shape) != 3:
         raise ValueError(f"shape must be (m, n, k); got {shape!r}")
-    m, n, k = shape
-    fp4.check_problem(m, n, k)
-    if tile_n not in TILE_N_CHOICES:
-        raise ValueError(f"tile_n must be one of {TILE_N_CHOICES}; got {tile_n!r}")
+    m, n, k, _ = fp4.check_problem(*shape)
+    tile_n = check_choice("tile_n", tile_n, TILE_N_CHOICES)
     cal = CALIBRATION if cal is None else cal
     if not isinstance(cal, Calibration):
         raise TypeError(f"cal must be a gemmlab.calibration.Calibration; got {type(cal).__name__}")
     most = max_stages(tile_n)
     stages = most if stages is None else stages
-    check_int("stages", stages, lo=1, hi=most)
+    stages = check_int("stages", stages, lo=1, hi=most)
     tiles = fp4.ceil_div(m, TILE_M) * fp4.ceil_div(n, tile_n)
     ctas = min(B200.sms, tiles)
     waves = fp4.ceil_div(tiles, ctas)
     k_blocks = k // fp4.K_MULTIPLE
+    check_work(waves, k_blocks)  # the busiest CTA's k-blocks, refused before the list of them is built
     frac = b200_clock_fraction(cal)
     sm_flops = B200.fp4_tflops * 1e12 * frac / B200.sms
     kblock_s = 2 * 2 * TILE_M * tile_n * fp4.K_MULTIPLE / sm_flops
@@ -459,7 +458,7 @@ def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, s
 
     from . import bench, hardware
 
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     check_int("rounds", rounds, lo=1)
     check_int("per_round", per_round, lo=1)
     tiers.require_tier("gpu", "gemmlab.dual_gemm.time_case")

@@ -574,7 +574,7 @@ def dual_host(cfg: DualSm100Config, m: int, n: int, k: int):
 
 
 def _check_shape(m, n, k):
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     if n % 8:
         raise ValueError(f"N must be a multiple of 8 (16-byte rows of the FP16 output for the TMA store); got N={n}")
 

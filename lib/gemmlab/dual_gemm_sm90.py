@@ -403,7 +403,7 @@ def compile_dual(m: int, n: int, k: int, cfg: DualSm90Config | None = None, targ
     from .compile import compile_for, fake_stream
 
     check_sm90_target(target)
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     cfg = cfg or DualSm90Config()
     if not isinstance(cfg, DualSm90Config):
         raise TypeError(f"cfg must be a DualSm90Config; got {type(cfg).__name__}")

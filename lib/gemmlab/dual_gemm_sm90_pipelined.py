@@ -493,7 +493,10 @@ def rs_a_layouts(tile_n: int = 64) -> dict:
         frag = tm.make_fragment_A(tm.get_slice(0).partition_shape_A((TILE_M, SLICE_K)))
         seen["fragment"] = str(frag.type).split('"')[1]
 
-    cute.compile(probe, options="--gpu-arch sm_90a")
+    from .compile import COMPILE_LOCK
+
+    with COMPILE_LOCK:  # one compile at a time (gemmlab.compile.COMPILE_LOCK)
+        cute.compile(probe, options="--gpu-arch sm_90a")
     return seen
 
 
@@ -510,7 +513,7 @@ def compile_pipelined(m: int, n: int, k: int, cfg: PipelinedConfig | None = None
     from .compile import compile_for, fake_stream
 
     check_sm90_target(target)
-    fp4.check_problem(m, n, k)
+    m, n, k, _ = fp4.check_problem(m, n, k)
     cfg = _config(m, n, cfg)
     return compile_for(target, pipelined_host(cfg), *fake_operands(m, n, k), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)

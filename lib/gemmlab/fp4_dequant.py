@@ -31,14 +31,15 @@ import cutlass.cute as cute
 import cuda.bindings.driver as cuda
 from cutlass import Int32
 
+from .checks import check_int
+
 #: FP16 64.0: the e4m3 trick yields v x 2^-6, so the scale is applied as scale x 2^6.
 F16X2_64 = 0x54005400
 
 
 def e4m3_byte_of_code(code: int) -> int:
     """The e4m3 byte the bit move makes of e2m1 ``code`` (0..15): ``s`` to bit 7, ``e1 e0 m`` to bits 4..2."""
-    if not isinstance(code, int) or not 0 <= code <= 15:
-        raise ValueError(f"code must be an int in 0..15; got {code!r}")
+    code = check_int("code", code, lo=0, hi=15)
     return (code & 8) << 4 | (code & 7) << 2
 
 

@@ -88,6 +88,7 @@ import cuda.bindings.driver as cuda
 from cutlass import Float32, Int32, Int64
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
+from .checks import check_int
 from .compile import check_target, compile_for, fake_stream, fake_tensor
 from .family.configs import (ACC_STAGES, BARRIER_RESERVE, BLOCK_K, C_STAGES, CTA_M, MMA_K, PAIR_M,  # noqa: F401
                              TMEM_COLUMNS, Sm100Config)
@@ -459,6 +460,7 @@ def compile_gemm_sm100(cfg: Sm100Config | None = None, m: int = 4096, n: int = 4
     check_target(target)
     if target != "sm_100a":
         raise ValueError(f"the tcgen05 GEMM needs target sm_100a; got {target!r}")
+    m, n, k = (check_int(name, v, lo=1) for name, v in (("m", m), ("n", n), ("k", k)))  # before the DSL sees them
     cfg = cfg or choose(GemmProblem(m, n, k))
     if not isinstance(cfg, Sm100Config):
         raise TypeError(f"cfg must be an Sm100Config; got {type(cfg).__name__}")

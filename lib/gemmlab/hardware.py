@@ -291,14 +291,12 @@ def gemm_intensity(M: int, N: int, K: int, bytes_per_elem: float,
     touching HBM exactly once. ``out_bytes_per_elem`` defaults to the input size
     (an FP8 GEMM usually writes BF16: pass 2). Scale factors are not counted.
     """
-    for name, v in (("M", M), ("N", N), ("K", K)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int; got {v!r}")
-    if not bytes_per_elem > 0:
-        raise ValueError(f"bytes_per_elem must be > 0; got {bytes_per_elem!r}")
-    out = bytes_per_elem if out_bytes_per_elem is None else out_bytes_per_elem
-    if not out > 0:
-        raise ValueError(f"out_bytes_per_elem must be > 0; got {out_bytes_per_elem!r}")
+    from .checks import check_int, check_real
+
+    M, N, K = (check_int(name, v, lo=1) for name, v in (("M", M), ("N", N), ("K", K)))
+    bytes_per_elem = check_real("bytes_per_elem", bytes_per_elem, lo=0, lo_open=True)
+    out = bytes_per_elem if out_bytes_per_elem is None else check_real("out_bytes_per_elem", out_bytes_per_elem,
+                                                                       lo=0, lo_open=True)
     nbytes = bytes_per_elem * (M * K + K * N) + out * M * N
     return 2 * M * N * K / nbytes
 

@@ -13,6 +13,12 @@ tier cpu``, and Run All goes on. Every other cell runs unchanged. Where
 ``$GEMMLAB_TIER`` says the machine has the tier, nothing is skipped (a broken
 GPU run fails loudly, as in the tests).
 
+In JupyterLab (which tells the kernel its notebook's path) a skipped cell also
+shows again the outputs stored in the notebook file for it, from the run on a
+machine of that tier (:func:`skipped`): saving the notebook after Run All on a
+laptop then keeps the H100/H200 results instead of replacing them with the
+"skipped" line.
+
 ``python -m gemmlab.notebook --mark notebooks/*.ipynb`` makes the markers agree
 with the tags (adds or fixes the marker of tagged cells, removes markers from
 untagged cells, adds the setup call to the first code cell); ``--check`` lists
@@ -22,8 +28,10 @@ not change when it is added.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+from pathlib import Path
 
 from .tiers import TIERS, detect_tier, required_tier, tier_satisfies
 
@@ -35,8 +43,22 @@ SETUP_LINE = "import gemmlab.notebook; gemmlab.notebook.setup()  # cells for a G
 _SETUP_RE = re.compile(r"gemmlab\.notebook\.setup\(|^from gemmlab\.notebook import[^\n]*\bsetup\b", re.M)
 
 
+def cell_tags(cell) -> list:
+    """A cell's ``metadata.tags``: a list of strings (``[]`` when absent); ``ValueError`` for anything else.
+
+    A string (``"gpu"``) or ``null`` there is a hand-edited notebook: read as a list of letters or as
+    nothing, it would run a GPU cell on a CPU machine, so it is an error that names the cell's tags.
+    """
+    tags = cell.get("metadata", {}).get("tags", [])
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
+        raise ValueError(f"metadata.tags must be a list of strings; got {tags!r}")
+    return list(tags)
+
+
 def needed_tier(tags) -> str | None:
     """The most demanding tier word among a cell's ``tags`` (``None``: any machine runs it)."""
+    if not isinstance(tags, (list, tuple, set, frozenset)):
+        raise ValueError(f"tags must be a list of strings; got {tags!r}")
     for w in TIER_WORDS:
         if w in tags:
             return w
@@ -104,10 +126,78 @@ def tier_gate(have: str, declared: str | None = None):
             return [f"raise ValueError({msg!r})\n"]
         if tier_satisfies(have, need) or (declared is not None and tier_satisfies(declared, need)):
             return lines
-        return [f"print({skip_message(need, have)!r})\n"]
+        return [f"__import__('gemmlab.notebook').notebook.skipped({need!r}, {have!r}, {''.join(lines)!r})\n"]
 
     gate._gemmlab_tier_gate = True
     return gate
+
+
+#: The line a skipped cell prints before the outputs stored for it (those of a machine of its tier).
+STORED_NOTE = "(below: this cell's output stored in the notebook, from a machine of that tier; saving keeps it)"
+
+
+def _notebook_file() -> Path | None:
+    """The notebook this kernel runs, where the frontend says (JupyterLab's ``$JPY_SESSION_NAME``), else None."""
+    name = os.environ.get("JPY_SESSION_NAME", "")
+    if not name.endswith(".ipynb"):
+        return None
+    p = Path(name)
+    for cand in ([p] if p.is_absolute() else [Path.cwd() / p.name, Path.cwd() / p]):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _own_line(line: str) -> bool:
+    return line.startswith("skipped: needs tier ") or line.strip() == STORED_NOTE
+
+
+def stored_outputs(source: str, path) -> list:
+    """The outputs stored in notebook ``path`` for the code cell whose source is ``source`` (``[]`` if none),
+    without the lines :func:`skipped` itself printed there on an earlier run."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.source.rstrip() == source.rstrip():
+            out = []
+            for o in cell.get("outputs", []):
+                if o.get("output_type") == "stream":
+                    text = "".join(x for x in str(o.get("text", "")).splitlines(keepends=True) if not _own_line(x))
+                    if not text:
+                        continue
+                    o = nbformat.v4.new_output("stream", name=o.get("name", "stdout"), text=text)
+                out.append(o)
+            return out
+    return []
+
+
+def skipped(need: str, have: str, source: str = "") -> None:
+    """What a cell whose tier this machine lacks runs instead: the ``skipped`` line, then (in JupyterLab) the
+    outputs stored in the notebook file for this cell, shown again so that saving the notebook keeps them."""
+    print(skip_message(need, have))
+    path = _notebook_file()
+    if path is None or not source:
+        return
+    try:
+        outputs = stored_outputs(source, path)
+    except Exception:  # an unreadable or half-saved file: the skipped line alone, as without a frontend
+        return
+    if not outputs:
+        return
+    from IPython.display import publish_display_data
+
+    print(STORED_NOTE, flush=True)
+    for o in outputs:
+        kind = o.get("output_type")
+        if kind == "stream":
+            stream = sys.stderr if o.get("name") == "stderr" else sys.stdout
+            stream.write(o["text"])
+            stream.flush()
+        elif kind in ("display_data", "execute_result"):
+            publish_display_data(data=dict(o.get("data", {})), metadata=dict(o.get("metadata", {})))
+        elif kind == "error":
+            sys.stderr.write("\n".join(o.get("traceback", [])) + "\n")
 
 
 def setup(shell=None, have: str | None = None) -> None:
@@ -181,6 +271,14 @@ def problems(nb) -> list[str]:
     """Where a notebook's markers and setup call disagree with its tags (empty: all agree)."""
     out = []
     code = _code_cells(nb)
+    bad = []
+    for n, cell in enumerate(code, 1):
+        try:
+            cell_tags(cell)
+        except ValueError as exc:
+            bad.append(f"code cell {n}: {exc}")
+    if bad:  # nothing else can be judged until the tags are lists
+        return bad
     if code:
         first = code[0]
         if needed_tier(first.metadata.get("tags", [])):
@@ -205,6 +303,11 @@ def mark(nb) -> list[str]:
 
     changes = []
     code = _code_cells(nb)
+    for n, cell in enumerate(code, 1):
+        try:
+            cell_tags(cell)
+        except ValueError as exc:
+            raise ValueError(f"code cell {n}: {exc}; fix the tags by hand first") from None
     if code and (needed_tier(code[0].metadata.get("tags", [])) or not _SETUP_RE.search(code[0].source)):
         if needed_tier(code[0].metadata.get("tags", [])):
             cell = nbformat.v4.new_code_cell(SETUP_LINE)
@@ -235,6 +338,12 @@ def main(argv=None) -> int:
     ap.add_argument("notebooks", nargs="*", help="notebook paths (default: the repository's notebooks/*.ipynb)")
     args = ap.parse_args(argv)
 
+    from .runner import missing_notebook_modules
+
+    missing = missing_notebook_modules()
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     import nbformat
 
     from .runner import notebook_paths
@@ -250,19 +359,25 @@ def main(argv=None) -> int:
             print(f"{p}: cannot read: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             bad += 1
             continue
+        if args.mark:
+            try:
+                changes = mark(nb)
+            except ValueError as exc:
+                print(f"{p}: {exc}")
+                bad += 1
+                continue
         if args.check:
             found = problems(nb)
             for msg in found:
                 print(f"{p}: {msg}")
             bad += bool(found)
         else:
-            changes = mark(nb)
             if changes:
                 nbformat.write(nb, p)
                 for msg in changes:
                     print(f"{p}: {msg}")
     if bad:
-        what = "disagree with their tags or could not be read" if args.check else "could not be read"
+        what = "disagree with their tags or could not be read" if args.check else "could not be read or have tags that are not lists"
         print(f"{bad} of {len(paths)} notebook(s) {what}")
         return 1
     print(f"{len(paths)} notebook(s): markers agree with tags" if args.check else f"{len(paths)} notebook(s) marked")

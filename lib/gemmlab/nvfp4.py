@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .checks import check_int
+from .checks import check_int, check_real
 
 #: e2m1 value of each 4-bit code (bit 3 sign, bits 2..1 exponent, bit 0 mantissa). Code 8 is -0.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
@@ -102,9 +102,26 @@ def as_fp4x2(packed):
 # --------------------------------------------------------------------------------------
 
 
+def _check_codes(name: str, codes, torch) -> None:
+    """``codes`` must be an integer tensor of e2m1 codes, 0..15 (not floats, not bytes past a nibble)."""
+    if not isinstance(codes, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of e2m1 codes (integers 0..15); got {type(codes).__name__}")
+    if codes.dtype == torch.bool or codes.is_floating_point() or codes.is_complex():
+        raise TypeError(f"{name} must have an integer dtype (e2m1 codes 0..15, e.g. uint8); got "
+                        f"{str(codes.dtype).replace('torch.', '')}: values are encoded with e2m1_encode")
+    if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) > 15):
+        raise ValueError(f"{name} must hold e2m1 codes 0..15; got values from {int(codes.min())} to {int(codes.max())}")
+
+
 def e2m1_decode(codes):
     """FP32 values of e2m1 ``codes`` (any integer tensor of values 0..15)."""
     torch = _torch()
+    _check_codes("codes", codes, torch)
+    return _decode(codes, torch)
+
+
+def _decode(codes, torch):
+    """:func:`e2m1_decode` of codes known to be 0..15 (no check: no reduction, no device sync)."""
     lut = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)
     return lut[codes.long() & 0xF]
 
@@ -133,15 +150,28 @@ def e2m1_encode(x):
 def pack_fp4(codes):
     """Pack e2m1 ``codes`` (uint8 0..15, last dimension K, even) two per byte: even K index in the low nibble."""
     torch = _torch()
-    if codes.shape[-1] % 2:
+    _check_codes("codes", codes, torch)
+    if codes.dim() == 0 or codes.shape[-1] % 2:
         raise ValueError(f"codes must have an even last dimension (two values per byte); got {tuple(codes.shape)}")
     c = codes.to(torch.uint8)
     return (c[..., 0::2] & 0xF) | ((c[..., 1::2] & 0xF) << 4)
 
 
+def _check_packed_dtype(name: str, packed, torch) -> None:
+    if not isinstance(packed, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of packed FP4 bytes; got {type(packed).__name__}")
+    if packed.dtype not in fp4_packed_dtypes():
+        allowed = " or ".join(str(d).replace("torch.", "") for d in fp4_packed_dtypes())
+        raise TypeError(f"{name} must have dtype {allowed} (two e2m1 codes per byte); got "
+                        f"{str(packed.dtype).replace('torch.', '')}")
+    if packed.dim() == 0:
+        raise ValueError(f"{name} must have at least one dimension (K/2 bytes last); got a 0-d tensor")
+
+
 def unpack_fp4(packed):
     """The e2m1 codes (uint8, last dimension doubled) of packed FP4 bytes: low nibble first."""
     torch = _torch()
+    _check_packed_dtype("packed", packed, torch)
     p = as_bytes(packed)
     out = torch.stack((p & 0xF, p >> 4), dim=-1)
     return out.reshape(*p.shape[:-1], 2 * p.shape[-1])
@@ -158,16 +188,24 @@ def ceil_div(a: int, b: int) -> int:
 
 def permuted_shape(mn: int, sf_k: int, l: int = 1) -> tuple:
     """Shape ``(32, 4, rest_mn, 4, rest_k, L)`` of the permuted scales of ``mn`` rows and ``sf_k`` scales per row."""
+    mn, sf_k, l = check_int("mn", mn, lo=1), check_int("sf_k", sf_k, lo=1), check_int("l", l, lo=1)
     return (32, 4, ceil_div(mn, ATOM_MN), ATOM_K, ceil_div(sf_k, ATOM_K), l)
 
 
 def permuted_index(i: int, j: int) -> tuple:
     """Where plain scale ``[i, j]`` (row ``i``, k-block ``j`` of 16) sits in the permuted tensor (without L)."""
+    i, j = check_int("i", i, lo=0), check_int("j", j, lo=0)
     return (i % 32, (i % ATOM_MN) // 32, i // ATOM_MN, j % ATOM_K, j // ATOM_K)
 
 
 def permuted_offset(i: int, j: int, mn: int, sf_k: int, l: int = 0) -> int:
-    """Byte offset of plain scale ``[i, j, l]`` in the permuted tensor's memory (cuBLAS's block order)."""
+    """Byte offset of plain scale ``[i, j, l]`` in the permuted tensor's memory (cuBLAS's block order).
+
+    ``i`` < ``mn`` rows and ``j`` < ``sf_k`` scales per row: an offset outside the scales is an error.
+    """
+    mn, sf_k = check_int("mn", mn, lo=1), check_int("sf_k", sf_k, lo=1)
+    i, j = check_int("i", i, lo=0, hi=mn - 1), check_int("j", j, lo=0, hi=sf_k - 1)
+    l = check_int("l", l, lo=0)
     rest_mn, rest_k = ceil_div(mn, ATOM_MN), ceil_div(sf_k, ATOM_K)
     block = (l * rest_mn + i // ATOM_MN) * rest_k + j // ATOM_K
     return block * ATOM_BYTES + (i % 32) * 16 + ((i % ATOM_MN) // 32) * 4 + j % ATOM_K
@@ -201,15 +239,23 @@ def permute_scales(sf):
     return out.view(sf.dtype) if raw is not sf else out
 
 
+def _check_perm(name: str, perm, torch) -> None:
+    if not isinstance(perm, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (permuted scales); got {type(perm).__name__}")
+    if perm.dim() != 6 or perm.shape[0] != 32 or perm.shape[1] != 4 or perm.shape[3] != ATOM_K:
+        raise ValueError(f"{name} must have shape (32, 4, rest_mn, 4, rest_k, L) (permute_scales' result); "
+                         f"got {tuple(perm.shape)}")
+
+
 def unpermute_scales(perm, mn: int, sf_k: int | None = None):
     """The permuted scales back to plain ``(MN, sf_k, L)`` (dropping the padding); ``sf_k`` defaults to all."""
     torch = _torch()
-    if perm.dim() != 6 or perm.shape[0] != 32 or perm.shape[1] != 4 or perm.shape[3] != ATOM_K:
-        raise ValueError(f"perm must have shape (32, 4, rest_mn, 4, rest_k, L); got {tuple(perm.shape)}")
+    _check_perm("perm", perm, torch)
     raw = perm.view(torch.uint8) if perm.dtype.itemsize == 1 and perm.dtype != torch.uint8 else perm
     _, _, rest_mn, _, rest_k, l = raw.shape
+    mn = check_int("mn", mn, lo=1, hi=rest_mn * ATOM_MN)
+    sf_k = rest_k * ATOM_K if sf_k is None else check_int("sf_k", sf_k, lo=1, hi=rest_k * ATOM_K)
     plain = raw.permute(2, 1, 0, 4, 3, 5).reshape(rest_mn * ATOM_MN, rest_k * ATOM_K, l)
-    sf_k = rest_k * ATOM_K if sf_k is None else sf_k
     out = plain[:mn, :sf_k].contiguous()
     return out.view(perm.dtype) if raw is not perm else out
 
@@ -217,6 +263,10 @@ def unpermute_scales(perm, mn: int, sf_k: int | None = None):
 def blocked_bytes(perm):
     """The permuted scales' bytes in memory order (cuBLAS's flat blocked layout, one batch after another)."""
     torch = _torch()
+    _check_perm("perm", perm, torch)
+    if perm.dtype.itemsize != 1:
+        raise TypeError(f"perm must hold one byte per scale (float8_e4m3fn or uint8); got "
+                        f"{str(perm.dtype).replace('torch.', '')}")
     raw = perm.view(torch.uint8) if perm.dtype != torch.uint8 else perm
     return raw.permute(5, 2, 4, 0, 1, 3).reshape(-1)
 
@@ -231,10 +281,19 @@ def dequantize(packed, sf):
 
     Every value is e2m1 x e4m3, exact in FP32 (and in BF16: 2 + 4 significant bits).
     """
+    torch = _torch()
+    _check_packed_dtype("packed", packed, torch)
+    if not isinstance(sf, torch.Tensor):
+        raise TypeError(f"sf must be a torch.Tensor of scales; got {type(sf).__name__}")
+    if not sf.is_floating_point():
+        hint = ("; raw e4m3 bytes? pass sf.view(torch.float8_e4m3fn)" if sf.dtype in (torch.uint8, torch.int8)
+                else "")
+        raise TypeError(f"sf must hold e4m3 scales (float8_e4m3fn) or their values in a float dtype; got "
+                        f"{str(sf.dtype).replace('torch.', '')}{hint}")
     two_d = packed.dim() == 2
     p, s = _as3d(as_bytes(packed), "packed"), _as3d(sf, "sf")
     codes = unpack_fp4(p.permute(0, 2, 1)).permute(0, 2, 1)  # (MN, K, L)
-    vals = e2m1_decode(codes)
+    vals = _decode(codes, torch)  # nibbles: 0..15 by construction (baseline (a) times this: no extra sync)
     k = vals.shape[1]
     if s.shape[0] != vals.shape[0] or s.shape[1] * SF_VEC != k or s.shape[2] != vals.shape[2]:
         raise ValueError(f"sf must have shape ({vals.shape[0]}, {k // SF_VEC}, {vals.shape[2]}) for packed of shape "
@@ -314,15 +373,16 @@ class DualGemmOperands:
                                 move(self.c))
 
 
-def check_problem(m: int, n: int, k: int, l: int = 1) -> None:
-    """Sizes the dual GEMM accepts: M, N, L >= 1 and K a positive multiple of 256."""
-    check_int("M", m, lo=1)
-    check_int("N", n, lo=1)
-    check_int("L", l, lo=1)
-    check_int("K", k, lo=K_MULTIPLE)
+def check_problem(m: int, n: int, k: int, l: int = 1) -> tuple[int, int, int, int]:
+    """Sizes the dual GEMM accepts: M, N, L >= 1 and K a positive multiple of 256; returns them as ``int``."""
+    m = check_int("M", m, lo=1)
+    n = check_int("N", n, lo=1)
+    l = check_int("L", l, lo=1)
+    k = check_int("K", k, lo=K_MULTIPLE)
     if k % K_MULTIPLE:
         raise ValueError(f"K must be a multiple of {K_MULTIPLE} (the k-block: 256 FP4 values, 128 bytes a row); "
                          f"got K={k}")
+    return m, n, k, l
 
 
 def _check_packed(name: str, t, torch):
@@ -421,15 +481,22 @@ class CheckResult:
     max_abs_err: float
     bad: int
     total: int
+    rtol: float = RTOL
+    atol: float = ATOL
 
     def __str__(self) -> str:
         verdict = "OK" if self.ok else f"MISMATCH ({self.bad} of {self.total} elements)"
-        return f"{verdict}: max |err| = {self.max_abs_err:.3g} (rtol = atol = {RTOL:g})"
+        tol = f"rtol = atol = {self.rtol:g}" if self.rtol == self.atol else f"rtol = {self.rtol:g}, atol = {self.atol:g}"
+        return f"{verdict}: max |err| = {self.max_abs_err:.3g} ({tol})"
 
 
 def check_close(out, ref, rtol: float = RTOL, atol: float = ATOL) -> CheckResult:
     """``|out - ref| <= atol + rtol |ref|`` elementwise (NaN or inf in ``out`` fails)."""
     torch = _torch()
+    rtol, atol = check_real("rtol", rtol, lo=0), check_real("atol", atol, lo=0)
+    for name, t in (("out", out), ("ref", ref)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"out must have the reference's shape {tuple(ref.shape)}; got {tuple(out.shape)}")
     o, r = out.float().cpu(), ref.float().cpu()
@@ -439,7 +506,8 @@ def check_close(out, ref, rtol: float = RTOL, atol: float = ATOL) -> CheckResult
     max_err = float(finite.max()) if finite.numel() else float("nan")
     if not torch.isfinite(err).all():
         max_err = float("inf")
-    return CheckResult(ok=not bool(bad.any()), max_abs_err=max_err, bad=int(bad.sum()), total=o.numel())
+    return CheckResult(ok=not bool(bad.any()), max_abs_err=max_err, bad=int(bad.sum()), total=o.numel(), rtol=rtol,
+                       atol=atol)
 
 
 # --------------------------------------------------------------------------------------
@@ -465,7 +533,7 @@ def generate(m: int, n: int, k: int, l: int = 1, seed: int = 0, device="cpu") ->
     ``c`` is filled with NaN (a poisoned output: an element a kernel forgets to write fails the check).
     """
     torch = _torch()
-    check_problem(m, n, k, l)
+    m, n, k, l = check_problem(m, n, k, l)
     gen = torch.Generator().manual_seed(seed)
     # E[v^2] of a uniform e2m1 code is 8.5625 and E[2^(2u)] of the spread is (2^(2h) - 2^(-2h)) / (4h ln 2),
     # h = SPREAD/2; std(A B^T) = 8.5625 sqrt(K) E[2^(2u)] base^2.

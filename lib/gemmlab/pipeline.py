@@ -59,10 +59,10 @@ class PipelineState:
     """
 
     def __init__(self, stages: int, index: int = 0, phase: int = 0, count: int = 0):
-        check_int("stages", stages, lo=1)
-        check_int("index", index, lo=0, hi=stages - 1)
-        check_choice("phase", phase, (0, 1))
-        check_int("count", count, lo=0)
+        stages = check_int("stages", stages, lo=1)
+        index = check_int("index", index, lo=0, hi=stages - 1)
+        phase = check_choice("phase", phase, (0, 1))
+        count = check_int("count", count, lo=0)
         self.stages, self.index, self.phase, self.count = stages, index, phase, count
 
     @classmethod

@@ -15,7 +15,14 @@ cpu``, so nothing there looks like a result of this machine.
 ``--inplace`` writes the executed notebooks back over the inputs: how the GPU
 command refreshes the stored outputs after a full run. There a skipped cell
 keeps its stored outputs (on a CPU machine, the GPU results stay in the
-notebook; on an H100, the Blackwell cells keep their B200 outputs).
+notebook; on an H100, the Blackwell cells keep their B200 outputs). Without
+``--inplace`` no input is ever written: an ``--out`` that would put an executed
+notebook over an input (or two over each other) is refused before anything runs.
+
+Ctrl-C or SIGTERM stops the run: the current kernel is interrupted, no further
+cell or notebook runs, the table of what ran is printed and the exit status is
+130 (143 for SIGTERM); a notebook interrupted midway is not written in place.
+A second Ctrl-C kills the kernel at once.
 """
 from __future__ import annotations
 
@@ -23,24 +30,70 @@ import argparse
 import functools
 import json
 import os
+import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from .compile import scratch_dir
 from .figures import REPO_ROOT
-from .notebook import TIER_WORDS, needed_tier, skip_message
+from .notebook import TIER_WORDS, cell_tags, needed_tier, skip_message
 from .tiers import detect_tier, tier_satisfies
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 BUILD = REPO_ROOT / "build" / "notebooks"  # in a checkout; elsewhere build/notebooks/ of the current folder
 SKIP_TAG = "skip-execution"  # nbclient's own tag for "leave this cell alone"
+#: What the runner imports besides gemmlab: the ``notebooks`` extra of pyproject.toml.
+NOTEBOOK_MODULES = ("nbformat", "nbclient", "jupyter_client", "ipykernel")
 
 __all__ = ["TIER_WORDS", "needed_tier", "default_notebooks", "output_paths", "run_notebook", "format_report", "main"]
 
 
 class NoNotebooks(FileNotFoundError):
     """The course's notebooks are not where this copy of gemmlab looks for them."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM arrived: the run stops after the current cell."""
+
+
+def missing_notebook_modules() -> str | None:
+    """``None`` when the notebook stack imports; else one line naming what is missing and how to install it."""
+    import importlib
+    import importlib.util
+
+    missing = []
+    for m in NOTEBOOK_MODULES:  # found and importable: a broken install counts as missing
+        try:
+            if importlib.util.find_spec(m) is None:
+                missing.append(m)
+            else:
+                importlib.import_module(m)
+        except ImportError:
+            missing.append(m)
+    if not missing:
+        return None
+    return (f"running notebooks needs {', '.join(missing)}, which this Python ({sys.executable}) lacks: install "
+            "the notebooks extra (pip install 'gemmlab[notebooks]', or pip install -r requirements.lock in a "
+            "checkout)")
+
+
+def check_outputs(paths: list[Path], outs: list[Path]) -> str | None:
+    """``None`` when every output path is distinct and none is an input; else why not (one line)."""
+    def key(p):
+        return os.path.normcase(os.path.realpath(p))
+
+    inputs = {key(p): p for p in paths}
+    seen: dict[str, Path] = {}
+    for p, out in zip(paths, outs):
+        k = key(out)
+        if k in inputs:
+            return (f"the executed {p} would be written over the input {inputs[k]}: choose an --out folder "
+                    "other than the notebooks' own, or pass --inplace to write over the inputs")
+        if k in seen:
+            return f"{seen[k]} and {p} would both be written to {out}: rename one, or run them separately"
+        seen[k] = p
+    return None
 
 
 def notebook_paths(names) -> list[Path] | None:
@@ -81,27 +134,80 @@ def output_paths(paths: list[Path], out_dir: Path) -> list[Path]:
 
 
 def _kernel_env() -> dict:
-    """The kernel runs this interpreter, sees lib/ (in a checkout) and no pytest variables."""
+    """The kernel runs this interpreter, sees lib/ (in a checkout) and no pytest variables.
+
+    Its connection file and sockets go to this process's temporary folder
+    (:func:`gemmlab.compile.scratch_dir`), removed at exit.
+    """
     env = dict(os.environ)
     env.pop("PYTEST_CURRENT_TEST", None)
     lib = REPO_ROOT / "lib"
     if (lib / "gemmlab").is_dir():
         env["PYTHONPATH"] = str(lib) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("MPLBACKEND", "Agg")
+    env["JUPYTER_PATH"] = _kernelspec_dir()
+    env["JUPYTER_RUNTIME_DIR"] = scratch_dir("runtime")
     return env
+
+
+def _transport() -> str:
+    """``ipc`` (Unix sockets: no "running over TCP without encryption" warning per kernel) where the socket
+    paths fit the OS limit (~104 bytes), else ``tcp``."""
+    if os.name != "posix" or len(scratch_dir("runtime")) + len("/kernel-65535") > 100:
+        return "tcp"
+    return "ipc"
 
 
 @functools.lru_cache(maxsize=None)
 def _kernelspec_dir() -> str:
-    """A private kernelspec named python3 that runs ``sys.executable`` (one per process)."""
-    root = Path(tempfile.mkdtemp(prefix="gemmlab-kernels-"))
+    """A private kernelspec named python3 that runs ``sys.executable`` (in this process's temporary folder)."""
+    root = Path(scratch_dir("kernels"))
     spec = root / "kernels" / "python3"
-    spec.mkdir(parents=True)
+    spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "Python 3 (gemmlab)", "language": "python",
     }))
     return str(root)
+
+
+def _execute_in_thread(client) -> None:
+    """``client.execute()`` in a worker thread, waiting here.
+
+    nbclient replaces the process's SIGINT/SIGTERM handlers while it executes (its own only shut the
+    kernel down, and the run went on) and resets them to the defaults afterwards; outside the main
+    thread it installs none, so the runner's own handlers (:class:`_Stop`) stay in force.
+    """
+    import threading
+
+    box: dict = {}
+
+    def work():
+        try:
+            client.execute()
+        except BaseException as exc:  # handed to the caller's thread
+            box["exc"] = exc
+
+    t = threading.Thread(target=work, name="gemmlab-notebook", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.2)  # short waits: the main thread runs signal handlers between them
+    if "exc" in box:
+        raise box["exc"]
+
+
+def _write_atomically(nb, out_path: Path) -> None:
+    """Write ``nb`` to a temporary file beside ``out_path``, then rename it over: a reader never sees half."""
+    import nbformat
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    try:
+        nbformat.write(nb, tmp)
+        os.replace(tmp, out_path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -114,17 +220,21 @@ def _failed_row(path: Path, error: str) -> dict:
             "error": error, "errors": [], "wall_s": 0.0, "output": None}
 
 
-def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_skipped_outputs: bool = False) -> dict:
+def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_skipped_outputs: bool = False,
+                 stop=None) -> dict:
     """Execute the notebook at ``path`` on a machine of tier ``have``; write it to ``out_path``; return its row.
 
     Cells needing a tier ``have`` lacks are not executed. ``keep_skipped_outputs``:
     they keep their stored outputs (``--inplace``); otherwise each gets the one
     line of :func:`gemmlab.notebook.skip_message`. Code cells are numbered from 1
-    in messages, counting code cells only.
+    in messages, counting code cells only. ``stop``: a :class:`_Stop` whose flag,
+    once set (by a signal), ends the run before the next cell. A notebook
+    interrupted midway is written only when ``out_path`` is not ``path``.
     """
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from traitlets.config import Config
 
     path = Path(path)
     if not path.is_file():
@@ -135,6 +245,11 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_sk
         return _failed_row(path, f"cannot read {path}: {_first_line(exc)}")
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     code_number = {id(c): n for n, c in enumerate(code_cells, 1)}
+    for n, cell in enumerate(code_cells, 1):
+        try:
+            cell_tags(cell)
+        except ValueError as exc:  # a string or null for tags: nothing of this notebook runs
+            return _failed_row(path, f"code cell {n}: {exc}")
     skipped_cells = []
     skipped: dict[str, int] = {}
     for cell in code_cells:
@@ -148,21 +263,34 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_sk
     current: dict = {"executed": 0}
 
     def on_cell_execute(cell, cell_index, **_):
+        if stop is not None and stop.reason:
+            raise Interrupted(stop.reason)
         current["n"] = code_number.get(id(cell), cell_index + 1)
         current["executed"] += 1
 
+    config = Config()
+    config.KernelManager.transport = _transport()
+    if config.KernelManager.transport == "ipc":  # absolute: the kernel runs in the notebook's folder
+        config.KernelManager.ip = os.path.join(scratch_dir("runtime"), "kernel")
     client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+        nb, timeout=timeout, kernel_name="python3", allow_errors=True, config=config,
         resources={"metadata": {"path": str(path.parent)}}, on_cell_execute=on_cell_execute,
     )
+    if stop is not None:
+        stop.client = client
     t0 = time.perf_counter()
     error = None
+    interrupted = False
     old = dict(os.environ)
     try:
         os.environ.update(_kernel_env())
         os.environ.pop("PYTEST_CURRENT_TEST", None)
-        os.environ["JUPYTER_PATH"] = _kernelspec_dir()
-        client.execute()
+        _execute_in_thread(client)
+        if stop is not None and stop.reason:  # the signal came during the last cell
+            raise Interrupted(stop.reason)
+    except Interrupted as exc:
+        interrupted = True
+        error = f"code cell {current.get('n', '?')}: interrupted ({exc}); the rest of the notebook did not run"
     except CellTimeoutError:
         error = f"code cell {current.get('n', '?')}: timed out after {timeout} s (--timeout)"
     except DeadKernelError as exc:
@@ -172,11 +300,14 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_sk
     finally:
         os.environ.clear()
         os.environ.update(old)
+        if stop is not None:
+            stop.client = None
     wall = time.perf_counter() - t0
     stopped = current.get("n") if error else None  # its error output is the interrupt, already reported
+    not_run = {id(cell) for cell, _, _ in skipped_cells}  # their outputs are stored, not made here
     errors = [
         f"code cell {n}: {o.get('ename')}: {str(o.get('evalue', ''))[:160]}"
-        for n, c in enumerate(code_cells, 1) if n != stopped
+        for n, c in enumerate(code_cells, 1) if n != stopped and id(c) not in not_run
         for o in c.get("outputs", []) if o.get("output_type") == "error"
     ]
     # Give the notebook its own tags back; outside --inplace, say what a skipped cell did here.
@@ -186,11 +317,15 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_sk
         if not keep_skipped_outputs:
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=skip_message(need, have) + "\n")]
             cell.execution_count = None
-    try:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, out_path)
-    except OSError as exc:
-        errors.append(f"cannot write {out_path}: {_first_line(exc)}")
+    written = None
+    if interrupted and os.path.realpath(out_path) == os.path.realpath(path):
+        pass  # never a half-run notebook over its input
+    else:
+        try:
+            _write_atomically(nb, Path(out_path))
+            written = out_path
+        except Exception as exc:  # a folder in the way, no permission, a full disk
+            errors.append(f"cannot write {out_path}: {_first_line(exc)}")
     n_skipped = sum(skipped.values())
     return {
         "notebook": path.stem,
@@ -201,7 +336,8 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_sk
         "error": error,
         "errors": errors,
         "wall_s": wall,
-        "output": out_path,
+        "output": written,
+        "interrupted": interrupted,
     }
 
 
@@ -232,21 +368,37 @@ def _positive_seconds(text: str) -> int:
     return value
 
 
-#: What running notebooks needs beyond gemmlab's own dependencies: the ``notebooks`` extra (pyproject.toml).
-NOTEBOOK_PACKAGES = ("nbformat", "nbclient", "ipykernel")
+class _Stop:
+    """What a SIGINT/SIGTERM handler sets: the reason, and the client whose kernel it interrupts."""
 
+    def __init__(self):
+        self.reason: str | None = None
+        self.signum: int | None = None
+        self.client = None
 
-def missing_notebook_packages() -> list[str]:
-    """The packages of :data:`NOTEBOOK_PACKAGES` this interpreter cannot import."""
-    import importlib
+    def kernel_pid(self) -> int | None:
+        km = getattr(self.client, "km", None)
+        prov = getattr(km, "provisioner", None)
+        return getattr(prov, "pid", None)
 
-    missing = []
-    for name in NOTEBOOK_PACKAGES:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            missing.append(name)
-    return missing
+    def handler(self, signum, frame):
+        pid = self.kernel_pid()
+        if self.reason is not None:  # a second signal: kill the kernel now
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            return
+        self.signum = signum
+        self.reason = signal.Signals(signum).name
+        print(f"\n{self.reason}: stopping after the current cell (again to kill the kernel now)", file=sys.stderr,
+              flush=True)
+        if pid:  # the kernel runs in a session of its own: Ctrl-C in the terminal does not reach it
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
 
 
 def main(argv=None) -> int:
@@ -259,37 +411,65 @@ def main(argv=None) -> int:
                        help="folder for the executed notebooks (default: build/notebooks/ of the repository)")
     ap.add_argument("--timeout", type=_positive_seconds, default=900, help="seconds per cell, at least 1 (default 900)")
     args = ap.parse_args(argv)
+    missing = missing_notebook_modules()
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     paths = notebook_paths(args.notebooks)
     if paths is None:
         return 2
-    missing = missing_notebook_packages()
-    if missing:
-        print(f"gemmlab.runner needs {', '.join(missing)} (gemmlab's 'notebooks' extra), which {sys.executable} "
-              f"cannot import: pip install 'gemmlab[notebooks]' (from a checkout: pip install -e '.[notebooks]'), "
-              f"or install requirements.lock", file=sys.stderr)
-        return 2
     unique: dict[str, Path] = {}
     for p in paths:  # the same file named twice runs once
-        unique.setdefault(os.path.abspath(p), p)
+        unique.setdefault(os.path.realpath(p), p)
     paths = list(unique.values())
     out_dir = args.out or (BUILD if NOTEBOOKS.is_dir() else Path.cwd() / "build" / "notebooks")
     outs = paths if args.inplace else output_paths(paths, out_dir)
+    if not args.inplace:
+        clash = check_outputs(paths, outs)
+        if clash:
+            print(f"error: {clash}", file=sys.stderr)
+            return 2
     have = detect_tier()
     rows = []
-    for p, out in zip(paths, outs):
-        print(f"running {p.name} ...", flush=True)
-        row = run_notebook(p, out, have, args.timeout, keep_skipped_outputs=args.inplace)
-        for msg in ([row["error"]] if row["error"] else []) + row["errors"]:
-            print(f"  FAILED {msg}", flush=True)
-        rows.append(row)
-    if args.inplace:
+    stop = _Stop()
+    handlers = {}
+    if threading_main():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, stop.handler)
+    try:
+        for p, out in zip(paths, outs):
+            if stop.reason:
+                break
+            print(f"running {p.name} ...", flush=True)
+            row = run_notebook(p, out, have, args.timeout, keep_skipped_outputs=args.inplace, stop=stop)
+            for msg in ([row["error"]] if row["error"] else []) + row["errors"]:
+                print(f"  FAILED {msg}", flush=True)
+            rows.append(row)
+    finally:
+        for sig, old in handlers.items():
+            signal.signal(sig, old)
+    written = [r["output"] for r in rows if r["output"] is not None]
+    if args.inplace and written:
         print("executed notebooks written back in place (skipped cells keep their stored outputs)")
-    else:
-        written = [r["output"] for r in rows if r["output"] is not None]
-        folder = os.path.commonpath([str(w.parent) for w in written]) if written else str(out_dir)
+    elif written:
+        folder = os.path.commonpath([str(Path(w).parent) for w in written])
         print(f"executed notebooks written to {folder}/ (skipped cells say so in their output)")
+    unwritten = [r["notebook"] for r in rows if r["output"] is None]
+    if unwritten:
+        print(f"not written: {', '.join(unwritten)}")
     print(format_report(rows, have))
+    if stop.reason:
+        left = len(paths) - len(rows)
+        print(f"interrupted by {stop.reason}: {left} notebook(s) not run", file=sys.stderr)
+        return 128 + stop.signum
     return 1 if any(r["failures"] for r in rows) else 0
+
+
+def threading_main() -> bool:
+    """Signal handlers can only be installed from the main thread."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":

@@ -73,10 +73,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from .checks import check_choice, check_int
+from .checks import check_choice, check_int, check_real
 
 DESIGNS = ("carried", "unrolled")
 EPILOGUES = ("inline", "overlapped")
+#: The most ring slots (k-iterations, the unrolled design's empty ones included) one simulation walks:
+#: each costs a few events of memory (about 1 KB) and a few microseconds, so this bounds a run to
+#: seconds and a few hundred MB. Larger problems: simulate one CTA's share, or fewer tiles.
+MAX_SLOTS = 200_000
+#: The most stages a ring may have (far more than any shared memory holds).
+MAX_STAGES = 1024
 
 #: Colours per stage in the drawings (cycled).
 STAGE_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#8172B2", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974")
@@ -183,27 +189,37 @@ def _k_text(tiles: list[int]) -> str:
 
 
 def _number(name: str, v, *, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a number; got {type(v).__name__}")
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be a finite number; got {v}")
-    if v < 0 or (positive and v == 0):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}; got {v}")
-    return float(v)
+    return check_real(name, v, lo=0, lo_open=positive)
 
 
 def _tiles_list(tiles) -> list[int]:
-    if isinstance(tiles, tuple) and len(tiles) == 2 and all(isinstance(x, int) for x in tiles):
-        n_tiles, k = tiles
-        check_int("tiles[0] (number of tiles)", n_tiles, lo=1)
-        check_int("tiles[1] (k-iterations per tile)", k, lo=1)
+    """``tiles`` as a list of k-iterations per tile (``(n_tiles, k)`` expanded), numpy and torch ints as ``int``."""
+    if isinstance(tiles, tuple) and len(tiles) == 2:
+        n_tiles = check_int("tiles[0] (number of tiles)", tiles[0], lo=1)
+        k = check_int("tiles[1] (k-iterations per tile)", tiles[1], lo=1)
+        check_work(n_tiles, k)
         return [k] * n_tiles
     if isinstance(tiles, (list, tuple)) and tiles:
-        for k in tiles:
-            check_int("tiles[i] (k-iterations of a tile)", k, lo=1)
-        return list(tiles)
+        if len(tiles) > MAX_SLOTS:
+            raise ValueError(f"tiles lists {len(tiles)} tiles; the simulator walks at most {MAX_SLOTS} slots")
+        out = [check_int("tiles[i] (k-iterations of a tile)", k, lo=1) for k in tiles]
+        check_work(len(out), max(out), total=sum(out))
+        return out
     raise TypeError("tiles must be (n_tiles, k_tiles) or a non-empty list of k-iterations per tile; "
                     f"got {tiles!r}")
+
+
+def check_work(n_tiles: int, k_per_tile: int, stages: int = 1, *, total: int | None = None) -> None:
+    """Refuse (``ValueError``) a simulation of more than :data:`MAX_SLOTS` ring slots before anything is built.
+
+    ``n_tiles`` tiles of ``k_per_tile`` k-iterations (``total``: their sum, when the tiles differ); with
+    ``stages`` > 1 the unrolled design's padding of each tile's last group counts too.
+    """
+    slots = (n_tiles * k_per_tile if total is None else total) + n_tiles * (stages - 1)
+    if slots > MAX_SLOTS:
+        raise ValueError(f"{n_tiles} tile(s) of up to {k_per_tile} k-iterations with {stages} stage(s) are about "
+                         f"{slots} ring slots; the simulator walks at most {MAX_SLOTS} (MAX_SLOTS): simulate one "
+                         "CTA's share of the work, or fewer tiles")
 
 
 def _slots(tiles: list[int], stages: int, design: str):
@@ -248,17 +264,18 @@ def simulate(stages: int, tiles, load_time: float, compute_time: float, *, issue
     read every stage. ``epilogue_time``/``epilogue``/``acc_stages``: per-tile
     work after the last k-iteration, inline or on an overlapped agent.
     """
-    check_int("stages", stages, lo=1)
+    stages = check_int("stages", stages, lo=1, hi=MAX_STAGES)
+    check_choice("design", design, DESIGNS)
     tiles = _tiles_list(tiles)
+    check_work(len(tiles), max(tiles), stages if design == "unrolled" else 1, total=sum(tiles))
     load_time = _number("load_time", load_time)
     compute_time = _number("compute_time", compute_time)
     issue_time = _number("issue_time", issue_time)
     transfer_time = _number("transfer_time", transfer_time)
     epilogue_time = _number("epilogue_time", epilogue_time)
-    check_choice("design", design, DESIGNS)
     check_choice("epilogue", epilogue, EPILOGUES)
-    check_int("consumers", consumers, lo=1)
-    check_int("acc_stages", acc_stages, lo=1)
+    consumers = check_int("consumers", consumers, lo=1, hi=8)
+    acc_stages = check_int("acc_stages", acc_stages, lo=1, hi=MAX_STAGES)
 
     tl = Timeline(stages, tiles, design, consumers, load_time, compute_time, issue_time, transfer_time,
                   epilogue_time, epilogue, acc_stages)

@@ -168,6 +168,10 @@ class InstrDesc:
 
     def __post_init__(self):
         check_mma_shape(self.m, self.n, self.cta_group)
+        for name in ("m", "n", "cta_group"):  # stored as Python ints
+            object.__setattr__(self, name, check_int(name, getattr(self, name)))
+        for name in ("negate_a", "negate_b", "saturate", "sparse"):  # one bit each: a bool, not any number
+            object.__setattr__(self, name, check_choice(name, getattr(self, name), (False, True)))
         check_choice("a_dtype", self.a_dtype, tuple(AB_FORMATS))
         check_choice("b_dtype", self.b_dtype, tuple(AB_FORMATS))
         check_choice("d_dtype", self.d_dtype, tuple(D_FORMATS))
@@ -177,8 +181,8 @@ class InstrDesc:
             raise ValueError("bf16 inputs accumulate in f32 only; got d_dtype='f16'")
         check_choice("a_major", self.a_major, tuple(MAJORS))
         check_choice("b_major", self.b_major, tuple(MAJORS))
-        check_int("sparse_id2", self.sparse_id2, lo=0, hi=3)
-        check_int("max_shift", self.max_shift, lo=0, hi=3)
+        object.__setattr__(self, "sparse_id2", check_int("sparse_id2", self.sparse_id2, lo=0, hi=3))
+        object.__setattr__(self, "max_shift", check_int("max_shift", self.max_shift, lo=0, hi=3))
 
     def field_values(self) -> dict[str, int]:
         """The raw value of every field of :data:`INSTR_DESC_FIELDS`."""
@@ -286,12 +290,14 @@ class SmemDesc:
     version: int = SMEM_DESC_VERSION
 
     def __post_init__(self):
-        check_int("start_addr", self.start_addr, lo=0, hi=(1 << 18) - 16, multiple_of=16)
-        check_int("lbo", self.lbo, lo=0, hi=(1 << 18) - 16, multiple_of=16)
-        check_int("sbo", self.sbo, lo=0, hi=(1 << 18) - 16, multiple_of=16)
+        # Stored as Python ints: numpy ints overflow when shifted into the upper bits of the descriptor.
+        for name in ("start_addr", "lbo", "sbo"):
+            object.__setattr__(self, name, check_int(name, getattr(self, name), lo=0, hi=(1 << 18) - 16,
+                                                     multiple_of=16))
         check_choice("swizzle", self.swizzle, tuple(SWIZZLE_CODES))
-        check_int("base_offset", self.base_offset, lo=0, hi=7)
-        check_choice("lbo_mode", self.lbo_mode, (0, 1))
+        object.__setattr__(self, "base_offset", check_int("base_offset", self.base_offset, lo=0, hi=7))
+        object.__setattr__(self, "lbo_mode", check_choice("lbo_mode", self.lbo_mode, (0, 1)))
+        object.__setattr__(self, "version", check_int("version", self.version))
         if self.version != SMEM_DESC_VERSION:
             raise ValueError(f"bits 46-48 must hold {SMEM_DESC_VERSION} (0b001) on SM100; got {self.version}")
 

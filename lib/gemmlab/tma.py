@@ -47,7 +47,6 @@ The kernels (2-D row-major tensors, static shapes)
 from __future__ import annotations
 
 import functools
-import numbers
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -57,7 +56,7 @@ from cutlass.cute.nvgpu import cpasync
 from cutlass.memory import SmemAllocator
 
 from . import swizzle as swz
-from .checks import check_choice, check_tensor
+from .checks import check_choice, check_int, check_tensor
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
 from .tiers import require_tier
 
@@ -65,6 +64,9 @@ from .tiers import require_tier
 #: at most 256 elements per box dimension, inner box a multiple of 16 bytes.
 TMA_ALIGN = 16
 MAX_BOX = 256
+#: cuTensorMapEncodeTiled: every globalDim at most 2^32 elements, every globalStride below 2^40 bytes.
+MAX_GLOBAL_DIM = 1 << 32
+MAX_GLOBAL_STRIDE_BYTES = 1 << 40
 THREADS = 128  # per CTA: warp 0 issues the copies, all four warps dump shared memory
 CACHE_HINTS = (None, "evict_first", "evict_last")
 #: Shared memory for one box: a 227 KiB block limit, minus room for the barrier.
@@ -104,10 +106,7 @@ def _check_dtype(name: str, dtype) -> str:
 
 def _check_whole(name: str, value, lo: int | None = None) -> None:
     """An int (numpy integers too) of at least ``lo``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
-    if lo is not None and value < lo:
-        raise ValueError(f"{name} must be >= {lo}; got {value}")
+    check_int(name, value, lo=lo)
 
 
 def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address: int = 0, name: str = "src",
@@ -138,6 +137,8 @@ def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address
         raise ValueError(f"{name} must be 2-D (rows, cols); got shape {tuple(shape) if shape is not None else shape}")
     for i, e in enumerate(shape):
         _check_whole(f"{name}'s shape[{i}]", e, 1)
+        if e > MAX_GLOBAL_DIM:
+            raise ValueError(f"{name}'s shape[{i}] must be at most 2^32 elements (a tensor map's globalDim); got {e}")
     if strides is not None and not (isinstance(strides, (tuple, list)) and len(strides) == 2):
         raise ValueError(f"{name}'s strides must be a pair (row stride, 1) in elements; got {strides!r}")
     strides = tuple(strides) if strides is not None else (shape[1], 1)
@@ -150,6 +151,9 @@ def check_tma_box(shape, dtype, box, swizzle: str, *, strides=None, base_address
     if shape[0] > 1 and strides[0] < shape[1]:
         raise ValueError(f"{name}'s row stride must be >= its row length ({shape[1]} elements), or rows overlap; "
                          f"got strides {strides}")
+    if strides[0] * eb >= MAX_GLOBAL_STRIDE_BYTES:
+        raise ValueError(f"{name}'s row stride must be below 2^40 bytes (a tensor map's globalStrides); "
+                         f"got {strides[0]} elements = {strides[0] * eb} bytes")
     if (strides[0] * eb) % TMA_ALIGN:
         raise ValueError(f"{name}'s row stride must be a multiple of {TMA_ALIGN} bytes (TMA global strides); "
                          f"got {strides[0]} elements = {strides[0] * eb} bytes")
@@ -548,6 +552,10 @@ def compile_multicast(target: str = "sm_90a", clusters: int = 2, dtype="float16"
                       swizzle: str = "128B"):
     """Compile :func:`multicast_kernel` for ``target`` (no GPU needed)."""
     check_target(target)
+    clusters = check_int("clusters", clusters, lo=1)
+    if not (isinstance(box, (tuple, list)) and len(box) == 2):
+        raise ValueError(f"box must be a pair (box rows, box cols); got {box!r}")
+    box = tuple(check_int(f"box[{i}]", b, lo=1, hi=MAX_BOX) for i, b in enumerate(box))
     shape = (clusters * box[0], box[1])
     check_tma_box(shape, dtype, box, swizzle)
     return compile_for(target, _multicast_host(box[0], box[1], swizzle), _fake_2d(dtype, shape),

@@ -109,8 +109,7 @@ class SmemDesc:
 
 
 def _check_byte_field(name: str, value) -> int:
-    check_int(name, value, lo=0, hi=(1 << 18) - 16, multiple_of=16)
-    return value
+    return check_int(name, value, lo=0, hi=(1 << 18) - 16, multiple_of=16)
 
 
 def encode_smem_desc(start_addr: int, lbo: int, sbo: int, swizzle: str = "128B", base_offset: int = 0) -> int:
@@ -121,19 +120,18 @@ def encode_smem_desc(start_addr: int, lbo: int, sbo: int, swizzle: str = "128B",
     along M/N); all multiples of 16 below 256 KiB. ``swizzle``: one of
     ``"none"``, ``"128B"``, ``"64B"``, ``"32B"``. ``base_offset``: 0..7.
     """
-    _check_byte_field("start_addr", start_addr)
-    _check_byte_field("lbo", lbo)
-    _check_byte_field("sbo", sbo)
+    start_addr = _check_byte_field("start_addr", start_addr)
+    lbo = _check_byte_field("lbo", lbo)
+    sbo = _check_byte_field("sbo", sbo)
     check_choice("swizzle", swizzle, tuple(SWIZZLE_CODES))
-    check_int("base_offset", base_offset, lo=0, hi=7)
+    base_offset = check_int("base_offset", base_offset, lo=0, hi=7)
     return ((start_addr >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (base_offset << 49)
             | (SWIZZLE_CODES[swizzle] << 62))
 
 
 def decode_smem_desc(value: int) -> SmemDesc:
     """Take a 64-bit descriptor apart (accepts the signed form PTX prints, e.g. ``-4611686...``)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"value must be an int; got {type(value).__name__}")
+    value = check_int("value", value)
     if not -(1 << 63) <= value < (1 << 64):
         raise ValueError(f"value must fit in 64 bits; got {value}")
     v = value & ((1 << 64) - 1)
@@ -527,24 +525,29 @@ def default_stages(tile_m: int, tile_n: int) -> int:
     return min(6, (SMEM_PER_BLOCK - 1024) // stage_bytes(tile_m, tile_n))
 
 
-def _check_config(tile_m, tile_n, stages):
-    check_int("tile_m", tile_m)
-    check_int("tile_n", tile_n)
+def _check_config(tile_m, tile_n, stages) -> tuple[int, int, int]:
+    tile_m = check_int("tile_m", tile_m)
+    tile_n = check_int("tile_n", tile_n)
     if (tile_m, tile_n) not in TILE_SHAPES:
         raise ValueError(f"(tile_m, tile_n) must be one of {', '.join(map(str, TILE_SHAPES))}; "
                          f"got {(tile_m, tile_n)}")
-    check_int("stages", stages, lo=2, hi=8)
+    stages = check_int("stages", stages, lo=2, hi=8)
     need = stages * stage_bytes(tile_m, tile_n) + 1024
     if need > SMEM_PER_BLOCK:
         raise ValueError(f"stages={stages} with a {tile_m}x{tile_n} tile needs {need} bytes of shared memory; "
                          f"at most {SMEM_PER_BLOCK} fit in one block")
+    return tile_m, tile_n, stages
 
 
-def _check_shape(m, n, k, tile_m, tile_n):
+def _check_shape(m, n, k, tile_m, tile_n) -> tuple[int, int, int]:
+    out = []
     for name, v, t in (("M", m, tile_m), ("N", n, tile_n), ("K", k, TILE_K)):
+        v = check_int(name, v)
         if v <= 0 or v % t:
             raise ValueError(f"{name} must be a positive multiple of {t} (the tile; this kernel has no partial "
                              f"tiles); got {v}")
+        out.append(v)
+    return tuple(out)
 
 
 @cute.kernel
@@ -742,8 +745,8 @@ def compile_gemm_nt(target: str = "sm_90a", m: int = 256, n: int = 256, k: int =
     check_choice("inflight", inflight, (0, 1))
     if stages is None and (tile_m, tile_n) in TILE_SHAPES:
         stages = default_stages(tile_m, tile_n)
-    _check_config(tile_m, tile_n, stages)
-    _check_shape(m, n, k, tile_m, tile_n)
+    tile_m, tile_n, stages = _check_config(tile_m, tile_n, stages)
+    m, n, k = _check_shape(m, n, k, tile_m, tile_n)
     t = BFloat16 if dtype == "bf16" else Float16
     host = _gemm_host(tile_m, tile_n, stages, inflight)
     return compile_for(target, host, fake_tensor(t, (m, k), stride_order=(1, 0)),

@@ -38,8 +38,8 @@ def check_fence_points(answer) -> bool:
     c. after the threads have zeroed (or read) the accumulator registers, before the next wgmma that uses them;
     d. after a TMA load has filled a stage (and the mbarrier wait saw it), before a wgmma reads that stage.
     """
-    if isinstance(answer, (str, set, frozenset, list, tuple)):
-        answer = "".join(sorted({str(x).strip().lower() for x in answer} - {"", ","}))
+    if isinstance(answer, (str, set, frozenset, list, tuple)):  # "ac", "a, c", "a;c", ["c", "a"]: the letters
+        answer = "".join(sorted({ch for x in answer if isinstance(x, str) for ch in x.lower() if ch.isalpha()}))
     return verdict("where wgmma.fence is required", answer, solution_fence_points(),
                    "wgmma.fence orders *register* accesses (the accumulator, A fragments in registers) against "
                    "wgmma; accumulations of the same shape into the same registers are ordered by default; "

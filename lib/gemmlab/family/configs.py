@@ -68,21 +68,26 @@ class Sm90Config:
     out_dtype: str = "bfloat16"
 
     def __post_init__(self):
+        # Every field is stored as the checked Python value (numpy ints become ints; 128.0 is refused).
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
         check_choice("dtype", self.dtype, IN_DTYPES)
         check_choice("out_dtype", self.out_dtype, OUT_DTYPES)
-        check_choice("tile_m", self.tile_m, (64, 128))
-        check_int("tile_n", self.tile_n, lo=16, hi=256, multiple_of=16)
+        put("tile_m", check_choice("tile_m", self.tile_m, (64, 128)))
+        put("tile_n", check_int("tile_n", self.tile_n, lo=16, hi=256, multiple_of=16))
         row = SWIZZLE_ROW_BYTES * 8 // DTYPE_BITS[self.dtype]
+        put("tile_k", check_int("tile_k", self.tile_k))
         if self.tile_k != row:
             raise ValueError(f"tile_k must be {row} for {self.dtype} (one 128-byte swizzle row); got {self.tile_k}")
-        check_int("stages", self.stages, lo=2, hi=16)
-        check_choice("cluster", tuple(self.cluster), ((1, 1), (2, 1), (1, 2)))
+        put("stages", check_int("stages", self.stages, lo=2, hi=16))
+        put("cluster", check_choice("cluster", self.cluster, ((1, 1), (2, 1), (1, 2))))
         check_choice("raster", self.raster, RASTERS)
-        check_int("group", self.group, lo=1)
-        check_choice("epi_n", self.epi_n, (16, 32, 64))
-        check_int("epi_stages", self.epi_stages, lo=1, hi=8)
-        check_choice("swap_ab", self.swap_ab, (False, True))
-        check_int("splits", self.splits, lo=1, hi=64)
+        put("group", check_int("group", self.group, lo=1))
+        put("epi_n", check_choice("epi_n", self.epi_n, (16, 32, 64)))
+        put("epi_stages", check_int("epi_stages", self.epi_stages, lo=1, hi=8))
+        put("swap_ab", check_choice("swap_ab", self.swap_ab, (False, True)))
+        put("splits", check_int("splits", self.splits, lo=1, hi=64))
         if self.tile_n % self.epi_n:
             raise ValueError(f"epi_n must divide tile_n={self.tile_n}; got epi_n={self.epi_n}")
         if self.smem_bytes() > SMEM_PER_BLOCK:
@@ -167,18 +172,23 @@ def split_ranges(k_tiles: int, splits: int) -> list[tuple[int, int]]:
     """``(first k-block, count)`` of every K slice, as the sm90 kernel computes them.
 
     Slices are ``ceil(k_tiles / splits)`` k-blocks long and the last takes what is
-    left, so every slice is non-empty only if ``splits`` is :func:`effective_splits`.
+    left, so every slice is non-empty only if ``splits`` is :func:`effective_splits`;
+    any other count (one that would leave a slice empty) is a ``ValueError`` naming it.
     """
-    check_int("k_tiles", k_tiles, lo=1)
-    check_int("splits", splits, lo=1)
+    k_tiles = check_int("k_tiles", k_tiles, lo=1)
+    splits = check_int("splits", splits, lo=1, hi=1024)  # a list of them is built: far more than any kernel runs
     per = -(-k_tiles // splits)
+    if (splits - 1) * per >= k_tiles:
+        raise ValueError(f"splits={splits} leaves slices of {k_tiles} k-blocks empty (ceil({k_tiles} / {splits}) = "
+                         f"{per} k-blocks a slice); the kernel is given effective_splits({k_tiles}, {splits}) = "
+                         f"{effective_splits(k_tiles, splits)}")
     return [(s * per, min(per, k_tiles - s * per)) for s in range(splits)]
 
 
 def effective_splits(k_tiles: int, splits: int) -> int:
     """The largest slice count <= ``splits`` that leaves no slice empty (and no more slices than k-blocks)."""
-    check_int("k_tiles", k_tiles, lo=1)
-    check_int("splits", splits, lo=1)
+    k_tiles = check_int("k_tiles", k_tiles, lo=1)
+    splits = check_int("splits", splits, lo=1)
     per = -(-k_tiles // min(splits, k_tiles))
     return -(-k_tiles // per)
 
@@ -216,10 +226,10 @@ class Sm100Config:
     b_major: str = "k"  # "k": B is N x K (K contiguous); "n": B is K x N (N contiguous)
 
     def __post_init__(self):
-        check_choice("block_n", self.block_n, BLOCK_N_CHOICES)
-        check_int("ab_stages", self.ab_stages, lo=1)
-        check_choice("epi_n", self.epi_n, (16, 32, 64))
-        check_int("num_sms", self.num_sms, lo=2)
+        object.__setattr__(self, "block_n", check_choice("block_n", self.block_n, BLOCK_N_CHOICES))
+        object.__setattr__(self, "ab_stages", check_int("ab_stages", self.ab_stages, lo=1))
+        object.__setattr__(self, "epi_n", check_choice("epi_n", self.epi_n, (16, 32, 64)))
+        object.__setattr__(self, "num_sms", check_int("num_sms", self.num_sms, lo=2))
         check_choice("dtype", self.dtype, IN_DTYPES)
         check_choice("b_major", self.b_major, ("k", "n"))
 

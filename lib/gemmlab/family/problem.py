@@ -62,8 +62,8 @@ class GemmProblem:
     b_major: str = "k"  # "k": b is w.t() of an N x K weight; "n": b is row-major K x N
 
     def __post_init__(self):
-        for name in ("m", "n", "k"):
-            check_int(name, getattr(self, name), lo=1)
+        for name in ("m", "n", "k"):  # stored as Python ints: numpy ints overflow in .flops
+            object.__setattr__(self, name, check_int(name, getattr(self, name), lo=1))
         check_choice("dtype", self.dtype, IN_DTYPES)
         check_choice("out_dtype", self.out_dtype, OUT_DTYPES)
         check_choice("b_major", self.b_major, ("k", "n"))

@@ -1,0 +1,308 @@
+"""Bad input gets a clear error naming the argument and the rule, or the answer Python ints give: never a wrong one.
+
+One test (or a few) per finding of a new user's probes of the public calls, models and encoders: numpy
+and torch scalars are numbers, floats and bools are not ints, out-of-range values are refused, and work
+too large to finish is refused with the limit named.
+"""
+import numpy as np
+import pytest
+import torch
+
+from gemmlab import checks
+
+
+# ---------------------------------------------------------------- the checks themselves
+
+
+@pytest.mark.parametrize("value", [7, np.int64(7), np.int8(7), np.uint16(7), torch.tensor(7), np.array(7)])
+def test_check_int_takes_numpy_and_torch_integers_and_returns_a_python_int(value):
+    got = checks.check_int("x", value, lo=1)
+    assert got == 7 and type(got) is int
+
+
+@pytest.mark.parametrize("value", [7.0, np.float32(7), True, np.bool_(True), torch.tensor(7.0), "7", None, [7]])
+def test_check_int_refuses_floats_bools_and_others_naming_the_type(value):
+    with pytest.raises(TypeError, match=r"^x must be an int; got "):
+        checks.check_int("x", value)
+
+
+def test_check_int_message_names_an_int64_an_int_not_a_non_number():
+    with pytest.raises(ValueError, match=r"^x must be >= 1; got -3$"):
+        checks.check_int("x", np.int64(-3), lo=1)
+
+
+@pytest.mark.parametrize("value", [1.5, np.float32(1.5), np.float64(1.5), torch.tensor(1.5), 3, np.int64(3)])
+def test_check_real_takes_numpy_and_torch_numbers(value):
+    got = checks.check_real("r", value)
+    assert got == float(value) and type(got) is float
+
+
+@pytest.mark.parametrize("value,exc", [(float("nan"), ValueError), (float("inf"), ValueError), (True, TypeError),
+                                       ("1", TypeError), (None, TypeError)])
+def test_check_real_refuses_nan_inf_bool_and_strings(value, exc):
+    with pytest.raises(exc, match="^r must be a"):
+        checks.check_real("r", value)
+
+
+def test_check_choice_is_exact_about_kinds():
+    assert checks.check_choice("t", np.int64(128), (64, 128)) == 128
+    assert checks.check_choice("c", [2, 1], ((1, 1), (2, 1))) == (2, 1)
+    for value, choices in ((128.0, (64, 128)), (1, (False, True)), (True, (0, 1)), ((2.0, 1), ((2, 1),))):
+        with pytest.raises(TypeError, match="of another type"):
+            checks.check_choice("x", value, choices)
+    with pytest.raises(ValueError, match="must be one of"):
+        checks.check_choice("x", np.array([64, 128]), (64, 128))
+
+
+# ---------------------------------------------------------------- silent wrong answers
+
+
+def test_simulate_reads_a_pair_of_numpy_ints_as_tiles_and_k():
+    from gemmlab.simulator import predict_designs, simulate
+
+    assert simulate(4, (np.int64(8), np.int64(6)), 3, 1).total == simulate(4, (8, 6), 3, 1).total == 51.0
+    assert predict_designs(4, (np.int64(8), np.int64(6)), 3, 1) == predict_designs(4, (8, 6), 3, 1)
+    assert simulate(np.int64(4), [np.int32(6)] * 8, np.float32(3), torch.tensor(1)).total == 51.0
+
+
+@pytest.mark.parametrize("tiles", [(8.0, 6), (8, 6.5), [6, 2.0], (True, 6)])
+def test_simulate_refuses_float_tile_counts(tiles):
+    from gemmlab.simulator import simulate
+
+    with pytest.raises(TypeError, match="tiles"):
+        simulate(4, tiles, 3, 1)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((10 ** 9, (8, 6), 3, 1), "stages must be <= 1024"),
+    ((4, (10 ** 5, 10 ** 4), 3, 1), "the simulator walks at most 200000"),
+    ((4, [10 ** 6], 3, 1), "the simulator walks at most 200000"),
+    ((4, (10, 100), 3, 1, {"consumers": 10 ** 6}), "consumers must be <= 8"),
+])
+def test_simulate_refuses_unbounded_work_naming_the_limit(args, match):
+    from gemmlab.simulator import simulate
+
+    kw = args[4] if len(args) > 4 else {}
+    with pytest.raises(ValueError, match=match):
+        simulate(*args[:4], **kw)
+
+
+def test_gemm_problem_stores_python_ints():
+    from gemmlab.family.problem import GemmProblem
+
+    p = GemmProblem(np.int64(2 ** 40), np.int64(4096), np.int64(8192))
+    assert type(p.m) is int and p.flops == 2 * 2 ** 40 * 4096 * 8192
+    assert p == GemmProblem(2 ** 40, 4096, 8192) and hash(p) == hash(GemmProblem(2 ** 40, 4096, 8192))
+    with pytest.raises(TypeError, match="m must be an int; got float"):
+        GemmProblem(256.0, 256, 256)
+
+
+def test_pack_fp4_refuses_codes_outside_a_nibble_and_floats():
+    from gemmlab import nvfp4 as f
+
+    for bad in ([16, 3], [-1, 3]):
+        with pytest.raises(ValueError, match="codes 0..15; got values from"):
+            f.pack_fp4(torch.tensor(bad))
+    with pytest.raises(TypeError, match="integer dtype"):
+        f.pack_fp4(torch.tensor([1.0, 3.0]))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        f.pack_fp4([1, 3])
+    assert f.pack_fp4(torch.tensor([15, 3], dtype=torch.int64)).tolist() == [0x3F]
+
+
+def test_unpack_fp4_and_decode_refuse_what_is_not_fp4():
+    from gemmlab import nvfp4 as f
+
+    for dtype in (torch.int32, torch.float32):
+        with pytest.raises(TypeError, match="packed must have dtype uint8"):
+            f.unpack_fp4(torch.tensor([0x21], dtype=dtype))
+    with pytest.raises(ValueError, match="codes 0..15"):
+        f.e2m1_decode(torch.tensor([16, 17, 31]))
+    with pytest.raises(TypeError, match="integer dtype"):
+        f.e2m1_decode(torch.tensor([1.7]))
+
+
+def test_dequantize_refuses_scale_bytes_read_as_integers():
+    from gemmlab import nvfp4 as f
+
+    packed = torch.full((1, 8), 0x22, dtype=torch.uint8)  # sixteen 1.0s
+    sf = torch.tensor([[3.0]]).to(torch.float8_e4m3fn)
+    assert f.dequantize(packed, sf).max().item() == 3.0
+    with pytest.raises(TypeError, match=r"raw e4m3 bytes\? pass sf.view\(torch.float8_e4m3fn\)"):
+        f.dequantize(packed, sf.view(torch.uint8))  # its byte 0x44 read as 68 gave 68.0 (the probe: 288 vs 3.0)
+    assert f.dequantize(packed, sf.view(torch.uint8).view(torch.float8_e4m3fn)).max().item() == 3.0
+
+
+def test_permuted_offsets_and_unpermute_refuse_rows_and_columns_outside_the_scales():
+    from gemmlab import nvfp4 as f
+
+    assert f.permuted_offset(np.int64(200), 5, 256, 448) == f.permuted_offset(200, 5, 256, 448) == 57993
+    for args, match in (((256, 0, 256, 8), "i must be <= 255"), ((0, 8, 256, 8), "j must be <= 7"),
+                        ((-1, 0, 256, 8), "i must be >= 0"), ((0, 0, 256, 8, -1), "l must be >= 0")):
+        with pytest.raises(ValueError, match=match):
+            f.permuted_offset(*args)
+    with pytest.raises(TypeError, match="i must be an int; got float"):
+        f.permuted_offset(1.5, 0, 256, 8)
+    perm = f.permute_scales(torch.ones(200, 12, 1).to(torch.float8_e4m3fn))  # (32, 4, 2, 4, 3, 1)
+    assert f.unpermute_scales(perm, 256, 12).shape == (256, 12, 1)
+    for args, match in (((257, 12), "mn must be <= 256"), ((200, 13), "sf_k must be <= 12"), ((0, 12), "mn must be >= 1"),
+                        ((200.0, 12), "mn must be an int")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            f.unpermute_scales(perm, *args)
+    with pytest.raises(ValueError, match=r"perm must have shape \(32, 4, rest_mn, 4, rest_k, L\)"):
+        f.blocked_bytes(torch.zeros(128, 4, dtype=torch.uint8))
+
+
+def test_check_close_reports_the_tolerances_it_used_and_refuses_bad_ones():
+    from gemmlab import nvfp4 as f
+
+    out, ref = torch.zeros(4), torch.full((4,), 0.05)
+    r = f.check_close(out, ref, rtol=0.1, atol=0.1)
+    assert r.ok and "rtol = atol = 0.1)" in str(r)
+    assert "rtol = 0.01, atol = 0.2" in str(f.check_close(out, ref, rtol=0.01, atol=0.2))
+    assert "rtol = atol = 0.001" in str(f.check_close(out, out))
+    for bad in (-1e-3, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="rtol must be"):
+            f.check_close(out, ref, rtol=bad)
+    with pytest.raises(TypeError, match="atol must be a number"):
+        f.check_close(out, ref, atol="1e-3")
+
+
+def test_split_ranges_refuses_counts_that_leave_slices_empty_or_negative():
+    from gemmlab.family.configs import split_ranges
+
+    with pytest.raises(ValueError, match=r"effective_splits\(10, 20\) = 10"):
+        split_ranges(10, 20)  # returned empty and negative slices: (10, 0), (11, -1), ...
+    assert split_ranges(np.int64(10), np.int64(5)) == split_ranges(10, 5) == [(0, 2), (2, 2), (4, 2), (6, 2), (8, 2)]
+
+
+def test_describe_tensor_map_refuses_what_the_driver_rejects():
+    from gemmlab.tma import describe_tensor_map
+
+    with pytest.raises(ValueError, match="at most 2\\^32 elements"):
+        describe_tensor_map((2 ** 32 + 1, 64), torch.float16, (64, 64))
+    with pytest.raises(ValueError, match="below 2\\^40 bytes"):
+        describe_tensor_map((4, 64), torch.float16, (4, 64), strides=(2 ** 39, 1))
+    assert describe_tensor_map((2 ** 32, 64), torch.float16, (64, 64))["globalDim"] == (64, 2 ** 32)
+    assert describe_tensor_map((np.int64(100), 72), torch.float16, (64, 64), "none")["expect_tx_bytes"] == 8192
+
+
+@pytest.mark.parametrize("config", ["128x999 c2x1 m8 s4", "128x256 c2x1 m8 s99", "128x256 c3x1 m8 s4",
+                                    "0x256 c2x1 m8 s4", "128x0 c2x1 m8 s4", "128x256 c2x1 m8 s1"])
+def test_predict_sm90_refuses_configs_no_kernel_has(config):
+    from gemmlab.calibration import predict_sm90
+
+    with pytest.raises(ValueError, match="is not a chapter 07 kernel"):
+        predict_sm90((4096, 4096, 4096), config, "nvidia-h200")
+
+
+@pytest.mark.parametrize("eff", [0, 0.0, -0.5, 7.5, float("nan")])
+def test_calibration_refuses_an_hbm_efficiency_outside_zero_to_one(eff):
+    from gemmlab.calibration import Calibration
+
+    with pytest.raises(ValueError, match="hbm_efficiency must be"):
+        Calibration({}, hbm_efficiency=eff)
+
+
+def test_predict_sm90_takes_numpy_numbers():
+    from gemmlab.calibration import predict_sm90
+
+    plain = predict_sm90((8192, 8192, 8192), "128x256 c2x1 m8 s4", "nvidia-h200", ghz=1.5)
+    assert predict_sm90((np.int64(8192), 8192, np.int32(8192)), "128x256 c2x1 m8 s4", "nvidia-h200",
+                        ghz=np.float32(1.5)) == pytest.approx(plain)
+
+
+# ---------------------------------------------------------------- raw errors where a clear one belongs
+
+
+def test_wgmma_descriptor_takes_numpy_ints():
+    from gemmlab.wgmma import decode_smem_desc, encode_smem_desc
+
+    for swizzle in ("64B", "128B", "32B", "none"):
+        want = encode_smem_desc(0x4000, 16, 1024, swizzle)
+        assert encode_smem_desc(np.int64(0x4000), np.int64(16), np.int32(1024), swizzle) == want
+        assert decode_smem_desc(np.uint64(want)).value == want
+
+
+def test_tcgen05_descriptors_take_numpy_ints_and_refuse_non_bools():
+    from gemmlab.tcgen05 import InstrDesc, SmemDesc
+
+    want = SmemDesc(0, 16, 1024, "32B").encode()
+    assert SmemDesc(np.int64(0), np.int64(16), np.int64(1024), "32B").encode() == want
+    assert type(SmemDesc(np.int64(0), 16, 1024).start_addr) is int
+    for field in ("negate_a", "negate_b", "saturate", "sparse"):
+        with pytest.raises((TypeError, ValueError), match=f"{field} must be one of False, True"):
+            InstrDesc(**{field: 2})
+    assert InstrDesc(m=np.int64(128), n=np.int64(256)).encode() == InstrDesc(m=128, n=256).encode()
+
+
+def test_configs_refuse_floats_and_store_python_ints():
+    from gemmlab.family.configs import Sm90Config, Sm100Config
+
+    with pytest.raises(TypeError, match="tile_m must be one of 64, 128; got float 128.0"):
+        Sm90Config(tile_m=128.0)
+    with pytest.raises(TypeError, match="tile_k must be an int"):
+        Sm90Config(tile_k=64.0)
+    with pytest.raises(TypeError, match="swap_ab must be one of False, True"):
+        Sm90Config(swap_ab=1)
+    cfg = Sm90Config(tile_m=np.int64(128), tile_n=np.int32(256), cluster=[2, 1])
+    assert cfg == Sm90Config() and type(cfg.tile_n) is int and cfg.cluster == (2, 1)
+    assert Sm100Config(block_n=np.int64(128)) == Sm100Config(block_n=128)
+
+
+def test_banks_and_pipeline_state_refuse_float_choices():
+    from gemmlab.banks import wavefronts
+    from gemmlab.pipeline import PipelineState
+
+    with pytest.raises(TypeError, match="width must be one of 4, 8, 16; got float 4.0"):
+        wavefronts([0] * 32, width=4.0)
+    with pytest.raises(TypeError, match="phase must be one of 0, 1; got float 1.0"):
+        PipelineState(4, phase=1.0)
+    st = PipelineState(np.int64(4), phase=np.int64(1))
+    assert type(st.stages) is int and st == PipelineState(4, phase=1)
+
+
+def test_compile_multicast_blames_clusters():
+    from gemmlab.tma import compile_multicast
+
+    for bad in (-1, 0):
+        with pytest.raises(ValueError, match="^clusters must be >= 1"):
+            compile_multicast("sm_90a", clusters=bad)
+    with pytest.raises(TypeError, match="^clusters must be an int"):
+        compile_multicast("sm_90a", clusters=2.0)
+
+
+def test_dual_gemm_prediction_refuses_work_it_cannot_finish():
+    from gemmlab.dual_gemm import predict_b200
+
+    with pytest.raises(ValueError, match="the simulator walks at most"):
+        predict_b200((2 ** 40, 4096, 7168))  # ran 10 minutes to 14.7 GB
+    small = predict_b200((np.int64(256), np.int64(4096), np.int64(7168)), tile_n=np.int64(128))
+    assert small == predict_b200((256, 4096, 7168), tile_n=128) and type(small["m"]) is int
+    with pytest.raises(TypeError, match="tile_n must be one of"):
+        predict_b200((256, 4096, 7168), tile_n=128.0)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(m=np.int64(256)), None, None),
+    (dict(m=256.0), TypeError, "M must be an int"),
+    (dict(m=0), ValueError, "M must be a positive multiple"),
+    (dict(tile_m=128.0), TypeError, "tile_m must be an int"),
+])
+def test_compile_gemm_nt_checks_before_the_dsl(kwargs, exc, match):
+    from gemmlab.wgmma import compile_gemm_nt
+
+    if exc is None:
+        assert compile_gemm_nt("sm_90a", **kwargs).__ptx__
+    else:
+        with pytest.raises(exc, match=match):
+            compile_gemm_nt("sm_90a", **kwargs)
+
+
+@pytest.mark.parametrize("m", [0, -1, 256.0])
+def test_compile_gemm_sm100_checks_sizes_before_the_dsl(m):
+    from gemmlab.family.configs import Sm100Config
+    from gemmlab.gemm_sm100 import compile_gemm_sm100
+
+    with pytest.raises((TypeError, ValueError), match="^m must be"):
+        compile_gemm_sm100(Sm100Config(), m=m, n=256, k=256)
