@@ -112,7 +112,7 @@ def probe(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, launches=20):
     ``no_mma`` converts but skips the WGMMAs, ``no_convert`` runs the WGMMAs on unconverted buffers: both
     give wrong results and exist only to show which half bounds the kernel.
     """
-    from gemmlab import dual_gemm_sm90_pipelined as p90
+    from gemmlab.kernels import dual_gemm_sm90_pipelined as p90
 
     variants = {"chosen": {}, "joint roles": {"split": False}, "3 stages": {"stages": 3},
                 "convert only (no_mma)": {"probe": "no_mma"}, "MMA only (no_convert)": {"probe": "no_convert"}}

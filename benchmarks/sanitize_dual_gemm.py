@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from gemmlab import dual_gemm_sm90 as simple  # noqa: E402
-from gemmlab import dual_gemm_sm90_pipelined as fast  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm90 as simple  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm90_pipelined as fast  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 
 

@@ -83,7 +83,7 @@ def test_dispatch_follows_the_tier(small, monkeypatch):
 def test_sm100_without_its_module_says_so(small, monkeypatch):
     monkeypatch.setattr(dg, "_tier", lambda: "sm100")
     monkeypatch.setattr(dg, "sm100_module", lambda: None)
-    with pytest.raises(RuntimeError, match="needs gemmlab.dual_gemm_sm100"):
+    with pytest.raises(RuntimeError, match="needs gemmlab.kernels.dual_gemm_sm100"):
         dg.gated_dual_gemm(*small.inputs())
 
 

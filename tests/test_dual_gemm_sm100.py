@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gemmlab import dual_gemm_model as model  # noqa: E402
-from gemmlab import dual_gemm_sm100 as d  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm100 as d  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.compile import ptx_lines  # noqa: E402
 from gemmlab.tiers import TierError, detect_tier  # noqa: E402
@@ -283,7 +283,7 @@ def test_matches_reference_with_poisoned_output(cfg, shape):
 
 @pytest.mark.parametrize("tile_n,stages", [(128, 1), (128, 2), (128, 3), (64, 5)])
 def test_shared_memory_requested_fits_the_models_budget(tile_n, stages):
-    from gemmlab.gemm_sm100 import launch_smem_bytes
+    from gemmlab.kernels.gemm_sm100 import launch_smem_bytes
 
     cfg = d.DualSm100Config(tile_n=tile_n, stages=stages)
     b = model.budget(cfg.tile_n, stages)

@@ -3,7 +3,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemmlab import dual_gemm_sm90_pipelined as p  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm90_pipelined as p  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.compile import ptx_lines, ptx_opcodes  # noqa: E402
 from gemmlab.hardware import SMEM_PER_BLOCK  # noqa: E402

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import gemmlab
-from gemmlab import gemm_sm100 as g
+from gemmlab.kernels import gemm_sm100 as g
 from gemmlab import hardware, tiers
 from gemmlab import sm100_model as sm
 from gemmlab.compile import ptx_lines, ptx_opcodes

@@ -9,7 +9,7 @@ import torch
 
 from gemmlab import bench, grouped, grouped_tables as gt
 from gemmlab.compile import ptx_lines, ptx_of
-from gemmlab.grouped_sm90 import compile_grouped
+from gemmlab.kernels.grouped_sm90 import compile_grouped
 
 
 # ---------------------------------------------------------------- the scheduler model (hand-worked)
@@ -54,7 +54,7 @@ def test_dynamic_variant_claims_tiles_and_resets_its_counters():
 
 
 def test_dynamic_pairs_post_units_through_the_mailbox():
-    from gemmlab.grouped_sm90 import MAILBOX_WORDS
+    from gemmlab.kernels.grouped_sm90 import MAILBOX_WORDS
     dyn = ptx_of(compile_grouped(grouped.LARGE_C2, "ragged", "k", dynamic=True))
     # the first CTA's claim, the partner's two polls (the first read and the loop's)
     assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 3
@@ -201,14 +201,14 @@ def test_timeline_from_hand_made_traces():
 
 
 def grouped_sm90_points():
-    from gemmlab.grouped_sm90 import TRACE_POINTS
+    from gemmlab.kernels.grouped_sm90 import TRACE_POINTS
     assert TRACE_POINTS[-1] == "tiles" and TRACE_POINTS[0] == "entry"
     return TRACE_POINTS
 
 
 def test_traced_kernel_stamps_only_when_asked():
     traced = ptx_of(compile_grouped(grouped.SMALL, "ragged", "k", trace=True))
-    from gemmlab.grouped_sm90 import TRACE_POINTS
+    from gemmlab.kernels.grouped_sm90 import TRACE_POINTS
     assert len(re.findall(r"%globaltimer", traced)) == len(TRACE_POINTS) - 1  # every point but the tile count
     assert "%globaltimer" not in ptx_of(compile_grouped(grouped.SMALL, "ragged", "k"))
 
@@ -238,7 +238,7 @@ def test_finish_times_model_by_hand():
 def test_visit_order_ranks_sizes_ties_by_index():
     assert grouped.visit_order([5, 9, 0, 9, 5]) == [1, 3, 0, 4, 2]
     assert grouped.visit_order([5, 9, 0], by_size=False) == [0, 1, 2]
-    from gemmlab.grouped_sm90 import ORDER_MAX
+    from gemmlab.kernels.grouped_sm90 import ORDER_MAX
     many = list(range(ORDER_MAX + 1))  # past the shared-memory list: index order
     assert grouped.visit_order(many) == many
     assert grouped.visit_order(many[:ORDER_MAX])[:2] == [ORDER_MAX - 1, ORDER_MAX - 2]
@@ -688,7 +688,7 @@ def test_store_waits_for_earlier_stores_before_rewriting_c(ragged_ptx):
 
 
 def test_l2_promotion_written_into_the_templates_before_the_first_rewrite(ragged_ptx):
-    from gemmlab.grouped_sm90 import L2_PROMOTION_SHIFT
+    from gemmlab.kernels.grouped_sm90 import L2_PROMOTION_SHIFT
     lines = _lines(ragged_ptx)
     value = 3 << L2_PROMOTION_SHIFT  # 256 bytes
     sets = [i for i, l in enumerate(lines) if re.match(rf"or\.b64\s.*,\s*{value};", l)]
@@ -868,7 +868,7 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, variant):
 @pytest.mark.parametrize("cname", ["SMALL", "SMALL_WIDE", "MEDIUM", "LARGE", "LARGE_C2", "MEDIUM_C2"])
 def test_dynamic_scheduling_many_launches_in_a_row(cname):
     """The tile counter must be back at 0 after every launch: 20 launches in a row, each checked."""
-    from gemmlab.grouped_sm90 import sched_slot
+    from gemmlab.kernels.grouped_sm90 import sched_slot
     cfg = getattr(grouped, cname)
     sizes = [1, 7, 33, 63, 65, 2] * 5
     a, b, offs = _ragged(sizes, 512, 256, seed=3, extra=16)
@@ -910,7 +910,7 @@ def test_list_form_matches_reference(major):
 def test_l2_promotion_where_the_driver_puts_it():
     """The driver's own encoding differs only in bits 17-18 of word 1; our published descriptors carry 256 B."""
     import cuda.bindings.driver as drv
-    from gemmlab.grouped_sm90 import L2_PROMOTION_SHIFT, L2_PROMOTION_WORD
+    from gemmlab.kernels.grouped_sm90 import L2_PROMOTION_SHIFT, L2_PROMOTION_WORD
     t = torch.empty((256, 256), dtype=torch.bfloat16, device="cuda")
     words = []
     for promo in range(4):

@@ -13,7 +13,7 @@ names the working kernel that shows the same value:
 """
 import pytest
 
-from gemmlab import gemm_sm100 as g
+from gemmlab.kernels import gemm_sm100 as g
 from gemmlab import tcgen05 as t5
 from gemmlab.family.configs import ACC_STAGES, BLOCK_K, CTA_M, MMA_K, Sm100Config
 

@@ -4,8 +4,8 @@ What it holds
     * :func:`gated_dual_gemm` ``(a, b1, b2, sfa, sfb1, sfb2, out=None)``: ``C = silu(A B1^T) * (A B2^T)`` in
       FP16 from NVFP4 operands (GPU MODE's ``nvfp4_dual_gemm`` shapes and layouts, L = 1). It checks every
       argument first (:func:`gemmlab.nvfp4.check_operands` and the output), then dispatches on
-      :func:`gemmlab.tiers.detect_tier`: ``sm100`` runs the tcgen05 kernel (``gemmlab.dual_gemm_sm100``),
-      ``sm90`` the fast Hopper twin (``gemmlab.dual_gemm_sm90_pipelined``), ``cpu`` raises
+      :func:`gemmlab.tiers.detect_tier`: ``sm100`` runs the tcgen05 kernel (``gemmlab.kernels.dual_gemm_sm100``),
+      ``sm90`` the fast Hopper twin (``gemmlab.kernels.dual_gemm_sm90_pipelined``), ``cpu`` raises
       :class:`~gemmlab.tiers.TierError`.
       :func:`prepare` returns the same work as a zero-argument launch (compiled once, arguments converted
       once): what a timing loop should call to see the kernel rather than Python.
@@ -41,7 +41,7 @@ from . import nvfp4 as fp4
 from . import tiers
 from .checks import check_int
 
-SM100_MODULE = "gemmlab.dual_gemm_sm100"
+SM100_MODULE = "gemmlab.kernels.dual_gemm_sm100"
 #: The best public result for GPU MODE's nvfp4_dual_gemm on a B200 (geomean of the four shapes), microseconds.
 BEST_PUBLIC_US = 13.3
 #: Rows of C per tile of both kernels (one 128-lane MMA / two 64-row warpgroups).
@@ -65,7 +65,7 @@ def sm100_module():
 
 def _twin():
     """The Hopper twin the public call runs: the pipelined one (chapter 11's simple twin is its first draft)."""
-    from . import dual_gemm_sm90_pipelined
+    from .kernels import dual_gemm_sm90_pipelined
 
     return dual_gemm_sm90_pipelined
 
@@ -117,7 +117,7 @@ def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
     if tier == "sm100":
         mod = sm100_module()
         if mod is None:
-            raise RuntimeError("gemmlab.gated_dual_gemm on a B200 needs gemmlab.dual_gemm_sm100, which this "
+            raise RuntimeError("gemmlab.gated_dual_gemm on a B200 needs gemmlab.kernels.dual_gemm_sm100, which this "
                                "checkout does not have")
         return mod.gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=out)
     if tier == "sm90":
@@ -436,7 +436,7 @@ def _copy_operands(ops):
 
 def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
     """The simple (first-draft) Hopper twin as a zero-argument launch on these tensors (sm90 only)."""
-    from . import dual_gemm_sm90
+    from .kernels import dual_gemm_sm90
     from .compile import launcher
 
     check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)

@@ -9,7 +9,7 @@ tokens, ``b`` (G, K, N) the experts' weights; returns ``c`` (T, N) with
 ``grouped_gemm_list(pairs)``: ``[(a_i, b_i), ...]`` of any sizes, one launch.
 
 BF16 (or FP16) in, FP32 accumulation, the input dtype out. The kernel is
-:mod:`gemmlab.grouped_sm90`; one compiled variant per (tile configuration,
+:mod:`gemmlab.kernels.grouped_sm90`; one compiled variant per (tile configuration,
 mode, B's layout) serves every size and group count.
 """
 from __future__ import annotations
@@ -144,7 +144,7 @@ OVERLAP_STORE_FROM = 256
 
 def store_under_next(cfg: Sm90Config, tokens: int, groups: int) -> bool:
     """Whether the kernel stores each tile while the next tile's main loop runs
-    (:func:`gemmlab.grouped_sm90.mma_tile_storing`) rather than between the two main loops: for the
+    (:func:`gemmlab.kernels.grouped_sm90.mma_tile_storing`) rather than between the two main loops: for the
     128-row tiles from :data:`OVERLAP_STORE_FROM` tokens per expert, where the tensor cores are the bound and
     would otherwise wait out each store."""
     return cfg.tile_m == 128 and tokens >= OVERLAP_STORE_FROM * max(groups, 1)
@@ -156,7 +156,7 @@ def store_under_next(cfg: Sm90Config, tokens: int, groups: int) -> bool:
 MIXED_LIGHT_ROWS = 128
 #: ... and their tiles are claimed among the heavy ones' from this many tokens per expert on average ...
 MIXED_FROM = 128
-#: ... in blocks of this many claims, about one per SM (:func:`gemmlab.grouped_sm90.mixed_tile`).
+#: ... in blocks of this many claims, about one per SM (:func:`gemmlab.kernels.grouped_sm90.mixed_tile`).
 MIXED_BURST = 128
 
 
@@ -212,7 +212,7 @@ def dynamic_schedule(cfg: Sm90Config) -> bool:
     A traced launch (:func:`trace_launches`) shows why it can matter: on an H200, DeepSeek-V3 gate/up with 32
     experts and 64 tokens, every CTA has 4 or 5 tiles, yet the CTAs left 178 to 268 us after the first
     started: some SMs draw less bandwidth than others. Claiming tiles from a counter
-    (:func:`gemmlab.grouped_sm90.claim_tile`) evens that out (there: 218 to 254 us). That trace was one
+    (:func:`gemmlab.kernels.grouped_sm90.claim_tile`) evens that out (there: 218 to 254 us). That trace was one
     experiment; the benchmarks (``benchmarks/grouped_gemm.py moe``, the ``sched_gain`` column: the other
     scheduling's time over the chosen one's; ``sweep_sched``: both, every tile) say: with 128 x 256 tiles
     run one CTA each, dynamic wins on all 16 H200 sets it ran (1.01-1.17x); with the 64-row decode tiles
@@ -222,7 +222,7 @@ def dynamic_schedule(cfg: Sm90Config) -> bool:
     faster than static with largest first on an H100 (0.97-1.15x, 23 sets faster) and even on an H200
     (0.999x, 0.89-1.13x); with largest first it had been 1.06x and 1.03x slower. Pairs (2-CTA clusters) keep the
     static order: with ``dynamic=True`` the pair's first CTA claims each unit and posts it to its partner
-    (:func:`gemmlab.grouped_sm90.post_unit`), which measured no better on the sets that run in pairs
+    (:func:`gemmlab.kernels.grouped_sm90.post_unit`), which measured no better on the sets that run in pairs
     (``sweep_pairs``: 1.004x geomean on an H100, 0.995x on an H200, 0.98-1.03x).
     """
     return cfg.cluster == (1, 1)
@@ -233,7 +233,7 @@ def _have_tvm_ffi() -> bool:
     return have()
 
 
-#: The L2 promotion of the A and B descriptors (:data:`gemmlab.grouped_sm90.L2_PROMOTIONS`): 3, 256 bytes.
+#: The L2 promotion of the A and B descriptors (:data:`gemmlab.kernels.grouped_sm90.L2_PROMOTIONS`): 3, 256 bytes.
 #: Each row of a K-major tile is one 128-byte line per k-block; fetching 256 bytes per miss brings in
 #: the next k-block's line too. Measured (``benchmarks/grouped_gemm.py moe``, the ``l2_gain`` column: time
 #: with the DSL's 128 bytes over time with 256): on an H100 1.04x geomean with the 64-row decode tile and
@@ -262,7 +262,7 @@ def compiled(cfg: Sm90Config, mode: str, b_major: str, fences: bool = True, by_s
     key = (cfg, mode, b_major, fences, by_size, l2_promotion, trace, dynamic, overlap_store, int(mixed), burst)
     fn = _KERNELS.get(key)
     if fn is None:
-        from .grouped_sm90 import compile_grouped
+        from .kernels.grouped_sm90 import compile_grouped
         t0 = time.perf_counter()
         fn = compile_grouped(cfg, mode, b_major, tvm_ffi=_have_tvm_ffi(), fences=fences, by_size=by_size,
                              l2_promotion=l2_promotion, trace=trace, dynamic=dynamic, overlap_store=overlap_store,
@@ -281,7 +281,7 @@ def _workspace(device, grid: int, cfg: Sm90Config, mixed: bool = False):
     ended). Calls that run at the same time on two streams of one device would
     rewrite each other's descriptors: that is not supported.
     """
-    from .grouped_sm90 import slots_per_cta
+    from .kernels.grouped_sm90 import slots_per_cta
     key = (device, grid, slots_per_cta(cfg, mixed=mixed))
     ws = _WORKSPACES.get(key)
     if ws is None:
@@ -294,7 +294,7 @@ def _new_workspace(device, grid: int, cfg: Sm90Config, trace: bool = False, mixe
     """A zeroed workspace: (grid, slots, 16) int64 (the tile counters at 0), one more slot with ``trace``, the
     light stream's descriptor slots with ``mixed``."""
     import torch
-    from .grouped_sm90 import DESC_WORDS, slots_per_cta
+    from .kernels.grouped_sm90 import DESC_WORDS, slots_per_cta
     return torch.zeros((grid, slots_per_cta(cfg, trace, mixed), DESC_WORDS), dtype=torch.int64, device=device)
 
 
@@ -303,7 +303,7 @@ def _dummies(device):
     d = _DUMMIES.get(device)
     if d is None:
         import torch
-        from .grouped_sm90 import TABLE_COLUMNS
+        from .kernels.grouped_sm90 import TABLE_COLUMNS
         d = (torch.zeros(1, dtype=torch.int32, device=device),
              torch.zeros((1, len(TABLE_COLUMNS)), dtype=torch.int64, device=device))
         _DUMMIES[device] = d
@@ -463,7 +463,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
     else:
         light = int(mixed)
     if light:
-        from .grouped_sm90 import ORDER_MAX
+        from .kernels.grouped_sm90 import ORDER_MAX
         if groups > ORDER_MAX:
             light = 0  # the light groups are found by the ranking, which covers ORDER_MAX groups
         else:
@@ -483,7 +483,7 @@ def grouped_gemm(a, b, offs, out=None, *, config: Sm90Config | None = None, vali
 
 
 def problem_table(pairs, outs, b_major: str):
-    """The (G, 9) int64 table of :data:`gemmlab.grouped_sm90.TABLE_COLUMNS` for independent problems.
+    """The (G, 9) int64 table of :data:`gemmlab.kernels.grouped_sm90.TABLE_COLUMNS` for independent problems.
 
     ``b_major``: the layout every ``b`` has (checked by the caller): B's leading
     dimension is its row stride when N-contiguous, its column stride when K-contiguous.
@@ -580,12 +580,12 @@ def reference(a, b, offs):
 
 
 def visit_order(m_sizes, by_size: bool = True) -> list[int]:
-    """CPU model of :func:`gemmlab.grouped_sm90.rank_groups`: the groups in the order the kernel visits them.
+    """CPU model of :func:`gemmlab.kernels.grouped_sm90.rank_groups`: the groups in the order the kernel visits them.
 
     Largest first, ties by index; index order when ``by_size`` is off or there
-    are more than :data:`gemmlab.grouped_sm90.ORDER_MAX` groups.
+    are more than :data:`gemmlab.kernels.grouped_sm90.ORDER_MAX` groups.
     """
-    from .grouped_sm90 import ORDER_MAX
+    from .kernels.grouped_sm90 import ORDER_MAX
     groups = range(len(m_sizes))
     if not by_size or len(m_sizes) > ORDER_MAX:
         return list(groups)
@@ -619,7 +619,7 @@ def finish_times(tile_costs, speeds, dynamic: bool, ahead: bool = True) -> list[
     unit of time, e.g. the memory bandwidth its SM happens to get); ``len(speeds)`` is the grid. Dynamic: tile
     ``b`` first, then a CTA claims its next tile from the counter, with ``ahead`` when it *starts* a tile (the
     kernel's first version: a claimed tile waits for the tile in hand), else when it ends one (the kernel now
-    claims :data:`gemmlab.grouped_sm90.CLAIM_LEAD` k-blocks before, which this idealises). A model: the rates
+    claims :data:`gemmlab.kernels.grouped_sm90.CLAIM_LEAD` k-blocks before, which this idealises). A model: the rates
     are constant and independent of how many CTAs are still running.
     """
     grid = len(speeds)
@@ -851,7 +851,7 @@ def expert_bound_rows(doc: dict) -> list[dict]:
 
 
 def mixed_order(heavy: int, total: int, burst: int = 1) -> list[tuple[bool, int]]:
-    """CPU twin of :func:`gemmlab.grouped_sm90.mixed_tile`: for each claim ``i`` in ``0 .. total - 1``,
+    """CPU twin of :func:`gemmlab.kernels.grouped_sm90.mixed_tile`: for each claim ``i`` in ``0 .. total - 1``,
     ``(light, tile)``. Claims come in blocks of ``burst``; each block takes its share of the ``heavy`` heavy tiles
     (numbers ``0 .. heavy - 1``) first and then its share of the light ones (numbers ``heavy ..``), each stream in
     its own order."""
@@ -996,7 +996,7 @@ def trace_launches(a, b, offs, *, launches: int = 3, config: Sm90Config | None =
     """
     import torch
     from . import hardware
-    from .grouped_sm90 import TRACE_POINTS
+    from .kernels.grouped_sm90 import TRACE_POINTS
     major = check_ragged(a, b, offs, None)
     rows, k = a.shape
     groups, _, n = b.shape

@@ -1,7 +1,7 @@
 """Chapter 10 on the CPU: the persistent 2-CTA GEMM's schedule, executed step by step.
 
 What it models
-    Everything :mod:`gemmlab.gemm_sm100` decides, with numbers instead of
+    Everything :mod:`gemmlab.kernels.gemm_sm100` decides, with numbers instead of
     hardware: which CTA pair (cluster) takes which output tile in which order,
     the k-loop, which accumulator stage and which SMEM-AB / TMEM-C / SMEM-C
     stage and phase every role uses at every step, and where the epilogue
@@ -44,7 +44,7 @@ from .family.configs import ACC_STAGES, B200_SMS as DEFAULT_NUM_SMS, BLOCK_K, C_
 from .family.heuristic_sm100 import ceil_div
 from .family.heuristic_sm100 import choose as _choose
 from .family.problem import GemmProblem
-from .gemm_sm100 import EPILOGUE_WARPS, GROUP_M, RASTER
+from .kernels.gemm_sm100 import EPILOGUE_WARPS, GROUP_M, RASTER
 from .mbarrier import Mbarrier
 from .pipeline import PipelineState
 from .scheduler import TileScheduler

@@ -7,7 +7,7 @@ same way (each module imports only the ones above it)::
     configs        one dataclass per architecture: what a compiled kernel is (sizes from the dtype)
     heuristic_sm90 / heuristic_sm100
                    problem + SM count -> the config to run
-    (kernels)      gemmlab.gemm_sm90 / gemmlab.gemm_sm100: kernel + @cute.jit host code
+    (kernels)      gemmlab.kernels.gemm_sm90 / gemmlab.kernels.gemm_sm100: kernel + @cute.jit host code
     plan           problem -> compiled kernel (cached per config and layout) + its runtime
                    arguments; a Plan's launch binds only the tensors and the stream
     api            gemmlab.gemm(a, b, out=None): a dictionary lookup, then the plan's launch

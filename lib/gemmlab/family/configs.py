@@ -28,7 +28,7 @@ def _bytes(elements: int, dtype: str) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# Hopper (chapter 07): gemmlab.gemm_sm90
+# Hopper (chapter 07): gemmlab.kernels.gemm_sm90
 # --------------------------------------------------------------------------------------
 
 
@@ -184,7 +184,7 @@ def effective_splits(k_tiles: int, splits: int) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# Blackwell (chapter 10): gemmlab.gemm_sm100
+# Blackwell (chapter 10): gemmlab.kernels.gemm_sm100
 # --------------------------------------------------------------------------------------
 
 PAIR_M = 256  # rows of C per CTA pair (one 2-CTA MMA tile)

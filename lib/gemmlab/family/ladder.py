@@ -2,7 +2,7 @@
 
 A ladder starts from chapter 06's kernel (one CTA per output tile, one consumer
 warpgroup: :func:`gemmlab.wgmma.gemm_nt`) and climbs through chapter 07's kernel
-(:mod:`gemmlab.gemm_sm90`), changing one :class:`~gemmlab.family.configs.Sm90Config`
+(:mod:`gemmlab.kernels.gemm_sm90`), changing one :class:`~gemmlab.family.configs.Sm90Config`
 knob per rung, up to the default configuration. Then *variations* change one knob of
 the top rung (stages, the epilogue's sub-tile and ring, the cluster's direction, the
 band width) and the last one is the configuration :func:`gemmlab.gemm` itself picks.

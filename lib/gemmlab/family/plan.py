@@ -52,11 +52,11 @@ def compiled_kernel(problem: GemmProblem, cfg, arch: str):
     if fn is None:
         t0 = time.perf_counter()
         if arch == "sm90":
-            from ..gemm_sm90 import compile_gemm
+            from ..kernels.gemm_sm90 import compile_gemm
 
             fn = compile_gemm("sm_90a", cfg, problem.b_major, tvm_ffi=_have_tvm_ffi())
         else:
-            from ..gemm_sm100 import compile_gemm_sm100
+            from ..kernels.gemm_sm100 import compile_gemm_sm100
 
             m = max(problem.m, 2)  # static shapes: M = 1 runs padded to two rows (problem.pad_rows)
             fn = compile_gemm_sm100(cfg, m, problem.n, problem.k, tvm_ffi=_have_tvm_ffi())

@@ -75,12 +75,12 @@ import cuda.bindings.driver as cuda
 from cutlass import Float16, Float32, Int32, Int64, Uint8
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
-from . import dual_gemm_model as model
-from . import nvfp4 as fp4
-from .checks import check_int
-from .pipeline import DevicePipelineState
-from .scheduler import device_tile
-from .tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_sync
+from .. import dual_gemm_model as model
+from .. import nvfp4 as fp4
+from ..checks import check_int
+from ..pipeline import DevicePipelineState
+from ..scheduler import device_tile
+from ..tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_sync
 
 # --------------------------------------------------------------------------------------
 # Fixed shape of the kernel
@@ -580,7 +580,7 @@ def _check_shape(m, n, k):
 
 
 def _fake_operands(m: int, n: int, k: int):
-    from .compile import fake_tensor
+    from ..compile import fake_tensor
 
     row = (1, 0)
     sf_bytes = [fp4.ATOM_BYTES * fp4.ceil_div(rows, fp4.ATOM_MN) * fp4.ceil_div(k // fp4.SF_VEC, fp4.ATOM_K)
@@ -597,7 +597,7 @@ def compile_dual_sm100(m: int, n: int, k: int, cfg: DualSm100Config | None = Non
     K must be a multiple of 256 (a k-block), N a multiple of 8 (the FP16 output's rows
     are TMA-stored), ``target`` must be ``sm_100a``.
     """
-    from .compile import check_target, compile_for, fake_stream
+    from ..compile import check_target, compile_for, fake_stream
 
     check_target(target)
     if target != "sm_100a":
@@ -621,9 +621,9 @@ def gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: DualSm100Co
     """
     import torch
 
-    from .checks import check_tensor
-    from .compile import launcher
-    from .tiers import require_tier
+    from ..checks import check_tensor
+    from ..compile import launcher
+    from ..tiers import require_tier
 
     m, n, k, l = fp4.check_operands(a, b1, b2, sfa, sfb1, sfb2)
     if l != 1:
@@ -638,7 +638,7 @@ def gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: DualSm100Co
             raise ValueError(f"out must have shape {(m, n, 1)}; got {tuple(out.shape)}")
         if out[..., 0].stride(1) != 1 or out[..., 0].stride(0) != n:
             raise ValueError(f"out must be row-major (strides ({n}, 1) over M, N); got strides {out.stride()}")
-    require_tier("sm100", "gemmlab.dual_gemm_sm100.gated_dual_gemm_sm100")
+    require_tier("sm100", "gemmlab.kernels.dual_gemm_sm100.gated_dual_gemm_sm100")
     for name, t in (("a", a), ("b1", b1), ("b2", b2), ("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2)):
         if t.device.type != "cuda":
             raise ValueError(f"{name} must be on a cuda device; got {t.device}")
@@ -752,7 +752,7 @@ def static_evidence(compiled) -> dict:
     * ``tmem_alloc``: the column count of ``tcgen05.alloc``;
     * ``order``: line numbers of the set-up and teardown steps in program order.
     """
-    from .compile import ptx_of
+    from ..compile import ptx_of
 
     lines = _code_lines(ptx_of(compiled) if not isinstance(compiled, str) else compiled)
 
@@ -852,13 +852,13 @@ def evidence_summary(compiled) -> list[str]:
 
 def kernel_sections() -> dict[str, str]:
     """The source of :func:`dual_kernel` cut at its numbered comments (``# 1. ...``), for the notebook."""
-    from .show import numbered_sections
+    from ..show import numbered_sections
 
     return numbered_sections(dual_kernel)
 
 
 def show_kernel_section(number: int) -> None:
     """Display section ``number`` of :func:`dual_kernel` (rendered from the library source)."""
-    from .show import show_numbered_section
+    from ..show import show_numbered_section
 
     show_numbered_section(dual_kernel, number)

@@ -30,7 +30,7 @@ What it teaches
 Status
     The simple form, kept as the first rung of chapter 11's Hopper ladder: correct on an
     H100 and an H200 (``tests/test_dual_gemm_sm90.py``, compute-sanitizer clean), and 7 to
-    16 times slower there than :mod:`gemmlab.dual_gemm_sm90_pipelined`, which the public
+    16 times slower there than :mod:`gemmlab.kernels.dual_gemm_sm90_pipelined`, which the public
     call runs. One CTA per 128 x ``tile_n`` tile (not persistent), scalar dequantization,
     and the WGMMAs of a slice wait for its dequantization (no overlap inside a CTA beyond
     the TMA ring).
@@ -56,10 +56,10 @@ from cutlass import BFloat16, Float16, Float32, Int32, Int64, Uint8
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 
-from . import nvfp4 as fp4
-from .checks import check_int
-from .hardware import SMEM_PER_BLOCK
-from .pipeline import DevicePipelineState
+from .. import nvfp4 as fp4
+from ..checks import check_int
+from ..hardware import SMEM_PER_BLOCK
+from ..pipeline import DevicePipelineState
 
 TILE_M = 128  #: rows of C per CTA: two consumer warpgroups of 64
 KB_BYTES = fp4.K_MULTIPLE // 2  #: packed bytes of one k-block per row (256 FP4 values)
@@ -362,7 +362,7 @@ def dual_host(cfg: DualSm90Config):
 
 def check_sm90_target(target: str) -> str:
     """Both Hopper twins compile for sm_90a only (wgmma, setmaxnreg)."""
-    from .compile import check_target
+    from ..compile import check_target
 
     check_target(target)
     if target != "sm_90a":
@@ -372,7 +372,7 @@ def check_sm90_target(target: str) -> str:
 
 def fake_operands(m: int, n: int, k: int) -> list:
     """Compile-time stand-ins for both twins' arguments: packed bytes, scale bytes (row-major), FP16 C."""
-    from .compile import fake_tensor
+    from ..compile import fake_tensor
 
     row = (1, 0)
     return [fake_tensor(Uint8, (m, k // 2), stride_order=row),
@@ -400,7 +400,7 @@ def check_devices(a, b1, b2, sfa, sfb1, sfb2, out=None):
 
 def compile_dual(m: int, n: int, k: int, cfg: DualSm90Config | None = None, target: str = "sm_90a"):
     """Compile the Hopper twin for an M x N x K problem without a GPU (static shapes); returns the compiled function."""
-    from .compile import compile_for, fake_stream
+    from ..compile import compile_for, fake_stream
 
     check_sm90_target(target)
     fp4.check_problem(m, n, k)
@@ -414,7 +414,7 @@ def check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
     """Both Hopper twins' checks (before anything compiles or launches); returns ``(M, N, K)``."""
     import torch
 
-    from .checks import check_tensor
+    from ..checks import check_tensor
 
     m, n, k, l = fp4.check_operands(a, b1, b2, sfa, sfb1, sfb2)
     if l != 1:
@@ -439,14 +439,14 @@ def gated_dual_gemm_sm90(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: DualSm90Conf
     """
     import torch
 
-    from .compile import launcher
-    from .tiers import require_tier
+    from ..compile import launcher
+    from ..tiers import require_tier
 
     m, n, k = check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
     cfg = cfg or DualSm90Config()
     if not isinstance(cfg, DualSm90Config):
         raise TypeError(f"cfg must be a DualSm90Config; got {type(cfg).__name__}")
-    require_tier("sm90", "gemmlab.dual_gemm_sm90.gated_dual_gemm_sm90")
+    require_tier("sm90", "gemmlab.kernels.dual_gemm_sm90.gated_dual_gemm_sm90")
     check_devices(a, b1, b2, sfa, sfb1, sfb2)
     if out is None:
         out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)

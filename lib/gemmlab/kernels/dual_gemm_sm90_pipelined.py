@@ -1,6 +1,6 @@
 """Chapter 11 on Hopper, the fast twin: conversion overlapped with WGMMA, A from registers.
 
-The simple twin (:mod:`gemmlab.dual_gemm_sm90`) is correct but spends more than 30 PTX
+The simple twin (:mod:`gemmlab.kernels.dual_gemm_sm90`) is correct but spends more than 30 PTX
 instructions on every FP4 value and lets the tensor cores wait for each dequantized slice
 (7 to 16 times slower than this kernel on an H100). This kernel keeps its data flow (packed
 NVFP4 bytes and plain scales arrive by TMA; FP16 tiles feed WGMMA; two FP32 accumulators
@@ -56,14 +56,14 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
-from . import nvfp4 as fp4
-from .checks import check_int
+from .. import nvfp4 as fp4
+from ..checks import check_int
 from .dual_gemm_sm90 import (check_devices, check_sm90_target, fake_operands, gate_epilogue, operands_2d, tma_atoms,
                              tma_copies)
-from .fp4_dequant import fp4x8_to_f16, gather_bytes, scale_f16x2
-from .hardware import SMEM_PER_BLOCK
-from .ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
-from .pipeline import DevicePipelineState
+from ..fp4_dequant import fp4x8_to_f16, gather_bytes, scale_f16x2
+from ..hardware import SMEM_PER_BLOCK
+from ..ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
+from ..pipeline import DevicePipelineState
 
 TILE_M = 128  #: rows of C per CTA: two consumer warpgroups of 64
 KB_BYTES = fp4.K_MULTIPLE // 2  #: packed bytes of one k-block per row (256 values)
@@ -507,7 +507,7 @@ def _config(m: int, n: int, cfg):
 def compile_pipelined(m: int, n: int, k: int, cfg: PipelinedConfig | None = None, target: str = "sm_90a",
                       tvm_ffi: bool = False):
     """Compile the fast twin for an M x N x K problem without a GPU (static shapes)."""
-    from .compile import compile_for, fake_stream
+    from ..compile import compile_for, fake_stream
 
     check_sm90_target(target)
     fp4.check_problem(m, n, k)
@@ -524,7 +524,7 @@ def compiled_for(m: int, n: int, k: int, cfg: PipelinedConfig):
     key = (m, n, k, cfg)
     fn = _COMPILED.get(key)
     if fn is None:
-        from .family.plan import _have_tvm_ffi
+        from ..family.plan import _have_tvm_ffi
 
         tvm = _have_tvm_ffi()
         fn = compile_pipelined(m, n, k, cfg, tvm_ffi=tvm)
@@ -536,7 +536,7 @@ def compiled_for(m: int, n: int, k: int, cfg: PipelinedConfig):
 
 def prepared(a, b1, b2, sfa, sfb1, sfb2, out, cfg: PipelinedConfig | None = None):
     """A zero-argument launch of the fast twin on these tensors (checked by the caller)."""
-    from .compile import current_stream, to_cute
+    from ..compile import current_stream, to_cute
 
     m, n, k = out.shape[0], out.shape[1], 2 * a.shape[1]
     cfg = _config(m, n, cfg)
@@ -552,13 +552,13 @@ def run_checked(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | Non
     """Launch on arguments :func:`gemmlab.dual_gemm.check_arguments` has accepted; returns ``out``."""
     import torch
 
-    from .tiers import require_tier
+    from ..tiers import require_tier
 
     m, n = a.shape[0], b1.shape[0]
     if out is not None and out[..., 0].stride(0) != n:
         raise ValueError(f"out must be compact (row stride N={n}) for the fast twin; got strides {out.stride()}")
     cfg = _config(m, n, cfg)
-    require_tier("sm90", "gemmlab.dual_gemm_sm90_pipelined.gated_dual_gemm_pipelined")
+    require_tier("sm90", "gemmlab.kernels.dual_gemm_sm90_pipelined.gated_dual_gemm_pipelined")
     check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
     if out is None:
         out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)

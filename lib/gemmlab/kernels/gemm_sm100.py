@@ -82,14 +82,14 @@ import cuda.bindings.driver as cuda
 from cutlass import Float32, Int32, Int64
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
-from .compile import check_target, compile_for, fake_stream, fake_tensor
-from .family.configs import (ACC_STAGES, BARRIER_RESERVE, BLOCK_K, C_STAGES, CTA_M, MMA_K, PAIR_M,  # noqa: F401
+from ..compile import check_target, compile_for, fake_stream, fake_tensor
+from ..family.configs import (ACC_STAGES, BARRIER_RESERVE, BLOCK_K, C_STAGES, CTA_M, MMA_K, PAIR_M,  # noqa: F401
                              TMEM_COLUMNS, Sm100Config)
-from .family.heuristic_sm100 import ceil_div, choose
-from .family.problem import GemmProblem
-from .pipeline import DevicePipelineState
-from .scheduler import device_tile
-from .tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_sync  # chapter 09's wrappers
+from ..family.heuristic_sm100 import ceil_div, choose
+from ..family.problem import GemmProblem
+from ..pipeline import DevicePipelineState
+from ..scheduler import device_tile
+from ..tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_sync  # chapter 09's wrappers
 
 # --------------------------------------------------------------------------------------
 # The fixed shape of the kernel (sizes: gemmlab.family.configs; heuristic: gemmlab.family.heuristic_sm100)
@@ -494,7 +494,7 @@ def tmem_alloc_columns(compiled) -> int:
     """The column count of the kernel's ``tcgen05.alloc`` (read from the PTX)."""
     import re
 
-    from .compile import ptx_of
+    from ..compile import ptx_of
 
     ptx = ptx_of(compiled)
     alloc = re.search(r"tcgen05\.alloc\.cta_group::2\S*\s+\[[^\]]+\],\s*(%r\d+|\d+);", ptx)
@@ -559,7 +559,7 @@ def static_evidence(compiled) -> dict:
     * ``waits``: the number of ``mbarrier.try_wait`` sites (loop waits and tails);
     * ``order``: line numbers (in PTX program order) of the set-up and teardown steps.
     """
-    from .compile import ptx_of
+    from ..compile import ptx_of
 
     lines = _ptx_code_lines(ptx_of(compiled) if not isinstance(compiled, str) else compiled)
 
@@ -619,13 +619,13 @@ def setup_order(compiled) -> list[str]:
 
 def kernel_sections() -> dict[str, str]:
     """The source of :func:`gemm_kernel` cut at its numbered comments (``# 1. ...``), for the notebook."""
-    from .show import numbered_sections
+    from ..show import numbered_sections
 
     return numbered_sections(gemm_kernel)
 
 
 def show_kernel_section(number: int) -> None:
     """Display section ``number`` of :func:`gemm_kernel` (rendered from the library source)."""
-    from .show import show_numbered_section
+    from ..show import show_numbered_section
 
     show_numbered_section(gemm_kernel, number)

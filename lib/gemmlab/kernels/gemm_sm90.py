@@ -78,10 +78,10 @@ from cutlass import Float32, Int32, Int64
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 
-from .family.configs import Sm90Config
-from .pipeline import DevicePipelineState
-from .scheduler import device_tile
-from .splitk import launch_reduce
+from ..family.configs import Sm90Config
+from ..pipeline import DevicePipelineState
+from ..scheduler import device_tile
+from ..splitk import launch_reduce
 
 PRODUCER_REGS = 40  # setmaxnreg.dec: TMA issue needs a handful of registers
 CONSUMER_REGS = 232  # setmaxnreg.inc: 128 accumulator registers + operands; 128*40 + 256*232 <= 64K
@@ -521,8 +521,8 @@ def compile_gemm(target: str = "sm_90a", cfg: Sm90Config | None = None, b_major:
     layout. ``tvm_ffi=True`` compiles the plans' call path (torch tensors in,
     torch's current stream implied); the PTX is the same either way.
     """
-    from .checks import check_choice
-    from .compile import check_target, compile_for, fake_stream, fake_tensor
+    from ..checks import check_choice
+    from ..compile import check_target, compile_for, fake_stream, fake_tensor
 
     check_target(target)
     if target != "sm_90a":

@@ -76,10 +76,10 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
-from .family.configs import Sm90Config
+from ..family.configs import Sm90Config
 from .gemm_sm90 import (CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, epilogue_operands,
                         mma_and_smem_layouts, mma_operands, mma_tile, release_stage, store_tile)
-from .pipeline import DevicePipelineState
+from ..pipeline import DevicePipelineState
 
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
 DESC_WORDS = DESC_BYTES // 8
@@ -572,7 +572,7 @@ def store_staged(tma_c: cute.CopyAtom, bSG_sC: cute.Tensor, bSG_gC: cute.Tensor,
                  staged: cute.Tensor, tRS_sC: cute.Tensor, sub_out: cute.Tensor, half, store_warp,
                  e: cutlass.Constexpr, cfg: cutlass.Constexpr, desc):
     """Sub-tile ``e`` of a warpgroup's staged output (already ``c_type``, in registers): ``stmatrix`` into its
-    ring buffer, then one TMA store, as :func:`gemmlab.gemm_sm90.store_tile` does for one sub-tile.
+    ring buffer, then one TMA store, as :func:`gemmlab.kernels.gemm_sm90.store_tile` does for one sub-tile.
 
     ``e`` is a compile-time number: the staged values are registers, which can only be indexed by constants.
     """
@@ -596,7 +596,7 @@ def store_staged(tma_c: cute.CopyAtom, bSG_sC: cute.Tensor, bSG_gC: cute.Tensor,
 @cute.jit
 def mma_k_block(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, full, empty,
                 read: DevicePipelineState, release: DevicePipelineState, cluster_size: cutlass.Constexpr):
-    """One k-block after the first, as in :func:`gemmlab.gemm_sm90.mma_tile`'s loop: wait for its stage, issue
+    """One k-block after the first, as in :func:`gemmlab.kernels.gemm_sm90.mma_tile`'s loop: wait for its stage, issue
     its wgmmas, wait for the previous batch and free that stage. Returns the advanced ``(read, release)``."""
     cute.arch.mbarrier_wait(full + read.index, read.phase)
     for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
@@ -614,7 +614,7 @@ def mma_tile_storing(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tens
                      cluster_size: cutlass.Constexpr, pending: Int32, tma_c: cute.CopyAtom, sC: cute.Tensor,
                      gC_prev: cute.Tensor, r2s: cute.TiledCopy, staged: cute.Tensor, tRS_sC: cute.Tensor,
                      sub_out: cute.Tensor, half, store_warp, cfg: cutlass.Constexpr, desc):
-    """:func:`gemmlab.gemm_sm90.mma_tile`, storing the previous tile on the way (when ``pending``).
+    """:func:`gemmlab.kernels.gemm_sm90.mma_tile`, storing the previous tile on the way (when ``pending``).
 
     The previous tile's output waits in registers (``staged``, converted to ``c_type``: 64 registers per
     thread for a 64 x 256 slab). After each of this tile's first ``tile_n / epi_n`` k-blocks is issued,
@@ -1096,8 +1096,8 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     ``mixed``: light experts' rows (0: off): the tiles of groups of at most that many rows are claimed among the
     others' (:func:`mixed_tile`), in blocks of ``burst`` claims; ragged, dynamic, one CTA, largest first only.
     """
-    from .checks import check_choice
-    from .compile import check_target, compile_for, fake_stream, fake_tensor
+    from ..checks import check_choice
+    from ..compile import check_target, compile_for, fake_stream, fake_tensor
 
     check_target(target)
     if target != "sm_90a":
