@@ -97,9 +97,9 @@ gpu-nbval:
 
 # compute-sanitizer memcheck and racecheck on chapter 07's GEMM variants (small partial-tile shapes).
 sanitize:
-	@$(GPU_ENV); out=results/$$($$py -c "from gemmlab.bench import device_slug; print(device_slug())"); \
+	@$(GPU_ENV); out=results/$$($$py -c "from gemmlab.measure.bench import device_slug; print(device_slug())"); \
 	mkdir -p $$out; f=$$out/gemm_sm90_sanitizer.txt; \
-	echo "# compute-sanitizer on $$($$py -c "from gemmlab.bench import device_name; print(device_name())"), $$(date +%F), make sanitize (benchmarks/sanitize_gemm.py)" > $$f; \
+	echo "# compute-sanitizer on $$($$py -c "from gemmlab.measure.bench import device_name; print(device_name())"), $$(date +%F), make sanitize (benchmarks/sanitize_gemm.py)" > $$f; \
 	for tool in memcheck racecheck; do \
 	  extra=""; if [ $$tool = memcheck ]; then extra="--report-api-errors no"; fi; \
 	  echo "== compute-sanitizer --tool $$tool $$extra" | tee -a $$f; \

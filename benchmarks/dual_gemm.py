@@ -9,7 +9,7 @@
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
 reference pipeline (dequantize everything on every call, FP32 matmuls) and (b) the stock path (BF16 weights
 made once as one (2N, K) matrix, then per call A to BF16, one cuBLAS BF16 GEMM, silu and mul), timed side by
-side with ``gemmlab.bench.time_interleaved`` on input sets rotated over 4x the L2; then the prepared launch, (b)
+side with ``gemmlab.measure.bench.time_interleaved`` on input sets rotated over 4x the L2; then the prepared launch, (b)
 and chapter 11's simple twin (the first draft of the Hopper kernel) again with the queue primed (kernels
 alone). Each shape is tried alone: a failure becomes a row with its error and the run goes on.
 
@@ -27,9 +27,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from gemmlab import bench, hardware  # noqa: E402
-from gemmlab import dual_gemm as dg  # noqa: E402
-from gemmlab import dual_gemm_tables as tables  # noqa: E402
+from gemmlab.measure import bench  # noqa: E402
+from gemmlab import hardware  # noqa: E402
+from gemmlab.measure import dual_gemm as dg  # noqa: E402
+from gemmlab.measure import dual_gemm_tables as tables  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 
 

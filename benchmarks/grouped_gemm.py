@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from gemmlab import bench, grouped  # noqa: E402
+from gemmlab.measure import bench  # noqa: E402
+from gemmlab import grouped  # noqa: E402
 from gemmlab import hardware  # noqa: E402
 
 POISON = float("nan")

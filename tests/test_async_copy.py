@@ -294,7 +294,7 @@ def test_bulk_copy_other_dtypes_and_shapes():
 
 @pytest.mark.gpu
 def test_copiers_pass_copybench_check():
-    from gemmlab.copybench import check_copier
+    from gemmlab.measure.copybench import check_copier
 
     for name, prep in ac.copiers().items():
         check_copier(name, prep, (8 << 20) + 16)

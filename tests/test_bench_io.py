@@ -2,7 +2,7 @@
 import json
 import pytest
 
-from gemmlab import bench
+from gemmlab.measure import bench
 
 
 def test_write_doc_into_out_dir_keeps_rows_and_metadata(tmp_path):
@@ -20,7 +20,7 @@ def test_write_doc_does_not_consume_the_callers_dict(tmp_path):
 
 
 def test_line_fit_recovers_a_hand_made_line_and_rejects_one_point():
-    from gemmlab.bench import line_fit
+    from gemmlab.measure.bench import line_fit
     fixed, slope = line_fit([(1, 12.0), (3, 16.0), (6, 22.0)])  # y = 10 + 2x
     assert fixed == pytest.approx(10.0) and slope == pytest.approx(2.0)
     with pytest.raises(ValueError, match="two distinct x"):

@@ -4,8 +4,8 @@ import statistics
 
 import pytest
 
-from gemmlab import calibration as cal
-from gemmlab.family.benchmark import CHAPTER07_SHAPES
+from gemmlab.measure import calibration as cal
+from gemmlab.measure.gemm_family import CHAPTER07_SHAPES
 
 H100, H200 = "nvidia-h100-80gb-hbm3", "nvidia-h200"
 

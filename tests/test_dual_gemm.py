@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemmlab import dual_gemm as dg  # noqa: E402
+from gemmlab.measure import dual_gemm as dg  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.hardware import B200, H100, H200  # noqa: E402
 from gemmlab.tiers import TierError, detect_tier  # noqa: E402
@@ -221,7 +221,7 @@ def test_time_case_checks_before_the_tier():
 
 
 def test_tables_summarize_and_format():
-    from gemmlab import dual_gemm_tables as t
+    from gemmlab.measure import dual_gemm_tables as t
 
     rows = [dict(m=256, n=4096, k=7168, ok=True, gemmlab_us=40.0, prepared_us=36.0, stock_b_us=48.0,
                  reference_a_us=400.0, prepared_kernel_us=35.0, stock_b_kernels_us=42.0, roofline_us=30.4,
@@ -242,7 +242,7 @@ def test_tables_summarize_and_format():
 
 
 def test_figures_draw_from_rows(tmp_path, monkeypatch):
-    from gemmlab import dual_gemm_tables as t
+    from gemmlab.measure import dual_gemm_tables as t
     from gemmlab import figures
 
     monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)

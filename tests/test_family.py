@@ -6,7 +6,7 @@ import gemmlab
 from gemmlab import hardware, tiers
 from gemmlab.family import api, plan
 from gemmlab.family import heuristic_sm90 as h
-from gemmlab.family.benchmark import family_cases
+from gemmlab.measure.gemm_family import family_cases
 from gemmlab.family.configs import Sm90Config, Sm100Config, effective_splits, split_ranges
 from gemmlab.family.problem import GemmProblem, canonical, problem_of
 

@@ -7,7 +7,8 @@ import re
 import pytest
 import torch
 
-from gemmlab import bench, grouped, grouped_tables as gt
+from gemmlab.measure import bench, grouped_tables as gt
+from gemmlab import grouped
 from gemmlab.compile import ptx_lines, ptx_of
 from gemmlab.kernels.grouped_sm90 import compile_grouped
 
@@ -318,7 +319,7 @@ def test_store_gains_by_hand():
 def test_store_under_next_threshold_on_its_stored_data(gpu):
     """The stored ``overlap`` runs are the rule's data: where it turns the store under the next main loop on, that
     is faster (geomean over 1 %, at most one set of 16 not faster); where it leaves it off, no set would gain 1.5 %."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_overlap", slug)
     if doc is None:
@@ -381,7 +382,7 @@ def test_fences_lines_by_hand():
 def test_stored_fences_run_is_wrong_and_under_its_floor():
     """Chapter 08's claim from the stored H100 run: the unfenced kernel's output is wrong on every set and on at
     least one it finished in less time than reading its bytes once takes."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     doc = load_results("grouped_gemm_fences", "nvidia-h100-80gb-hbm3")
     if doc is None:
         pytest.skip("no stored fences run for the H100")
@@ -395,7 +396,7 @@ def test_stored_fences_run_is_wrong_and_under_its_floor():
 def test_stored_mixed_runs_back_the_block_size(gpu):
     """MIXED_BURST is the fastest block size each GPU measured, and the mixed order in it beats the kernel without
     it as a geomean over the sets where mixed_rows turns it on (on the H100, on every one of them)."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_mixed", slug)
     if doc is None:
@@ -412,7 +413,7 @@ def test_stored_mixed_runs_back_the_block_size(gpu):
 @pytest.mark.parametrize("gpu", ["H100", "H200"])
 def test_stored_kernel_runs_follow_the_rules(gpu):
     """The stored headline runs: the 64 sets, each with the tile and the mixed order the library picks today."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_kernel", slug)
     if doc is None:
@@ -430,7 +431,7 @@ def test_stored_kernel_runs_follow_the_rules(gpu):
 def test_stored_moe_runs_the_experts_as_if_one_after_another(gpu):
     """Chapter 08's model: on every set of 128 x 256 tiles the kernel takes within 0.95-1.10x of the experts' time
     one after another, and overlapping them would be worth 20 % or more somewhere."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm", slug)
     if doc is None:
@@ -465,7 +466,7 @@ def test_choose_config_by_tokens_and_experts():
 def test_heuristic_is_near_the_best_tile_of_its_sweep(gpu):
     """The stored sweep (every tile, static and dynamic) is the heuristic's data: on it the chosen tile must be
     within 1 % of the best per set as a geomean, and within 1.2x on every set."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_sweep_sched", slug)
     if doc is None:
@@ -510,7 +511,7 @@ def test_stored_128x128_sweep_leaves_a_ping_pong_little_to_win(gpu, ahead):
     """Chapter 08's argument against a ping-pong kernel: a 128 x 128 tile (what one of its warpgroups would own) is
     slower at its best than the 128 x 256 tile on every one of the 32 sets of 4096 and 16384 tokens, and hiding its
     stores would put it ahead of ours on at most one H100 set, by under 3 %, and on no H200 set."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_sweep_128x128", slug)
     if doc is None:
@@ -534,7 +535,7 @@ def test_order_by_tokens_by_hand():
 def test_largest_first_threshold_between_the_measured_token_counts(gpu):
     """The stored ``order`` run is the threshold's data: index order faster (geomean) at every token count below
     it, largest first no slower than a 0.1 % tie from it on."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_order", slug)
     if doc is None:

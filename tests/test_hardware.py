@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from gemmlab import bench, figures, hardware as hw
+from gemmlab.measure import bench
+from gemmlab import figures, hardware as hw
 
 # A made-up GPU with round numbers, so every expected value is worked by hand.
 TOY = dataclasses.replace(hw.H100, short="TOY", bf16_tflops=1000.0, fp8_tflops=2000.0,

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmlab.family import ladder
+from gemmlab.measure import gemm_ladder as ladder
 from gemmlab.family.configs import Sm90Config
 
 

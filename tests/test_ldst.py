@@ -128,7 +128,7 @@ def test_copy_any_dtype_and_shape():
 
 @pytest.mark.gpu
 def test_copiers_pass_copybench_check():
-    from gemmlab.copybench import check_copier
+    from gemmlab.measure.copybench import check_copier
 
     for name, prep in ldst.copiers().items():
         check_copier(name, prep, 4 << 20)

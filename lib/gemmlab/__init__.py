@@ -20,5 +20,5 @@ __version__ = "0.1.0"
 
 from .family.api import gemm  # noqa: F401  (imports the kernels lazily)
 from .grouped import grouped_gemm, grouped_gemm_list  # noqa: F401  (likewise)
-from .dual_gemm import gated_dual_gemm  # noqa: F401  (likewise)
+from .measure.dual_gemm import gated_dual_gemm  # noqa: F401  (likewise)
 from .tiers import TierError, detect_tier, require_tier  # noqa: F401

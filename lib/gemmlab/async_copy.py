@@ -667,7 +667,7 @@ BENCH_KERNEL = "bulk, 4 x 16 KiB, 2 CTAs/SM"
 
 
 def copiers() -> dict:
-    """Copy kernels of this chapter for :func:`gemmlab.copybench.measure_copies` (name -> prepare)."""
+    """Copy kernels of this chapter for :func:`gemmlab.measure.copybench.measure_copies` (name -> prepare)."""
     return {
         "cp.async.cg, 4 stages": lambda s, d: prepare_cp_async_copy(s, d, cache="cg", stages=4),
         BENCH_KERNEL: lambda s, d: prepare_bulk_copy(s, d, stages=4, stage_bytes=16384, ctas_per_sm=2),
@@ -852,8 +852,8 @@ def stage_sweep(stage_counts=(2, 3, 4, 6, 8), *, stage_bytes: int = 16384, ctas_
     """
     import torch
 
-    from .bench import copy_bandwidth_gbs, time_ms, write_results
-    from .copybench import POISON
+    from .measure.bench import copy_bandwidth_gbs, time_ms, write_results
+    from .measure.copybench import POISON
 
     check_int("stage_bytes", stage_bytes, lo=BULK_ALIGN, multiple_of=BULK_ALIGN)
     check_int("nbytes", nbytes, lo=BULK_ALIGN, hi=MAX_COPY_BYTES, multiple_of=BULK_ALIGN)
@@ -889,7 +889,7 @@ def stage_sweep(stage_counts=(2, 3, 4, 6, 8), *, stage_bytes: int = 16384, ctas_
 
 
 def sweep_table(rows: list[dict]) -> str:
-    from .bench import device_name, format_table
+    from .measure.bench import device_name, format_table
 
     return f"device: {device_name()}\n" + format_table(rows, [
         ("stages", "stages", ""), ("ctas/SM", "CTAs/SM", ""), ("KiB in flight/SM", "KiB loading/SM", ""),

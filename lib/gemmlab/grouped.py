@@ -789,8 +789,8 @@ def store_gains(doc: dict) -> dict:
     each ``{"sets", "geomean", "min", "max", "faster"}``), and the kernel against ``torch._grouped_mm`` over all
     sets with the store between main loops and as the rule places it (``"vs_torch_between"``,
     ``"vs_torch_rule"``)."""
-    from .bench import geomean
-    from .calibration import parse_sm90_config
+    from .measure.bench import geomean
+    from .measure.calibration import parse_sm90_config
 
     def tile(r):
         tile_m, tile_n, _, _ = parse_sm90_config(r["config"])
@@ -835,7 +835,7 @@ def expert_bound_rows(doc: dict) -> list[dict]:
     """The sets of a stored ``moe`` run with 128 x 256 tiles, against :func:`expert_bounds` at the run's own measured
     ceilings (the router's sizes recomputed by :func:`skewed_sizes`): each ``{"row", "serial_ms", "overlapped_ms",
     "measured_over_serial", "overlapped_over_serial"}``."""
-    from .calibration import parse_sm90_config
+    from .measure.calibration import parse_sm90_config
     out = []
     ceil = doc["measured"]
     for r in doc["rows"]:
@@ -867,7 +867,7 @@ def order_by_tokens(rows) -> dict:
     """Rows of ``benchmarks/grouped_gemm.py order`` by token count: ``{tokens: {"sets", "geomean",
     "largest_first_wins"}}``, the geomean of index order's time over largest first's (above 1: largest first is
     faster) and the sets where it is."""
-    from .bench import geomean
+    from .measure.bench import geomean
     out = {}
     for t in sorted({r["tokens"] for r in rows}):
         ratios = [r["index_over_largest"] for r in rows if r["tokens"] == t]
@@ -889,7 +889,7 @@ def floor_ms(flops: float, nbytes: float, tflops: float, tbs: float) -> float:
 def measured_roofline(rows, ceilings: dict) -> list[dict]:
     """Each ``moe`` row's floor against the GPU's *measured* ceilings, added to the row and returned.
 
-    ``ceilings``: :func:`gemmlab.bench.measured_ceilings` of the same run (``copy_tbs``, ``gemm_tflops``).
+    ``ceilings``: :func:`gemmlab.measure.bench.measured_ceilings` of the same run (``copy_tbs``, ``gemm_tflops``).
     A row's floor is then ``max(FLOPs / gemm_tflops, bytes / copy_tbs)`` (``measured_floor_ms``) and
     ``of_measured_roofline`` that floor over the kernel's time. The datasheet's floor (``floor_ms``,
     ``of_roofline``) stays beside it: neither a copy nor cuBLAS reaches the datasheet (an H200's 4.8 TB/s
@@ -909,7 +909,7 @@ def measured_roofline(rows, ceilings: dict) -> list[dict]:
 def summarize(rows) -> dict:
     """The MoE benchmark's headline numbers from its rows (``benchmarks/grouped_gemm.py moe``; decode sets as
     :func:`decode_rows` counts them)."""
-    from .bench import geomean
+    from .measure.bench import geomean
     decode = decode_rows(rows)
     out = {
         "sets": len(rows),
@@ -956,7 +956,7 @@ def fit_launch_cost(rows, min_waves: float = 4.0) -> dict:
     slope is what one more expert's weights cost (``tbs``: the rate they stream at), the intercept the
     launch's fixed cost (start, pipeline fill, drain, and the last wave's tail on average).
     """
-    from .bench import line_fit
+    from .measure.bench import line_fit
     pts = [(r["live"], r["us"]) for r in rows if r["waves"] >= min_waves]
     if len(pts) < 2:
         raise ValueError(f"rows: need two launches of at least {min_waves} waves to fit a line; got {len(pts)}")

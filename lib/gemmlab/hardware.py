@@ -322,7 +322,7 @@ def spec_rows() -> list[dict]:
 
 def spec_table() -> str:
     """A fixed-width table of the three GPUs: dense TFLOP/s, HBM, on-chip memories."""
-    from .bench import format_table
+    from .measure.bench import format_table
 
     cols = [
         ("gpu", "GPU", ""), ("arch", "arch", ""), ("cc", "cc", ""), ("sms", "SMs", ""),
@@ -355,7 +355,7 @@ def workloads() -> list[dict]:
 
 def workload_table() -> str:
     """Each workload's intensity and the TFLOP/s the roofline allows on each GPU."""
-    from .bench import format_table
+    from .measure.bench import format_table
 
     rows = []
     for w in workloads():
@@ -455,9 +455,9 @@ def measured_copy_tbps() -> dict[str, float] | None:
     """Best stored device-to-device copy bandwidth per device, TB/s, if any was measured.
 
     Reads ``results/<device>/copy_bandwidth.json`` (written by chapters 01/03
-    via :mod:`gemmlab.copybench`); ``None`` when no results are stored.
+    via :mod:`gemmlab.measure.copybench`); ``None`` when no results are stored.
     """
-    from . import bench
+    from .measure import bench
 
     found = {}
     for path in sorted(bench.RESULTS_DIR.glob("*/copy_bandwidth.json")):

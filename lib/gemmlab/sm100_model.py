@@ -23,7 +23,7 @@ What it models
       waited on with a phase it never reaches (deadlock) or a wait that
       passed on an older phase than it needed (an aliased wait).
     * :func:`predict_tflops`: chapter 05's timeline simulator, calibrated on the
-      chapter 07 measurements of an H100 and an H200 (:mod:`gemmlab.calibration`),
+      chapter 07 measurements of an H100 and an H200 (:mod:`gemmlab.measure.calibration`),
       fed with B200's published rates: a *prediction* of the kernel's TFLOP/s as a
       range, never a measurement.
 
@@ -549,7 +549,7 @@ def draw_schedule(m: int, n: int, k: int, cfg: Sm100Config, name: str = "10_sche
 
 
 # --------------------------------------------------------------------------------------
-# The prediction: chapter 05's simulator, calibrated on Hopper first (gemmlab.calibration)
+# The prediction: chapter 05's simulator, calibrated on Hopper first (gemmlab.measure.calibration)
 # --------------------------------------------------------------------------------------
 
 PART3_SHAPES = [(4096, n, k) for n, k in ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384),
@@ -560,12 +560,12 @@ PART3_SHAPES = [(4096, n, k) for n, k in ((2112, 7168), (576, 7168), (24576, 153
 def predict_tflops(shape, cfg: Sm100Config | None = None) -> dict:
     """A PREDICTION of the kernel's TFLOP/s on a B200 for ``shape = (m, n, k)`` (nothing is measured).
 
-    :func:`gemmlab.calibration.predict_b200`: the pipeline simulator with the clock, epilogue and HBM
+    :func:`gemmlab.measure.calibration.predict_b200`: the pipeline simulator with the clock, epilogue and HBM
     recipe that reproduces the chapter 07 measurements on an H100 and an H200 within 10 %, fed with
     B200's datasheet rates. Returns ``low_tflops``, ``predicted_tflops`` and ``high_tflops`` (the range)
     with the inputs.
     """
-    from .calibration import predict_b200
+    from .measure.calibration import predict_b200
 
     return predict_b200(shape, cfg)
 

@@ -517,7 +517,7 @@ def _checked_run(x, scale, out, **kw):
 
 
 def _bandwidth_row(run, base_ms, nbytes, rep, **fields):
-    from .bench import copy_bandwidth_gbs, time_ms
+    from .measure.bench import copy_bandwidth_gbs, time_ms
 
     ms = time_ms(run, rep=rep)
     return {**fields, "ms": ms, "GB/s": copy_bandwidth_gbs(nbytes, ms), "vs torch": base_ms / ms}
@@ -533,7 +533,7 @@ def benchmark(*, shape=BENCH_SHAPE, dtype: str = "bfloat16", stages: int = 4, ct
     """
     import torch
 
-    from .bench import copy_bandwidth_gbs, time_ms, write_results
+    from .measure.bench import copy_bandwidth_gbs, time_ms, write_results
 
     require_tier("gpu", "gemmlab.tma_pipeline.benchmark")
     x, scale = _random_inputs(shape, dtype)
@@ -569,7 +569,7 @@ def stage_sweep(stage_counts=(1, 2, 3, 4, 6, 8), *, configs=((16384, 1), (16384,
     """
     import torch
 
-    from .bench import time_ms, write_results
+    from .measure.bench import time_ms, write_results
 
     require_tier("gpu", "gemmlab.tma_pipeline.stage_sweep")
     x, scale = _random_inputs(shape, dtype)
@@ -609,7 +609,7 @@ def compare_designs(k_tiles=(4, 5), *, stages: int = 4, grids=(0.25, 1.0, 2.0), 
     """
     import torch
 
-    from .bench import copy_bandwidth_gbs, time_ms, write_results
+    from .measure.bench import copy_bandwidth_gbs, time_ms, write_results
 
     require_tier("gpu", "gemmlab.tma_pipeline.compare_designs")
     rows = []
@@ -657,7 +657,7 @@ def calibrate_ring(spin_cycles: int = 0, *, k: int = 4, deep_stages: int = 8, ct
     import torch
 
     from . import simulator as sm
-    from .bench import time_ms
+    from .measure.bench import time_ms
 
     bm, bn = default_block(dtype)
     x, scale = _random_inputs((ctas * tiles_per_cta * bm, k * bn), dtype)
@@ -698,7 +698,7 @@ def tail_bubble(spins=(0, 800), stage_counts=(2, 3, 4), *, ctas: int = BUBBLE_CT
     import torch
 
     from . import simulator as sm
-    from .bench import time_ms, write_results
+    from .measure.bench import time_ms, write_results
 
     require_tier("gpu", "gemmlab.tma_pipeline.tail_bubble")
     for spin_cycles in spins:
@@ -762,7 +762,7 @@ def plot_tail_bubble(rows: list[dict], name: str = "05_tail_bubble") -> str:
 
 
 def table(rows: list[dict], columns) -> str:
-    from .bench import device_name, format_table
+    from .measure.bench import device_name, format_table
 
     return f"device: {device_name()}\n" + format_table(rows, columns)
 

@@ -844,7 +844,7 @@ def bench_gemm(size: int = 4096, configs=BENCH_CONFIGS, *, rep: int = 30, name: 
     """
     import torch
 
-    from .bench import time_ms, write_results
+    from .measure.bench import time_ms, write_results
 
     check_int("size", size, lo=256, multiple_of=256)
     require_tier("sm90", "gemmlab.wgmma.bench_gemm")
@@ -875,7 +875,7 @@ def bench_gemm(size: int = 4096, configs=BENCH_CONFIGS, *, rep: int = 30, name: 
 
 
 def bench_table(rows) -> str:
-    from .bench import device_name, format_table
+    from .measure.bench import device_name, format_table
 
     return f"device: {device_name()}\n" + format_table(rows, [
         ("kernel", "kernel", ""), ("ms", "ms", ".3f"), ("TFLOP/s", "TFLOP/s", ".0f"), ("vs torch", "vs torch", ".2f"),

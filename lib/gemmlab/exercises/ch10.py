@@ -43,7 +43,7 @@ def check_held_clock_effect(answer) -> bool:
 
 
 def solution_held_clock_effect():
-    from ..calibration import CALIBRATION, predict_sm90, with_clock
+    from ..measure.calibration import CALIBRATION, predict_sm90, with_clock
 
     base = predict_sm90((8192, 8192, 8192), "128x256 c2x1 m8 s4", "nvidia-h200")
     fast = predict_sm90((8192, 8192, 8192), "128x256 c2x1 m8 s4", "nvidia-h200",

@@ -14,7 +14,7 @@ def check_sol_megabytes(answer) -> bool:
 
 
 def solution_sol_megabytes():
-    from ..dual_gemm import problem_bytes
+    from ..measure.dual_gemm import problem_bytes
 
     return round(problem_bytes(256, 4096, 7168)["total"] / 1e6, 2)  # 36.16
 
@@ -44,7 +44,7 @@ def check_stock_weight_ratio(answer) -> bool:
 
 
 def solution_stock_weight_ratio():
-    from ..dual_gemm import prepare_stock
+    from ..measure.dual_gemm import prepare_stock
     from ..nvfp4 import SF_VEC, generate
 
     n, k = 256, 512

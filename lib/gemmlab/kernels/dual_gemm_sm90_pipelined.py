@@ -549,7 +549,7 @@ def prepared(a, b1, b2, sfa, sfb1, sfb2, out, cfg: PipelinedConfig | None = None
 
 
 def run_checked(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | None = None):
-    """Launch on arguments :func:`gemmlab.dual_gemm.check_arguments` has accepted; returns ``out``."""
+    """Launch on arguments :func:`gemmlab.measure.dual_gemm.check_arguments` has accepted; returns ``out``."""
     import torch
 
     from ..tiers import require_tier

@@ -26,7 +26,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .figures import REPO_ROOT
+from ..figures import REPO_ROOT
 
 RESULTS_DIR = REPO_ROOT / "results"
 
@@ -56,7 +56,7 @@ def input_sets(set_bytes: int, l2_bytes: int, *, l2_multiple: int = 4, cap: int 
     One copy if a set alone is that large (then nothing of a launch's inputs is
     left in L2 by the launch before, except what any real workload would also have).
     """
-    from .checks import check_int
+    from ..checks import check_int
 
     check_int("set_bytes", set_bytes, lo=1)
     check_int("l2_bytes", l2_bytes, lo=1)

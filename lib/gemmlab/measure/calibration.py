@@ -64,8 +64,8 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .figures import REPO_ROOT
-from .hardware import B200, H100, H200
+from ..figures import REPO_ROOT
+from ..hardware import B200, H100, H200
 
 RESULTS = REPO_ROOT / "results"
 #: The devices with stored chapter 07 measurements: results folder -> datasheet spec.
@@ -171,7 +171,7 @@ def measured_points(results: Path = RESULTS) -> list[dict]:
     not recorded during the rounds (``held_mhz=None``, ``clock="fitted"``). ``burst_tflops``: the
     ``gemm_family.json`` number in both cases; ``sampled_mhz``: its one nvidia-smi reading after the rounds.
     """
-    from .family.benchmark import CHAPTER07_SHAPES
+    from .gemm_family import CHAPTER07_SHAPES
 
     points = []
     for dev in DEVICES:
@@ -207,7 +207,7 @@ def _simulate(flop: float, stages: int, tiles: int, k_tiles: int, slots: int, wo
 
     A k-block holds its stage for its tensor work or ``min_kblock_s``, whichever is longer.
     """
-    from .simulator import simulate
+    from ..simulator import simulate
 
     compute = max(tile_flop_per_kblock / worker_flops, min_kblock_s)
     transfer = total_bytes / slots / (hbm_bytes_per_s * cal.hbm_efficiency / workers)
@@ -219,7 +219,7 @@ def _simulate(flop: float, stages: int, tiles: int, k_tiles: int, slots: int, wo
 def sm90_epilogue_subtiles(tile_n: int) -> int:
     """How many sub-tiles one consumer warpgroup's epilogue walks per tile: ``tile_n / epi_n``, with the
     heuristic's ``epi_n`` (32 columns where 32 divides ``tile_n``, else 16)."""
-    from .family.heuristic_sm90 import epi_shape_for
+    from ..family.heuristic_sm90 import epi_shape_for
 
     return tile_n // epi_shape_for(tile_n)[0]
 
@@ -348,8 +348,8 @@ def predict_b200(shape, cfg=None, cal: Calibration = CALIBRATION) -> dict:
     ``mid``: the calibrated recipe at B200's datasheet rate times :func:`b200_clock_fraction`; ``low`` and
     ``high``: +-:data:`TOLERANCE` around it, ``high`` capped at the roofline.
     """
-    from .family.configs import BLOCK_K, PAIR_M, Sm100Config
-    from .sm100_model import choose_config, num_clusters_for, tile_scheduler
+    from ..family.configs import BLOCK_K, PAIR_M, Sm100Config
+    from ..sm100_model import choose_config, num_clusters_for, tile_scheduler
 
     m, n, k = _check_shape(shape)
     if cfg is None:
@@ -391,7 +391,7 @@ def draw_calibration(rows: list[dict], name: str = "10_calibration"):
     Filled markers: the prediction used the clock measured during that run; hollow: a fitted clock.
     Returns ``(path, data)``.
     """
-    from .figures import new_figure, save
+    from ..figures import new_figure, save
 
     fig, ax = new_figure(figsize=(6.8, 5.4))
     lo = min(min(r["measured_tflops"], r["predicted_tflops"]) for r in rows) * 0.85

@@ -37,9 +37,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from . import nvfp4 as fp4
-from . import tiers
-from .checks import check_int
+from .. import nvfp4 as fp4
+from .. import tiers
+from ..checks import check_int
 
 SM100_MODULE = "gemmlab.kernels.dual_gemm_sm100"
 #: The best public result for GPU MODE's nvfp4_dual_gemm on a B200 (geomean of the four shapes), microseconds.
@@ -65,7 +65,7 @@ def sm100_module():
 
 def _twin():
     """The Hopper twin the public call runs: the pipelined one (chapter 11's simple twin is its first draft)."""
-    from .kernels import dual_gemm_sm90_pipelined
+    from ..kernels import dual_gemm_sm90_pipelined
 
     return dual_gemm_sm90_pipelined
 
@@ -78,7 +78,7 @@ def check_output(out, m: int, n: int):
     """``out`` must be None or an FP16 ``(M, N, 1)`` tensor, N-major (stride 1 along N)."""
     import torch
 
-    from .checks import check_tensor
+    from ..checks import check_tensor
 
     if out is None:
         return
@@ -142,7 +142,7 @@ def prepare(a, b1, b2, sfa, sfb1, sfb2, out):
     if tier == "sm100":
         gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=out)  # compile now, not in the first timed launch
         return lambda: gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=out)
-    tiers.require_tier("gpu", "gemmlab.dual_gemm.prepare")
+    tiers.require_tier("gpu", "gemmlab.measure.dual_gemm.prepare")
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -319,7 +319,7 @@ def roofline(m: int, n: int, k: int, spec=None) -> dict:
     the dense FP4 peak where the GPU has FP4 tensor cores, else the dense BF16 peak (``peak``: which one).
     ``bound_us`` is the larger, ``bound`` names it.
     """
-    from .hardware import B200, GPUSpec
+    from ..hardware import B200, GPUSpec
 
     spec = B200 if spec is None else spec
     if not isinstance(spec, GPUSpec):
@@ -365,7 +365,7 @@ def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) 
     ``tile_n`` tile (``ctas`` of them, at most one per SM), each k-block (256 values of K) holding a stage
     while the tensor pipe does both GEMMs' ``2 x 2 x 128 x tile_n x 256`` FLOPs at the SM's share of the
     dense FP4 peak, scaled by the clock fraction the calibration found on Hopper
-    (:func:`gemmlab.calibration.b200_clock_fraction`); loads in flight for the calibration's latency, all
+    (:func:`gemmlab.measure.calibration.b200_clock_fraction`); loads in flight for the calibration's latency, all
     CTAs together at 85 % of HBM; ``stages`` as many as shared memory holds
     (:func:`gemmlab.dual_gemm_model.max_stages`); the calibration's launch time. One accumulator stage (at
     ``tile_n`` = 128 a second stage of both FP32 accumulators would take all 512 TMEM columns and leave none
@@ -376,9 +376,9 @@ def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) 
     share of the bandwidth).
     """
     from .calibration import CALIBRATION, SM90_SPEC_GHZ, TOLERANCE, Calibration, b200_clock_fraction
-    from .dual_gemm_model import EPI_N, TILE_N_CHOICES, budget, max_stages
-    from .hardware import B200
-    from .simulator import simulate
+    from ..dual_gemm_model import EPI_N, TILE_N_CHOICES, budget, max_stages
+    from ..hardware import B200
+    from ..simulator import simulate
 
     if not isinstance(shape, (tuple, list)) or len(shape) != 3:
         raise ValueError(f"shape must be (m, n, k); got {shape!r}")
@@ -388,7 +388,7 @@ def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) 
         raise ValueError(f"tile_n must be one of {TILE_N_CHOICES}; got {tile_n!r}")
     cal = CALIBRATION if cal is None else cal
     if not isinstance(cal, Calibration):
-        raise TypeError(f"cal must be a gemmlab.calibration.Calibration; got {type(cal).__name__}")
+        raise TypeError(f"cal must be a gemmlab.measure.calibration.Calibration; got {type(cal).__name__}")
     most = max_stages(tile_n)
     stages = most if stages is None else stages
     check_int("stages", stages, lo=1, hi=most)
@@ -436,11 +436,11 @@ def _copy_operands(ops):
 
 def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
     """The simple (first-draft) Hopper twin as a zero-argument launch on these tensors (sm90 only)."""
-    from .kernels import dual_gemm_sm90
-    from .compile import launcher
+    from ..kernels import dual_gemm_sm90
+    from ..compile import launcher
 
     check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
-    tiers.require_tier("sm90", "gemmlab.dual_gemm.prepare_simple")
+    tiers.require_tier("sm90", "gemmlab.measure.dual_gemm.prepare_simple")
     return launcher(dual_gemm_sm90.dual_host(dual_gemm_sm90.DualSm90Config()),
                     *dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))
 
@@ -449,20 +449,21 @@ def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, s
               simple: bool = False) -> dict:
     """Time M x N x K on this GPU: the public call, its prepared launch, baselines (a) and (b), side by side.
 
-    Inputs are rotated over enough copies to span 4x the L2 (:func:`gemmlab.bench.input_sets`), the same
-    copies for every competitor; :func:`gemmlab.bench.time_interleaved` times the four in rotating rounds
+    Inputs are rotated over enough copies to span 4x the L2 (:func:`gemmlab.measure.bench.input_sets`), the same
+    copies for every competitor; :func:`gemmlab.measure.bench.time_interleaved` times the four in rotating rounds
     (what a caller waits for, Python included), then the prepared launch and (b) again with the queue
     primed (``*_kernel*``: the kernels alone). (b)'s BF16 weights are made before timing, once per copy.
     Both outputs are checked against the FP32 reference first. Returns one row (microseconds, speed-ups).
     """
     import torch
 
-    from . import bench, hardware
+    from . import bench
+    from .. import hardware
 
     fp4.check_problem(m, n, k)
     check_int("rounds", rounds, lo=1)
     check_int("per_round", per_round, lo=1)
-    tiers.require_tier("gpu", "gemmlab.dual_gemm.time_case")
+    tiers.require_tier("gpu", "gemmlab.measure.dual_gemm.time_case")
     spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
     base = fp4.generate(m, n, k, seed=seed, device="cuda")
     nsets = bench.input_sets(problem_bytes(m, n, k)["total"], spec.l2_mib * 2 ** 20)

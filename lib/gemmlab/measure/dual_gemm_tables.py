@@ -1,14 +1,14 @@
 """Chapter 11's tables and figures: the benchmark against both baselines, the roofline, the B200 prediction.
 
-Kept apart from :mod:`gemmlab.dual_gemm` (the calls) as chapter 08 keeps :mod:`gemmlab.grouped_tables`:
+Kept apart from :mod:`gemmlab.measure.dual_gemm` (the calls) as chapter 08 keeps :mod:`gemmlab.measure.grouped_tables`:
 these functions read rows (``benchmarks/dual_gemm.py`` writes them to ``results/<device>/dual_gemm.json``;
-:func:`gemmlab.dual_gemm.prediction_table` computes the prediction) and never launch anything.
+:func:`gemmlab.measure.dual_gemm.prediction_table` computes the prediction) and never launch anything.
 """
 from __future__ import annotations
 
 import math
 
-from . import nvfp4 as fp4
+from .. import nvfp4 as fp4
 
 #: The goals the Hopper twin is held to: geomean speed-up over baseline (b) and over baseline (a).
 GOAL_VS_B = 1.10
@@ -109,7 +109,7 @@ def format_check(doc: dict) -> str:
 
 
 def format_roofline(rows: list[dict]) -> str:
-    """:func:`gemmlab.dual_gemm.roofline_table` as text."""
+    """:func:`gemmlab.measure.dual_gemm.roofline_table` as text."""
     out = [f"{'M x N x K':>16} {'GPU':>5} {'MB':>7} {'GFLOP':>7} {'bytes us':>9} {'FLOPs us':>9} {'bound':>8}"
            f" {'B200 SOL (GPU MODE)':>19}"]
     for r in rows:
@@ -120,7 +120,7 @@ def format_roofline(rows: list[dict]) -> str:
 
 
 def format_prediction(rows: list[dict]) -> str:
-    """:func:`gemmlab.dual_gemm.prediction_table` as text, every line labelled a prediction."""
+    """:func:`gemmlab.measure.dual_gemm.prediction_table` as text, every line labelled a prediction."""
     out = ["PREDICTED (not measured) on a B200, microseconds:",
            f"{'M x N x K':>16} {'tile':>8} {'stages':>6} {'CTAs':>5} {'predicted range':>17} {'roofline':>9} "
            f"{'GPU MODE SOL':>12}"]
@@ -146,7 +146,7 @@ def draw_prediction(rows: list[dict], name: str = "11_prediction"):
     import numpy as np
 
     from .dual_gemm import BEST_PUBLIC_US
-    from .figures import new_figure, save
+    from ..figures import new_figure, save
 
     best = best_per_shape(rows)
     labels = [f"{r['m']}x{r['n']}\nx{r['k']}" for r in best]
@@ -183,7 +183,7 @@ def draw_benchmark(docs: list[dict], name: str = "11_benchmark"):
     """
     import numpy as np
 
-    from .figures import new_figure, save
+    from ..figures import new_figure, save
 
     docs = [d for d in docs if d and any("error" not in r for r in d.get("rows", []))]
     if not docs:

@@ -1,6 +1,6 @@
 """The GEMM family's benchmark: what users call, against torch.matmul, on shape families.
 
-Three competitors per shape, timed in the same run by :func:`gemmlab.bench.time_interleaved`
+Three competitors per shape, timed in the same run by :func:`gemmlab.measure.bench.time_interleaved`
 (rotating rounds on the same rotated input sets, spanning at least 4 x L2):
 
 * ``public``: ``gemmlab.gemm(a, b, out=c)``, the call a user makes (Python included);
@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass
 
-from ..bench import geomean, gpu_clocks, host_us, input_sets, time_interleaved
+from .bench import geomean, gpu_clocks, host_us, input_sets, time_interleaved
 
 #: DeepGEMM's (N, K) pairs: the linear layers of DeepSeek-V3 its tests time.
 DEEPGEMM_NK = ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
@@ -97,7 +97,7 @@ def time_case(case: Case, *, rounds: int = 10, per_round: int = 10, config=None)
     import torch
 
     from .. import gemm
-    from .plan import prepare
+    from ..family.plan import prepare
 
     props = torch.cuda.get_device_properties(0)
     eb = 2
@@ -139,7 +139,7 @@ def host_cost(shape=HOST_SHAPE) -> dict:
     import torch
 
     from .. import gemm
-    from .plan import prepare
+    from ..family.plan import prepare
 
     case = Case(*shape)
     (a, b, c), = _operands(case, 1)

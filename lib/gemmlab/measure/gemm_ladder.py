@@ -7,7 +7,7 @@ knob per rung, up to the default configuration. Then *variations* change one kno
 the top rung (stages, the epilogue's sub-tile and ring, the cluster's direction, the
 band width) and the last one is the configuration :func:`gemmlab.gemm` itself picks.
 cuBLAS (``torch.matmul``) is the reference line: every rung is timed against it in
-the same interleaved run (:func:`gemmlab.bench.time_interleaved`, kernels alone).
+the same interleaved run (:func:`gemmlab.measure.bench.time_interleaved`, kernels alone).
 
 ``benchmarks/gemm_ladder.py`` measures it on :data:`LADDER_SHAPES` and writes
 ``results/<device>/gemm_ladder.json``; this module holds the rungs, the table and the
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from ..bench import device_slug, format_table
-from .configs import Sm90Config
+from .bench import device_slug, format_table
+from ..family.configs import Sm90Config
 
 #: The fixed shapes (M, N, K): a large square, and a DeepSeek-V3 layer (N, K = 7168, 2048) at M = 4096 tokens.
 LADDER_SHAPES = ((8192, 8192, 8192), (4096, 7168, 2048))

@@ -5,7 +5,7 @@ H200, ``gemm_sm90_profile.json`` and ``gemm_sm90_tuning.json``), which chapter 0
 """
 from __future__ import annotations
 
-from ..bench import format_table, geomean
+from .bench import format_table, geomean
 
 
 def family_table(rows: list[dict], groups=None) -> str:
@@ -43,7 +43,7 @@ def host_table(docs: list[dict]) -> str:
 
 def draw_family(docs: list[dict], name: str = "07_gemm_family"):
     """Call ratio against M for each (N, K) pair, one panel per device; returns the figure's path."""
-    from .benchmark import DEEPGEMM_NK
+    from .gemm_family import DEEPGEMM_NK
     from ..figures import new_figure, save
 
     fig, axes = new_figure(1, len(docs), figsize=(6.2 * len(docs), 4.4), squeeze=False, sharey=True)

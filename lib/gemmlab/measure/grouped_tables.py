@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .bench import geomean
-from .grouped import tile_order
+from ..grouped import tile_order
 
 
 def draw_tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, name: str = "08_tile_order",
@@ -18,7 +18,7 @@ def draw_tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, name: 
     """
     import matplotlib.pyplot as plt
 
-    from .figures import new_figure, save
+    from ..figures import new_figure, save
 
     order = tile_order(m_sizes, n, tile_m, tile_n, grid, by_size=cluster == 1, cluster=cluster)
     where = {}
@@ -59,7 +59,7 @@ def draw_moe(docs: list[dict], name: str = "08_moe"):
 
     Black bars: the datasheet's roofline; grey bars, where the run measured its ceilings
     (:func:`gemmlab.grouped.measured_roofline`): the roofline of this GPU's device copy and cuBLAS."""
-    from .figures import new_figure, save
+    from ..figures import new_figure, save
 
     fig, axes = new_figure(1, len(docs), figsize=(6.4 * len(docs), 4.6), squeeze=False, sharey=True)
     for ax, doc in zip(axes[0], docs):
@@ -95,7 +95,7 @@ def draw_tail(docs: list[dict], name: str = "08_tail"):
     (intercept = fixed cost per launch). Bottom: our time minus the fit against the waves of tiles (tiles /
     SMs), dotted at whole waves: a step just past one is the cost of a last wave with few tiles.
     """
-    from .figures import new_figure, save
+    from ..figures import new_figure, save
 
     fig, axes = new_figure(2, len(docs), figsize=(6.4 * len(docs), 7.2), squeeze=False,
                            gridspec_kw={"height_ratios": [3, 2]})
@@ -139,8 +139,8 @@ def draw_finish_times(tiles: int = 576, grid: int = 132, spread: float = 0.2, se
     an assumption standing in for SMs that get unequal memory bandwidth, not a measurement.
     """
     import random
-    from .figures import new_figure, save
-    from .grouped import finish_times
+    from ..figures import new_figure, save
+    from ..grouped import finish_times
 
     rng = random.Random(seed)
     speeds = [1 + spread * (2 * rng.random() - 1) for _ in range(grid)]
@@ -181,7 +181,7 @@ def streaming_read_line(moe_doc: dict, tail_doc: dict) -> str:
     """One line: the decode sets' kernel time against a plain streaming read of their bytes
     (:func:`gemmlab.grouped.against_streaming_read`)."""
     from .bench import geomean
-    from .grouped import against_streaming_read
+    from ..grouped import against_streaming_read
     ratios = [x for _, x in against_streaming_read(moe_doc, tail_doc)]
     if not ratios:
         return f"{moe_doc['device']}: no decode sets"
@@ -192,7 +192,7 @@ def streaming_read_line(moe_doc: dict, tail_doc: dict) -> str:
 def tile_ratio_line(doc: dict, tile: str = "128x128", against: str = "128x256") -> str:
     """One line of a stored sweep: ``tile`` at its best over ``against`` at its best
     (:func:`gemmlab.grouped.best_tile_ratio`), geomean and range, and the set closest to a tie."""
-    from .grouped import best_tile_ratio
+    from ..grouped import best_tile_ratio
     got = best_tile_ratio(doc, tile, against)
     ratios = [x for x, _ in got]
     x, r = min(got, key=lambda p: p[0])
@@ -204,7 +204,7 @@ def tile_ratio_line(doc: dict, tile: str = "128x128", against: str = "128x256") 
 def ping_pong_line(doc: dict) -> str:
     """One line of a stored ``sweep_128x128``: the best a ping-pong kernel with 128 x 128 tiles could do
     (:func:`gemmlab.grouped.ping_pong_bound`), the sets where it could be ahead of ours and the closest one."""
-    from .grouped import ping_pong_bound
+    from ..grouped import ping_pong_bound
     got = ping_pong_bound(doc)
     x, r = min(got, key=lambda p: p[0])
     ahead = sum(b < 1 for b, _ in got)
@@ -215,7 +215,7 @@ def ping_pong_line(doc: dict) -> str:
 
 def overlap_line(doc: dict) -> str:
     """Two lines of a stored ``overlap`` run (:func:`gemmlab.grouped.store_gains`)."""
-    from .grouped import OVERLAP_STORE_FROM, store_gains
+    from ..grouped import OVERLAP_STORE_FROM, store_gains
     g = store_gains(doc)
     on, off = g["on"], g["off"]
     return (f"{doc['device']}: time with the store between two main loops over with it under the next one, "
@@ -266,7 +266,7 @@ def expert_bound_lines(doc: dict, most: int = 4) -> str:
     """A stored ``moe`` run's 128 x 256 sets against the two model times of :func:`gemmlab.grouped.expert_bounds`:
     how close the kernel is to "one expert after another", and the ``most`` sets with the most to gain from
     overlapping them."""
-    from .grouped import expert_bound_rows
+    from ..grouped import expert_bound_rows
     got = expert_bound_rows(doc)
     meas = [g["measured_over_serial"] for g in got]
     over = [g["overlapped_over_serial"] for g in got]
@@ -297,7 +297,7 @@ def moe_table(doc: dict) -> str:
 
 def summary_lines(doc: dict) -> str:
     """The benchmark's headline numbers, one per line, named."""
-    from .grouped import summarize
+    from ..grouped import summarize
 
     s = summarize(doc["rows"])
     lines = [f"{doc['device']} ({s['sets']} MoE sets, {doc.get('date', '')[:10]})",
