@@ -49,7 +49,7 @@ endif
 # RUN_ARGS: passed to the runner (notebook paths, --timeout, --out).
 run: $(VENV_DEP)
 	@$(call STACK_GUARD,$(STACK_CHECK))
-	$(PY) -m gemmlab.runner $(RUN_ARGS)
+	$(PY) -m gemmlab.course.runner $(RUN_ARGS)
 
 test: $(VENV_DEP)
 	$(PY) -m pytest -q -p no:cacheprovider tests notebooks $(NBVAL_ARGS)
@@ -89,7 +89,7 @@ gpu-bench:
 	@$(GPU_ENV); echo "== benchmarks on tier $$tier"; $$py benchmarks/run.py
 
 gpu-notebooks:
-	@$(GPU_ENV); echo "== notebooks re-executed in place on tier $$tier"; $$py -m gemmlab.runner --inplace
+	@$(GPU_ENV); echo "== notebooks re-executed in place on tier $$tier"; $$py -m gemmlab.course.runner --inplace
 
 gpu-nbval:
 	@$(GPU_ENV); echo "== nbval on tier $$tier (gpu cells required)"; \

@@ -67,7 +67,7 @@ def run_tests() -> dict:
 
 def run_notebooks() -> list[dict]:
     """Chapters 09 and 10, every cell, into build/sm100_check/."""
-    from gemmlab.runner import run_notebook
+    from gemmlab.course.runner import run_notebook
 
     rows = []
     for nb in NOTEBOOKS:

@@ -264,7 +264,7 @@ def test_prepare_needs_an_output(small):
 
 
 def test_chapter11_exercise_solutions_by_hand():
-    from gemmlab.exercises import ch11
+    from gemmlab.course.exercises import ch11
 
     assert ch11.solution_sol_megabytes() == round((256 * 7168 / 2 + 2 * 4096 * 7168 / 2 + (256 + 2 * 4096) * 448
                                                     + 2 * 256 * 4096) / 1e6, 2) == 36.16

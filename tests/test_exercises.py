@@ -4,9 +4,9 @@ import pkgutil
 
 import pytest
 
-import gemmlab.exercises as ex
+import gemmlab.course.exercises as ex
 
-MODULES = [importlib.import_module(f"gemmlab.exercises.{m.name}") for m in pkgutil.iter_modules(ex.__path__)]
+MODULES = [importlib.import_module(f"gemmlab.course.exercises.{m.name}") for m in pkgutil.iter_modules(ex.__path__)]
 PAIRS = [(mod, name[len("check_"):]) for mod in MODULES for name in dir(mod) if name.startswith("check_")]
 
 
@@ -20,7 +20,7 @@ def test_solution_passes_and_wrong_answers_fail(mod, name, capsys):
 
 
 def test_chapter07_solutions_by_hand():
-    from gemmlab.exercises import ch07
+    from gemmlab.course.exercises import ch07
     from gemmlab.family.configs import Sm90Config
     from gemmlab.family.heuristic_sm90 import make_config, predict
     from gemmlab.family.problem import GemmProblem
@@ -37,7 +37,7 @@ def test_chapters_00_to_06_solutions_by_hand():
     """Each solution against arithmetic done independently of the library function it calls."""
     import math
 
-    from gemmlab.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06
+    from gemmlab.course.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06
 
     assert ch00.solution_ridge_h200() == round(989 / 4.8) == 206
     decode_intensity = 2 * 16 * 4096 * 4096 / (2 * (16 * 4096 + 4096 * 4096 + 16 * 4096))

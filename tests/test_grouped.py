@@ -951,7 +951,7 @@ def test_bad_offs_clamped_without_validation():
 
 def test_exercise_solutions_by_hand(ragged_ptx):
     from gemmlab.compile import ptx_opcodes
-    from gemmlab.exercises import ch08
+    from gemmlab.course.exercises import ch08
 
     assert ch08.solution_tiles_and_rewrites() == (3 * 4 + 1 * 4 + 5 * 4, 3)
     broken = ptx_of(compile_grouped(grouped.SMALL, "ragged", "k", fences=False))

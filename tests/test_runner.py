@@ -2,7 +2,7 @@
 import nbformat
 import pytest
 
-from gemmlab import runner
+from gemmlab.course import runner
 
 
 def _nb(cells):
@@ -110,7 +110,7 @@ def test_timeout_must_be_positive(capsys, value, msg):
 
 def test_outside_a_checkout_the_runner_says_so(tmp_path, monkeypatch, capsys):
     """A `pip install .` copy finds no notebooks next to itself: a clear error, not an empty table."""
-    monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path / "site-packages" / "notebooks")
+    monkeypatch.setattr(runner.notebook, "NOTEBOOKS", tmp_path / "site-packages" / "notebooks")
     assert runner.main([]) == 2
     err = capsys.readouterr().err
     assert "no notebooks found" in err and "pass the notebook paths" in err
@@ -152,7 +152,7 @@ def test_a_non_editable_install_fails_clearly_and_runs_given_notebooks(tmp_path)
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_CURRENT_TEST")}
     env["PYTHONPATH"] = str(target)
-    cmd = [sys.executable, "-m", "gemmlab.runner"]
+    cmd = [sys.executable, "-m", "gemmlab.course.runner"]
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "no notebooks found" in done.stderr and "pip install ." in done.stderr

@@ -278,7 +278,7 @@ def test_without_tails_the_peer_signals_a_finished_leader():
 
 
 def test_chapter10_exercise_solutions_by_hand():
-    from gemmlab.exercises import ch10
+    from gemmlab.course.exercises import ch10
 
     assert ch10.solution_tx_bytes() == 2 * (128 + 64) * 64 * 2 == 49152
     assert ch10.solution_late_arrival_barrier() == "tmem_empty"

@@ -304,7 +304,7 @@ def test_cta_pair_mma():
 
 
 def test_chapter09_exercise_solutions_by_hand():
-    from gemmlab.exercises import ch09
+    from gemmlab.course.exercises import ch09
 
     assert ch09.solution_idesc() == 1 << 4 | 1 << 7 | 1 << 10 | 16 << 17 | 16 << 24 == 0x10200490
     assert ch09.solution_ld_row() == 32 * (5 % 4) + 7 == 39

@@ -13,7 +13,7 @@ tier cpu``, and Run All goes on. Every other cell runs unchanged. Where
 ``$GEMMLAB_TIER`` says the machine has the tier, nothing is skipped (a broken
 GPU run fails loudly, as in the tests).
 
-``python -m gemmlab.notebook --mark notebooks/*.ipynb`` makes the markers agree
+``python -m gemmlab.course.notebook --mark notebooks/*.ipynb`` makes the markers agree
 with the tags (adds or fixes the marker of tagged cells, removes markers from
 untagged cells, adds the setup call to the first code cell); ``--check`` lists
 every disagreement and exits 1. The marker is a comment, so a cell's outputs do
@@ -25,14 +25,20 @@ import argparse
 import re
 import sys
 
-from .tiers import TIERS, detect_tier, required_tier, tier_satisfies
+from pathlib import Path
+
+from ..figures import REPO_ROOT
+from ..tiers import TIERS, detect_tier, required_tier, tier_satisfies
+
+#: Where the course's notebooks are: ``notebooks/`` of the checkout this package runs from.
+NOTEBOOKS = REPO_ROOT / "notebooks"
 
 #: Cell tags that name a tier, most demanding first (a cell tagged gpu and sm100 needs sm100).
 TIER_WORDS = ("sm100", "sm90", "gpu")
 MARKER_RE = re.compile(r"^#\s*tier:\s*(\S*)\s*$")
 #: What ``--mark`` adds to a first code cell that does not call :func:`setup` yet.
-SETUP_LINE = "import gemmlab.notebook; gemmlab.notebook.setup()  # cells for a GPU this machine lacks print 'skipped'"
-_SETUP_RE = re.compile(r"gemmlab\.notebook\.setup\(|^from gemmlab\.notebook import[^\n]*\bsetup\b", re.M)
+SETUP_LINE = "import gemmlab.course.notebook; gemmlab.course.notebook.setup()  # cells for a GPU this machine lacks print 'skipped'"
+_SETUP_RE = re.compile(r"gemmlab\.course\.notebook\.setup\(|^from gemmlab\.course\.notebook import[^\n]*\bsetup\b", re.M)
 
 
 def needed_tier(tags) -> str | None:
@@ -186,7 +192,7 @@ def problems(nb) -> list[str]:
         if needed_tier(first.metadata.get("tags", [])):
             out.append("code cell 1 is tagged for a tier: the setup call needs an untagged first code cell")
         elif not _SETUP_RE.search(first.source):
-            out.append("code cell 1 does not call gemmlab.notebook.setup()")
+            out.append("code cell 1 does not call gemmlab.course.notebook.setup()")
     for n, cell in enumerate(code, 1):
         need = needed_tier(cell.metadata.get("tags", []))
         have = cell_marker(cell.source)
@@ -225,9 +231,36 @@ def mark(nb) -> list[str]:
     return changes
 
 
+class NoNotebooks(FileNotFoundError):
+    """The course's notebooks are not where this copy of gemmlab looks for them."""
+
+
+def notebook_paths(names) -> list[Path] | None:
+    """``names`` as paths, or :func:`default_notebooks` when there are none; None (after printing why) if
+    there is no notebook to take: the command-line tools then exit 2."""
+    try:
+        return [Path(p) for p in names] or default_notebooks()
+    except NoNotebooks as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def default_notebooks() -> list[Path]:
+    """``notebooks/*.ipynb`` of the checkout this package runs from; :class:`NoNotebooks` if there is none."""
+    found = sorted(NOTEBOOKS.glob("*.ipynb")) if NOTEBOOKS.is_dir() else []
+    if not found:
+        raise NoNotebooks(
+            f"no notebooks found in {NOTEBOOKS}: gemmlab looks for the course's notebooks next to its own "
+            f"source ({Path(__file__).resolve().parent}), and this copy is not inside a checkout of the "
+            "repository (`pip install .` copies the library only). Run from a checkout (`make run`, or "
+            "`pip install -e .` there), or pass the notebook paths."
+        )
+    return found
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m gemmlab.notebook",
+        prog="python -m gemmlab.course.notebook",
         description="Keep each tagged cell's first-line '# tier:' marker and the setup call in agreement with the tags.")
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--mark", action="store_true", help="fix the notebooks in place (idempotent)")
@@ -236,8 +269,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import nbformat
-
-    from .runner import notebook_paths
 
     paths = notebook_paths(args.notebooks)
     if paths is None:

@@ -1,6 +1,6 @@
 """Execute the course's notebooks headless and report what ran.
 
-``python -m gemmlab.runner`` (what ``make run`` calls) executes every notebook
+``python -m gemmlab.course.runner`` (what ``make run`` calls) executes every notebook
 into ``build/notebooks/`` on whatever hardware is present: cells tagged for a
 tier this machine lacks are skipped (and counted), everything else runs. It
 ends with a table (notebook, cells run, cells skipped and the tier they need,
@@ -28,42 +28,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from .figures import REPO_ROOT
-from .notebook import TIER_WORDS, needed_tier, skip_message
-from .tiers import detect_tier, tier_satisfies
+from ..figures import REPO_ROOT
+from ..tiers import detect_tier, tier_satisfies
+from . import notebook
+from .notebook import TIER_WORDS, NoNotebooks, default_notebooks, needed_tier, notebook_paths, skip_message  # noqa: F401
 
-NOTEBOOKS = REPO_ROOT / "notebooks"
 BUILD = REPO_ROOT / "build" / "notebooks"  # in a checkout; elsewhere build/notebooks/ of the current folder
 SKIP_TAG = "skip-execution"  # nbclient's own tag for "leave this cell alone"
 
 __all__ = ["TIER_WORDS", "needed_tier", "default_notebooks", "output_paths", "run_notebook", "format_report", "main"]
-
-
-class NoNotebooks(FileNotFoundError):
-    """The course's notebooks are not where this copy of gemmlab looks for them."""
-
-
-def notebook_paths(names) -> list[Path] | None:
-    """``names`` as paths, or :func:`default_notebooks` when there are none; None (after printing why) if
-    there is no notebook to take: the command-line tools then exit 2."""
-    try:
-        return [Path(p) for p in names] or default_notebooks()
-    except NoNotebooks as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return None
-
-
-def default_notebooks() -> list[Path]:
-    """``notebooks/*.ipynb`` of the checkout this package runs from; :class:`NoNotebooks` if there is none."""
-    found = sorted(NOTEBOOKS.glob("*.ipynb")) if NOTEBOOKS.is_dir() else []
-    if not found:
-        raise NoNotebooks(
-            f"no notebooks found in {NOTEBOOKS}: gemmlab looks for the course's notebooks next to its own "
-            f"source ({Path(__file__).resolve().parent}), and this copy is not inside a checkout of the "
-            "repository (`pip install .` copies the library only). Run from a checkout (`make run`, or "
-            "`pip install -e .` there), or pass the notebook paths."
-        )
-    return found
 
 
 def output_paths(paths: list[Path], out_dir: Path) -> list[Path]:
@@ -119,7 +92,7 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_sk
 
     Cells needing a tier ``have`` lacks are not executed. ``keep_skipped_outputs``:
     they keep their stored outputs (``--inplace``); otherwise each gets the one
-    line of :func:`gemmlab.notebook.skip_message`. Code cells are numbered from 1
+    line of :func:`gemmlab.course.notebook.skip_message`. Code cells are numbered from 1
     in messages, counting code cells only.
     """
     import nbformat
@@ -207,7 +180,7 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_sk
 
 def format_report(rows: list[dict], have: str) -> str:
     """The table ``make run`` ends with, and a totals line."""
-    from .measure.bench import format_table
+    from ..measure.bench import format_table
 
     table = format_table(rows, [
         ("notebook", "notebook", ""), ("run", "cells run", "d"), ("skipped", "skipped", "d"),
@@ -233,7 +206,7 @@ def _positive_seconds(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gemmlab.runner", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m gemmlab.course.runner", description=__doc__.splitlines()[0])
     ap.add_argument("notebooks", nargs="*", help="notebook paths (default: the repository's notebooks/*.ipynb)")
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--inplace", action="store_true",
@@ -249,7 +222,7 @@ def main(argv=None) -> int:
     for p in paths:  # the same file named twice runs once
         unique.setdefault(os.path.abspath(p), p)
     paths = list(unique.values())
-    out_dir = args.out or (BUILD if NOTEBOOKS.is_dir() else Path.cwd() / "build" / "notebooks")
+    out_dir = args.out or (BUILD if notebook.NOTEBOOKS.is_dir() else Path.cwd() / "build" / "notebooks")
     outs = paths if args.inplace else output_paths(paths, out_dir)
     have = detect_tier()
     rows = []

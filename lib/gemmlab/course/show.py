@@ -141,7 +141,7 @@ def show_numbered_section(fn, number: int) -> None:
     """Display section ``number`` of :func:`numbered_sections` ``(fn)``; ValueError if it has none."""
     from IPython.display import Markdown, display
 
-    from .checks import check_int
+    from ..checks import check_int
 
     check_int("number", number, lo=0)
     for title, text in numbered_sections(fn).items():

@@ -852,13 +852,13 @@ def evidence_summary(compiled) -> list[str]:
 
 def kernel_sections() -> dict[str, str]:
     """The source of :func:`dual_kernel` cut at its numbered comments (``# 1. ...``), for the notebook."""
-    from ..show import numbered_sections
+    from ..course.show import numbered_sections
 
     return numbered_sections(dual_kernel)
 
 
 def show_kernel_section(number: int) -> None:
     """Display section ``number`` of :func:`dual_kernel` (rendered from the library source)."""
-    from ..show import show_numbered_section
+    from ..course.show import show_numbered_section
 
     show_numbered_section(dual_kernel, number)

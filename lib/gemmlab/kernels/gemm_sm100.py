@@ -619,13 +619,13 @@ def setup_order(compiled) -> list[str]:
 
 def kernel_sections() -> dict[str, str]:
     """The source of :func:`gemm_kernel` cut at its numbered comments (``# 1. ...``), for the notebook."""
-    from ..show import numbered_sections
+    from ..course.show import numbered_sections
 
     return numbered_sections(gemm_kernel)
 
 
 def show_kernel_section(number: int) -> None:
     """Display section ``number`` of :func:`gemm_kernel` (rendered from the library source)."""
-    from ..show import show_numbered_section
+    from ..course.show import show_numbered_section
 
     show_numbered_section(gemm_kernel, number)

@@ -12,7 +12,7 @@ def check_ridge_h200(answer) -> bool:
 
 
 def solution_ridge_h200():
-    from ..hardware import H200, ridge_point
+    from ...hardware import H200, ridge_point
 
     return round(ridge_point(H200, "bf16"))  # 989 / 4.8 = 206
 
@@ -25,7 +25,7 @@ def check_decode_roof(answer) -> bool:
 
 
 def solution_decode_roof():
-    from ..hardware import H200, gemm_intensity, roofline
+    from ...hardware import H200, gemm_intensity, roofline
 
     # 2 * 16 * 4096^2 / (2 * (16*4096 + 4096^2 + 16*4096)) = 15.9 FLOP/byte, x 4.8 TB/s = 76 TFLOP/s.
     return round(roofline(H200, "bf16", gemm_intensity(16, 4096, 4096, 2)))
@@ -39,7 +39,7 @@ def check_compute_bound_m(answer) -> bool:
 
 
 def solution_compute_bound_m():
-    from ..hardware import H100, gemm_intensity, ridge_point
+    from ...hardware import H100, gemm_intensity, ridge_point
 
     ridge = ridge_point(H100, "bf16")  # 295 FLOP/byte
     return next(m for m in (64, 128, 256, 512, 1024) if gemm_intensity(m, 4096, 4096, 2) >= ridge)  # 512 (410)

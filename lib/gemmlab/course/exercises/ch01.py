@@ -12,7 +12,7 @@ def check_v2_stride2(answer) -> bool:
 
 
 def solution_v2_stride2():
-    from ..banks import strided_addresses, wavefronts
+    from ...banks import strided_addresses, wavefronts
 
     # Lane i touches words 4i and 4i + 1; 16 lanes cover banks 0, 1, 4, 5, ... twice each: 2 per phase, 2 phases.
     return wavefronts(strided_addresses(2, 8), 8)  # 4
@@ -26,7 +26,7 @@ def check_pad_by_two(answer) -> bool:
 
 
 def solution_pad_by_two():
-    from ..banks import conflict_degree
+    from ...banks import conflict_degree
 
     return int(conflict_degree([34 * 4 * lane for lane in range(32)], 4))  # gcd(34, 32) = 2
 
@@ -39,6 +39,6 @@ def check_ldmatrix_trans(answer) -> bool:
 
 
 def solution_ldmatrix_trans():
-    from ..ldmatrix import fragment_position
+    from ...ldmatrix import fragment_position
 
     return tuple(int(v) for v in fragment_position(13, 0, True))  # (2, 3)

@@ -13,7 +13,7 @@ def check_parity_probe(answer) -> bool:
 
 
 def solution_parity_probe():
-    from ..mbarrier import Mbarrier
+    from ...mbarrier import Mbarrier
 
     bar = Mbarrier(2)
     bar.arrive()
@@ -29,7 +29,7 @@ def check_state_after(answer) -> bool:
 
 
 def solution_state_after():
-    from ..pipeline import PipelineState
+    from ...pipeline import PipelineState
 
     st = PipelineState(stages=4)
     for _ in range(10):
@@ -46,6 +46,6 @@ def check_safe_resets(answer) -> bool:
 
 
 def solution_safe_resets():
-    from ..pipeline import simulate_ring
+    from ...pipeline import simulate_ring
 
     return tuple(k for k in range(1, 13) if simulate_ring(3, k, 3, reset_per_tile=True).ok)  # (6, 12)

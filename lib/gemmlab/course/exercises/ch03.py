@@ -12,8 +12,8 @@ def check_missing_fence(answer) -> bool:
 
 
 def solution_missing_fence():
-    from ..async_copy import compile_fenced_store
-    from ..compile import ptx_opcodes
+    from ...async_copy import compile_fenced_store
+    from ...compile import ptx_opcodes
 
     with_fence = ptx_opcodes(compile_fenced_store("sm_90a", fence=True), r".")
     without = set(ptx_opcodes(compile_fenced_store("sm_90a", fence=False), r"."))
@@ -40,6 +40,6 @@ def check_stages_per_cta(answer) -> bool:
 
 
 def solution_stages_per_cta():
-    from ..hardware import SMEM_PER_BLOCK
+    from ...hardware import SMEM_PER_BLOCK
 
     return SMEM_PER_BLOCK // (16 * 1024)  # 227 // 16 = 14

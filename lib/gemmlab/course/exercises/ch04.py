@@ -12,7 +12,7 @@ def check_swizzle_64b(answer) -> bool:
 
 
 def solution_swizzle_64b():
-    from ..swizzle import swizzle_offset
+    from ...swizzle import swizzle_offset
 
     return int(swizzle_offset("64B", 300))  # chunk 2 ^ 2 = 0: 256 + 12 = 268
 
@@ -25,7 +25,7 @@ def check_unswizzled_64b_rows(answer) -> bool:
 
 
 def solution_unswizzled_64b_rows():
-    from ..swizzle import column_read_ways
+    from ...swizzle import column_read_ways
 
     return column_read_ways("none", 64, chunk=0)  # 4
 
@@ -38,7 +38,7 @@ def check_local_tile_element(answer) -> bool:
 
 
 def solution_local_tile_element():
-    from ..layouts import algebra_examples
+    from ...layouts import algebra_examples
 
     text = algebra_examples()["local_tile(...)[(5, 3, 2)]"]  # "(133, 131)", printed by CuTe
     return tuple(int(v) for v in text.strip("()").split(","))
@@ -54,6 +54,6 @@ def check_partial_box_bytes(answer) -> bool:
 def solution_partial_box_bytes():
     import torch
 
-    from ..tma import describe_tensor_map
+    from ...tma import describe_tensor_map
 
     return describe_tensor_map((100, 72), torch.float16, box=(64, 64), swizzle="none")["expect_tx_bytes"]  # 8192

@@ -12,7 +12,7 @@ def check_min_stages(answer) -> bool:
 
 
 def solution_min_stages():
-    from ..simulator import simulate
+    from ...simulator import simulate
 
     totals = {s: simulate(s, (1, 20), 5, 2).total for s in range(1, 8)}
     best = min(totals.values())
@@ -27,7 +27,7 @@ def check_tail_cost(answer) -> bool:
 
 
 def solution_tail_cost():
-    from ..simulator import simulate
+    from ...simulator import simulate
 
     carried, unrolled = (simulate(4, (8, 6), 3, 1, design=d).total for d in ("carried", "unrolled"))
     return round(unrolled - carried)  # 65 - 51 = 14
@@ -41,7 +41,7 @@ def check_stages_two_ctas(answer) -> bool:
 
 
 def solution_stages_two_ctas():
-    from ..tma_pipeline import default_block, fitting_ctas_per_sm
+    from ...tma_pipeline import default_block, fitting_ctas_per_sm
 
     block = default_block("bfloat16")
     return max(s for s in range(1, 9) if fitting_ctas_per_sm("bfloat16", "bfloat16", block, s) >= 2)  # 5

@@ -12,7 +12,7 @@ def check_descriptor(answer) -> bool:
 
 
 def solution_descriptor():
-    from ..wgmma import encode_smem_desc
+    from ...wgmma import encode_smem_desc
 
     return encode_smem_desc(0x4000 + 2 * 32, 16, 1024, "128B")  # 0x4000004000010404
 
@@ -25,7 +25,7 @@ def check_acc_element(answer) -> bool:
 
 
 def solution_acc_element():
-    from ..wgmma import acc_coord
+    from ...wgmma import acc_coord
 
     return tuple(int(v) for v in acc_coord(37, 5, 128))  # (17, 11)
 

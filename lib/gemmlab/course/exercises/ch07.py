@@ -26,7 +26,7 @@ def check_slices(answer) -> bool:
 
 def solution_slices():
     # ceil(112 / 15) = 8 k-blocks a slice: 14 slices cover all 112 exactly, the 15th would be empty.
-    from ..family.configs import effective_splits, split_ranges
+    from ...family.configs import effective_splits, split_ranges
 
     s = effective_splits(112, 15)
     return (s, split_ranges(112, s)[-1][1])  # (14, 8)
@@ -55,7 +55,7 @@ def check_barrier_counts(answer) -> bool:
 def solution_barrier_counts():
     # 128 x 256 tile: 2 consumer warpgroups = 8 warps, in each of the cluster's 2 CTAs: 16 arrivals.
     # A stage: (128 + 256) rows x 64 BF16 = 49152 bytes, whoever loaded which half.
-    from ..family.configs import Sm90Config
+    from ...family.configs import Sm90Config
 
     cfg = Sm90Config()
     return (4 * cfg.consumers * cfg.cluster_size, cfg.stage_bytes())  # (16, 49152)

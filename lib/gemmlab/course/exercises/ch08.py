@@ -20,7 +20,7 @@ def solution_tiles_and_rewrites():
     # 3 x 4 + 0 + 1 x 4 + 5 x 4 = 36 tiles, largest group first: tiles 0-19 are group 3 (520 rows),
     # 20-31 group 0 (300), 32-35 group 2 (70). CTA 0 takes 0, 5, ..., 35, so it enters group 3 (tile 0),
     # group 0 (tile 20) and group 2 (tile 35).
-    from ..grouped import descriptor_updates, tile_order
+    from ...grouped import descriptor_updates, tile_order
 
     p = ORDER_PROBLEM
     order = tile_order(p["m_sizes"], p["n"], p["tile_m"], p["tile_n"], p["grid"])
@@ -70,7 +70,7 @@ def check_pair_waste(answer) -> bool:
 def solution_pair_waste():
     # 520 rows: 5 M-tiles in 3 pairs, 70 rows: 1 in 1 pair, 300 rows: 3 in 2 pairs -> one empty slot per
     # group, times 4 N-tiles each: 12 of the 48 tiles handed out.
-    from ..grouped import tile_order
+    from ...grouped import tile_order
 
     p = PAIR_PROBLEM
     handed = [t for cta in tile_order(**p) for t in cta]

@@ -13,7 +13,7 @@ def check_idesc(answer) -> bool:
 
 def solution_idesc():
     # 1 << 4 | 1 << 7 | 1 << 10 | (128 >> 3) << 17 | (256 >> 4) << 24 = 0x10200490
-    from ..tcgen05 import InstrDesc
+    from ...tcgen05 import InstrDesc
 
     return InstrDesc(m=256, n=128, cta_group=2).encode()
 
@@ -26,8 +26,8 @@ def check_sm90_descriptor_on_sm100(answer) -> bool:
 
 
 def solution_sm90_descriptor_on_sm100():
-    from ..tcgen05 import SmemDesc
-    from ..wgmma import encode_smem_desc
+    from ...tcgen05 import SmemDesc
+    from ...wgmma import encode_smem_desc
 
     return encode_smem_desc(0, 16, 1024, "128B") ^ SmemDesc(0, 16, 1024, "128B").encode()  # 1 << 46: the version
 
@@ -40,6 +40,6 @@ def check_ld_row(answer) -> bool:
 
 
 def solution_ld_row():
-    from ..tmem import accumulator_coords
+    from ...tmem import accumulator_coords
 
     return int(accumulator_coords(warp=5, num=1, col0=0)[7, 0, 0])  # 32 * (5 % 4) + 7 = 39

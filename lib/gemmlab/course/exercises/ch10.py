@@ -12,7 +12,7 @@ def check_tx_bytes(answer) -> bool:
 
 
 def solution_tx_bytes():
-    from ..family.configs import Sm100Config
+    from ...family.configs import Sm100Config
 
     return Sm100Config(block_n=128, ab_stages=8).tx_bytes  # 2 x (128 + 64) x 64 x 2 = 49152
 
@@ -26,7 +26,7 @@ def check_late_arrival_barrier(answer) -> bool:
 
 
 def solution_late_arrival_barrier():
-    from ..sm100_model import integer_operands, run_model, small_config
+    from ...sm100_model import integer_operands, run_model, small_config
 
     a, b = integer_operands(300, 520, 320)
     late = [w for s in range(12) for w in run_model(a, b, small_config(), seed=s, bug="no_tail").late]
@@ -43,7 +43,7 @@ def check_held_clock_effect(answer) -> bool:
 
 
 def solution_held_clock_effect():
-    from ..measure.calibration import CALIBRATION, predict_sm90, with_clock
+    from ...measure.calibration import CALIBRATION, predict_sm90, with_clock
 
     base = predict_sm90((8192, 8192, 8192), "128x256 c2x1 m8 s4", "nvidia-h200")
     fast = predict_sm90((8192, 8192, 8192), "128x256 c2x1 m8 s4", "nvidia-h200",

@@ -14,7 +14,7 @@ def check_sol_megabytes(answer) -> bool:
 
 
 def solution_sol_megabytes():
-    from ..measure.dual_gemm import problem_bytes
+    from ...measure.dual_gemm import problem_bytes
 
     return round(problem_bytes(256, 4096, 7168)["total"] / 1e6, 2)  # 36.16
 
@@ -30,7 +30,7 @@ def check_permuted_offset(answer) -> bool:
 
 
 def solution_permuted_offset():
-    from ..nvfp4 import permuted_offset
+    from ...nvfp4 import permuted_offset
 
     return permuted_offset(200, 5, 256, 448)  # (1 * 112 + 1) * 512 + 8 * 16 + 2 * 4 + 1 = 57993
 
@@ -44,8 +44,8 @@ def check_stock_weight_ratio(answer) -> bool:
 
 
 def solution_stock_weight_ratio():
-    from ..measure.dual_gemm import prepare_stock
-    from ..nvfp4 import SF_VEC, generate
+    from ...measure.dual_gemm import prepare_stock
+    from ...nvfp4 import SF_VEC, generate
 
     n, k = 256, 512
     ops = generate(128, n, k)
@@ -66,8 +66,8 @@ def check_unshifted_tiles(answer) -> bool:
 def solution_unshifted_tiles():
     import torch
 
-    from ..dual_gemm_model import run_model
-    from ..nvfp4 import check_close, generate, reference
+    from ...dual_gemm_model import run_model
+    from ...nvfp4 import check_close, generate, reference
 
     ops = generate(128, 256, 256, seed=0)
     ref = reference(*ops.inputs())[..., 0]
@@ -86,6 +86,6 @@ def check_e4m3_byte(answer) -> bool:
 
 
 def solution_e4m3_byte():
-    from ..fp4_dequant import e4m3_byte_of_code
+    from ...fp4_dequant import e4m3_byte_of_code
 
     return e4m3_byte_of_code(0b1011)  # 0x8C = 140: -1.5 x 2^-6, so the multiplier is 64 x scale
