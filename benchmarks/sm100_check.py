@@ -84,13 +84,13 @@ def run_notebooks() -> list[dict]:
 def run_benchmark() -> list[dict]:
     """Chapter 10's kernel against cuBLAS, chapter 07's fair method, and the prediction's range."""
     from gemmlab.measure.gemm_family import Case, time_case
-    from gemmlab.sm100_model import predict_tflops
+    from gemmlab.measure.calibration import predict_b200
 
     rows = []
     for shape in BENCH_SHAPES:
         t0 = time.time()
         r = time_case(Case(*shape), rounds=5, per_round=5)
-        p = predict_tflops(shape)
+        p = predict_b200(shape)
         ok = r["rel_err"] < 1e-2
         rows.append({"step": "benchmark " + "x".join(map(str, shape)), "ok": ok, "seconds": time.time() - t0,
                      "config": r["config"], "rel_err": r["rel_err"], "ours_tflops": r["prepared_tflops"],

@@ -170,6 +170,11 @@ GPUS: tuple[GPUSpec, ...] = (H100, H200, B200)
 SMEM_PER_BLOCK = H100.smem_per_block_kib * 1024
 assert SMEM_PER_BLOCK == H200.smem_per_block_kib * 1024 == B200.smem_per_block_kib * 1024
 
+#: Tensor memory (sm_100) per SM: 128 lanes x 512 columns of 32-bit cells.
+TMEM_LANES = 128
+TMEM_COLUMNS = B200.tmem_per_sm_kib * 1024 // (4 * TMEM_LANES)
+assert TMEM_COLUMNS == 512
+
 #: The spec whose kernels a CuTe DSL target builds, for compile-only sizing.
 _TARGET_SPEC = {"sm_90a": H100, "sm_100a": B200}
 
@@ -472,6 +477,6 @@ def measured_copy_tbps() -> dict[str, float] | None:
 __all__ = [
     "GPUSpec", "H100", "H200", "B200", "GPUS", "DTYPES", "get", "spec_for", "roofline",
     "ridge_point", "gemm_intensity", "spec_table", "workloads", "workload_table",
-    "roofline_data", "draw_roofline", "measured_copy_tbps", "SMEM_PER_BLOCK", "spec_for_target",
+    "roofline_data", "draw_roofline", "measured_copy_tbps", "SMEM_PER_BLOCK", "TMEM_LANES", "TMEM_COLUMNS", "spec_for_target",
     "sm_count", "device_spec",
 ]

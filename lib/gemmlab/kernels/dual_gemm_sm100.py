@@ -37,7 +37,7 @@ What it teaches
     * **Persistent**: ``num_ctas`` CTAs walk the tiles ``cta, cta + num_ctas, ...`` in
       chapter 07's grouped order (:func:`gemmlab.scheduler.device_tile`, our scheduler;
       every role computes the same sequence).
-    * **TMEM plan** (:func:`gemmlab.dual_gemm_model.tmem_columns`): acc1 at column 0,
+    * **TMEM plan** (:func:`gemmlab.family.configs.tmem_columns`): acc1 at column 0,
       acc2 at ``tile_n``, then SFA, SFB1, SFB2. One accumulator stage (two stages of two
       accumulators plus the scales do not fit in 512 columns at ``tile_n`` = 128).
     * **Scales of B at ``tile_n`` = 64**: the TMA loads scales in whole 128-row atoms, so
@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
@@ -75,8 +74,10 @@ import cuda.bindings.driver as cuda
 from cutlass import Float16, Float32, Int32, Int64, Uint8
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
-from .. import dual_gemm_model as model
 from .. import nvfp4 as fp4
+from ..family.configs import (DUAL_SM100_TILE_NS as TILE_N_SUPPORTED, EPI_C_STAGES as C_STAGES, EPI_N,  # noqa: F401
+                              EPILOGUE_WARPS, GATED_TILE_M as TILE_M, GROUP_M, K_BLOCK, MMA_K_FP4 as MMA_K, RASTER,
+                              STEPS, DualSm100Config)
 from ..checks import check_int
 from ..pipeline import DevicePipelineState
 from ..scheduler import device_tile
@@ -86,56 +87,12 @@ from ..tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_
 # Fixed shape of the kernel
 # --------------------------------------------------------------------------------------
 
-TILE_M = model.TILE_M  #: rows of A and C per tile: one 128-lane MMA
-K_BLOCK = model.K_BLOCK  #: FP4 values of K per pipeline stage (128 bytes a row)
-MMA_K = model.MMA_K  #: K of one tcgen05.mma kind::mxf4nvf4
-STEPS = model.STEPS  #: MMAs per k-block and GEMM
-EPI_N = model.EPI_N  #: columns of C per epilogue slice
-C_STAGES = model.C_STAGES  #: staging buffers per epilogue warp
-EPILOGUE_WARPS = 4
 MMA_WARP = 4
 TMA_WARP = 5
 THREADS = 32 * 6
 WARP_ROWS = 32  #: rows of C each epilogue warp owns (its TMEM lanes)
 SMEM_ALIGN = 1024
-TILE_N_SUPPORTED = (64, 128)
 SF_ATOM_ROWS = fp4.ATOM_MN  #: rows of one scale atom (128): the TMA loads SFB in whole atoms
-NUM_CTAS_B200 = 148  #: SMs of a B200 (gemmlab.hardware.B200): one persistent CTA each
-RASTER = "m"
-GROUP_M = 8
-
-
-@dataclass(frozen=True)
-class DualSm100Config:
-    """``tile_n``: N of the CTA tile (128 or 64); ``stages``: depth of the TMA ring (1 ..
-    :func:`gemmlab.dual_gemm_model.max_stages`); ``num_ctas``: persistent CTAs (at most
-    the number of tiles are launched)."""
-
-    tile_n: int = 128
-    stages: int = 3
-    num_ctas: int = NUM_CTAS_B200
-
-    def __post_init__(self):
-        check_int("tile_n", self.tile_n, lo=16, hi=256, multiple_of=16)
-        if self.tile_n not in TILE_N_SUPPORTED:
-            raise ValueError(f"tile_n must be one of {TILE_N_SUPPORTED} (192 needs SFB atoms split over two tiles, "
-                             f"not implemented; 256 leaves no TMEM for the scales); got {self.tile_n}")
-        check_int("stages", self.stages, lo=1)
-        most = model.max_stages(self.tile_n)
-        if self.stages > most:
-            raise ValueError(f"stages must be at most {most} for tile_n={self.tile_n} (shared memory: "
-                             f"{model.budget(self.tile_n, self.stages).describe()}); got {self.stages}")
-        check_int("num_ctas", self.num_ctas, lo=1)
-
-    @property
-    def tmem(self) -> dict:
-        """The TMEM column plan (:func:`gemmlab.dual_gemm_model.tmem_columns`)."""
-        return model.tmem_columns(self.tile_n)
-
-    @property
-    def tx_bytes(self) -> int:
-        """Bytes the six TMA loads of one stage bring (what ``ab_full[s]`` expects)."""
-        return model.budget(self.tile_n, self.stages).smem_stage_bytes
 
 
 # --------------------------------------------------------------------------------------
@@ -243,7 +200,7 @@ def mma_worker(tiled_mma: cute.TiledMma, acc1: cute.Tensor, acc2: cute.Tensor, t
     With ``tile_n`` = 64 the copied SFB atom holds 128 rows of B, two tiles' worth; an odd
     tile's rows start at row 64 of the atom, i.e. 2 columns further in TMEM (rows
     ``32 c .. 32 c + 31`` sit in column ``c`` of each MMA step's 4), so the MMA's SFB
-    address moves by 2 columns (:data:`gemmlab.dual_gemm_model.BUGS`' ``sfb_not_shifted``).
+    address moves by 2 columns (``sfb_not_shifted`` among :data:`gemmlab.dual_gemm_model.BUGS`).
     """
     ring = DevicePipelineState.consumer(stages)
     acc = DevicePipelineState.producer(1)  # one accumulator pair; phase 1: free at the start
@@ -591,8 +548,9 @@ def _fake_operands(m: int, n: int, k: int):
             + [fake_tensor(Float16, (m, n), stride_order=row)])
 
 
-def compile_dual_sm100(m: int, n: int, k: int, cfg: DualSm100Config | None = None, target: str = "sm_100a"):
-    """Compile the kernel for an M x N x K problem (static shapes) without a GPU; returns the compiled function.
+def compile_dual_sm100(target: str, cfg: DualSm100Config | None, m: int, n: int, k: int):
+    """Compile the kernel of ``cfg`` (None: the default :class:`DualSm100Config`) for an M x N x K problem (static
+    shapes) without a GPU; returns the compiled function.
 
     K must be a multiple of 256 (a k-block), N a multiple of 8 (the FP16 output's rows
     are TMA-stored), ``target`` must be ``sm_100a``.

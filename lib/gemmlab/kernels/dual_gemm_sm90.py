@@ -45,7 +45,6 @@ Roles (128 threads per warpgroup)::
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
@@ -57,43 +56,14 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 
 from .. import nvfp4 as fp4
-from ..checks import check_int
-from ..hardware import SMEM_PER_BLOCK
+from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K, SLICES, DualSm90Config
 from ..pipeline import DevicePipelineState
 
-TILE_M = 128  #: rows of C per CTA: two consumer warpgroups of 64
-KB_BYTES = fp4.K_MULTIPLE // 2  #: packed bytes of one k-block per row (256 FP4 values)
-SF_BYTES = fp4.K_MULTIPLE // fp4.SF_VEC  #: scale bytes of one k-block per row (16)
-SLICE_K = 64  #: K per dequantized BF16 slice: 128 bytes, one 128B-swizzle row
-SLICES = fp4.K_MULTIPLE // SLICE_K
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
 CONSUMER_THREADS = 256
 CONSUMER_BARRIER = 1  # named barrier id of the two consumer warpgroups (0 is __syncthreads)
 WG_ROWS = 64
-
-
-@dataclass(frozen=True)
-class DualSm90Config:
-    """``tile_n``: N of the CTA tile (64 or 128); ``stages``: depth of the packed-FP4 TMA ring."""
-
-    tile_n: int = 128
-    stages: int = 2
-
-    def __post_init__(self):
-        if self.tile_n not in (64, 128):
-            raise ValueError(f"tile_n must be 64 or 128; got {self.tile_n}")
-        check_int("stages", self.stages, lo=1)
-        if self.smem_bytes() > SMEM_PER_BLOCK:
-            raise ValueError(f"tile_n={self.tile_n} with stages={self.stages} needs {self.smem_bytes()} bytes of "
-                             f"shared memory; a block has {SMEM_PER_BLOCK}")
-
-    def smem_bytes(self) -> int:
-        """Shared memory: the packed ring, the three BF16 slices, the barriers."""
-        n = self.tile_n
-        ring = self.stages * (TILE_M * KB_BYTES + 2 * n * KB_BYTES + TILE_M * SF_BYTES + 2 * n * SF_BYTES)
-        bf16 = (TILE_M + 2 * n) * SLICE_K * 2
-        return ring + bf16 + 1024
 
 
 # --------------------------------------------------------------------------------------
@@ -398,8 +368,9 @@ def check_devices(a, b1, b2, sfa, sfb1, sfb2, out=None):
             raise ValueError(f"{name} must be on a cuda device; got {t.device}")
 
 
-def compile_dual(m: int, n: int, k: int, cfg: DualSm90Config | None = None, target: str = "sm_90a"):
-    """Compile the Hopper twin for an M x N x K problem without a GPU (static shapes); returns the compiled function."""
+def compile_dual(target: str, cfg: DualSm90Config | None, m: int, n: int, k: int):
+    """Compile the Hopper twin of ``cfg`` (None: the default :class:`DualSm90Config`) for an M x N x K problem without
+    a GPU (static shapes); returns the compiled function."""
     from ..compile import compile_for, fake_stream
 
     check_sm90_target(target)

@@ -29,7 +29,7 @@ share A) and changes five things:
   warpgroups convert both operands and warp 0 only loads).
 
 Tile: 128 rows of C (two MMA warpgroups of 64) by ``tile_n`` columns of each GEMM (32, 48
-or 64), chosen so that the grid fills the GPU's 132 SMs (:func:`choose_tile_n`).
+or 64), chosen so that the grid fills the GPU's SMs (:func:`gemmlab.family.heuristic_gated.choose_tile_n`).
 
 Roles with ``split=True`` (128 threads per warpgroup)::
 
@@ -45,7 +45,6 @@ Roles with ``split=True`` (128 threads per warpgroup)::
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
@@ -57,79 +56,21 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
 from .. import nvfp4 as fp4
-from ..checks import check_int
+from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K, SLICES, PipelinedConfig
+from ..family.heuristic_gated import choose_tile_n
 from .dual_gemm_sm90 import (check_devices, check_sm90_target, fake_operands, gate_epilogue, operands_2d, tma_atoms,
                              tma_copies)
 from ..fp4_dequant import fp4x8_to_f16, gather_bytes, scale_f16x2
-from ..hardware import SMEM_PER_BLOCK
 from ..ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
 from ..pipeline import DevicePipelineState
 
-TILE_M = 128  #: rows of C per CTA: two consumer warpgroups of 64
-KB_BYTES = fp4.K_MULTIPLE // 2  #: packed bytes of one k-block per row (256 values)
-SF_BYTES = fp4.K_MULTIPLE // fp4.SF_VEC  #: scale bytes of one k-block per row (16)
-SLICE_K = 64  #: K values per FP16 slice (128 bytes of FP16: one 128B-swizzle row)
 SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
-SLICES = fp4.K_MULTIPLE // SLICE_K  #: slices per k-block, and FP16 B buffers
-TILE_NS = (32, 48, 64)
-PROBES = ("full", "no_mma", "no_convert")
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
 CONVERTER_REGS = 96  # split: 128 x 96 + 256 x 208 = 64 K registers
 SPLIT_CONSUMER_REGS = 208
 CONSUMER_THREADS = 256
 CONSUMER_BARRIER = 1
-NUM_SMS = 132  # H100 SXM and H200: the grid is sized against this
-
-
-@dataclass(frozen=True)
-class PipelinedConfig:
-    """``tile_n``: N of each GEMM per CTA (32, 48 or 64); ``stages``: packed k-blocks in flight."""
-
-    tile_n: int = 64
-    stages: int = 4
-    #: True: warpgroup 0 converts B (and its warp 0 issues the TMA loads); False: the MMA warpgroups convert both
-    split: bool = True
-    #: "full", or a timing probe that returns wrong results: "no_mma" (convert only), "no_convert" (MMAs only)
-    probe: str = "full"
-
-    def __post_init__(self):
-        if self.probe not in PROBES:
-            raise ValueError(f"probe must be one of {PROBES}; got {self.probe!r}")
-        if self.tile_n not in TILE_NS:
-            raise ValueError(f"tile_n must be one of {TILE_NS}; got {self.tile_n}")
-        check_int("stages", self.stages, lo=3 if self.split else 2)
-        if not isinstance(self.split, bool):
-            raise TypeError(f"split must be a bool; got {type(self.split).__name__}")
-        if self.smem_bytes() > SMEM_PER_BLOCK:
-            raise ValueError(f"tile_n={self.tile_n} with stages={self.stages} needs {self.smem_bytes()} bytes of "
-                             f"shared memory; a block has {SMEM_PER_BLOCK}")
-
-    def stage_bytes(self) -> int:
-        """Bytes TMA writes per k-block: packed A, B1, B2 and their scales."""
-        return (TILE_M + 2 * self.tile_n) * (KB_BYTES + SF_BYTES)
-
-    def smem_bytes(self) -> int:
-        """The packed ring, the four FP16 B buffers, alignment and barriers."""
-        return self.stages * self.stage_bytes() + SLICES * 2 * self.tile_n * SLICE_K * 2 + 1024 + 256
-
-
-@functools.lru_cache(maxsize=1024)
-def choose_tile_n(m: int, n: int, num_sms: int = NUM_SMS) -> int:
-    """The widest ``tile_n`` whose grid uses at least 90% of the SMs of its last wave (else the best filled).
-
-    Narrow tiles cost more dequantization per MMA (each CTA converts its own B rows and all
-    its A rows), so the widest tile that fills the machine wins.
-    """
-    def fill(bn):
-        tiles = -(-m // TILE_M) * -(-n // bn)
-        waves = -(-tiles // num_sms)
-        return tiles / (waves * num_sms)
-
-    for bn in sorted(TILE_NS, reverse=True):
-        if fill(bn) >= 0.9:
-            return bn
-    return max(sorted(TILE_NS, reverse=True), key=fill)
 
 
 # --------------------------------------------------------------------------------------
@@ -504,9 +445,9 @@ def _config(m: int, n: int, cfg):
     return cfg
 
 
-def compile_pipelined(m: int, n: int, k: int, cfg: PipelinedConfig | None = None, target: str = "sm_90a",
-                      tvm_ffi: bool = False):
-    """Compile the fast twin for an M x N x K problem without a GPU (static shapes)."""
+def compile_pipelined(target: str, cfg: PipelinedConfig | None, m: int, n: int, k: int, *, tvm_ffi: bool = False):
+    """Compile the fast twin of ``cfg`` (None: :func:`~gemmlab.family.heuristic_gated.choose_tile_n`'s) for an
+    M x N x K problem without a GPU (static shapes)."""
     from ..compile import compile_for, fake_stream
 
     check_sm90_target(target)
@@ -516,45 +457,22 @@ def compile_pipelined(m: int, n: int, k: int, cfg: PipelinedConfig | None = None
                        tvm_ffi=tvm_ffi)
 
 
-_COMPILED: dict = {}
+def gated_dual_gemm_pipelined(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | None = None):
+    """``silu(A B1^T) * (A B2^T)`` in FP16 on an H100/H200 with the fast twin (arguments as the simple twin's).
 
-
-def compiled_for(m: int, n: int, k: int, cfg: PipelinedConfig):
-    """The TVM-FFI compiled kernel for this problem (cached): called with torch tensors on torch's stream."""
-    key = (m, n, k, cfg)
-    fn = _COMPILED.get(key)
-    if fn is None:
-        from ..family.plan import _have_tvm_ffi
-
-        tvm = _have_tvm_ffi()
-        fn = compile_pipelined(m, n, k, cfg, tvm_ffi=tvm)
-        if tvm and hasattr(fn, "__tvm_ffi_object__"):
-            fn = fn.__tvm_ffi_object__()
-        _COMPILED[key] = (fn, tvm)
-    return _COMPILED[key]
-
-
-def prepared(a, b1, b2, sfa, sfb1, sfb2, out, cfg: PipelinedConfig | None = None):
-    """A zero-argument launch of the fast twin on these tensors (checked by the caller)."""
-    from ..compile import current_stream, to_cute
-
-    m, n, k = out.shape[0], out.shape[1], 2 * a.shape[1]
-    cfg = _config(m, n, cfg)
-    fn, tvm = compiled_for(m, n, k, cfg)
-    args = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
-    if tvm:
-        return lambda: fn(*args)
-    conv = [to_cute(t) for t in args]
-    return lambda: fn(*conv, current_stream())
-
-
-def run_checked(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | None = None):
-    """Launch on arguments :func:`gemmlab.measure.dual_gemm.check_arguments` has accepted; returns ``out``."""
+    This kernel alone, with ``cfg`` forced or chosen (:func:`~gemmlab.family.heuristic_gated.choose_tile_n`),
+    launched through :func:`gemmlab.compile.launcher`; :func:`gemmlab.gated_dual_gemm` runs the same kernel
+    through its cached plan (:class:`gemmlab.family.plan.GatedPlan`).
+    """
     import torch
 
+    from ..compile import launcher
     from ..tiers import require_tier
+    from .dual_gemm_sm90 import check_twin_arguments
 
-    m, n = a.shape[0], b1.shape[0]
+    m, n, _ = check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    if cfg is not None and not isinstance(cfg, PipelinedConfig):
+        raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")
     if out is not None and out[..., 0].stride(0) != n:
         raise ValueError(f"out must be compact (row stride N={n}) for the fast twin; got strides {out.stride()}")
     cfg = _config(m, n, cfg)
@@ -562,15 +480,5 @@ def run_checked(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | Non
     check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
     if out is None:
         out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
-    prepared(a, b1, b2, sfa, sfb1, sfb2, out, cfg)()
+    launcher(pipelined_host(cfg), *operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))()
     return out
-
-
-def gated_dual_gemm_pipelined(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | None = None):
-    """``silu(A B1^T) * (A B2^T)`` in FP16 on an H100/H200 with the fast twin (arguments as the simple twin's)."""
-    from .dual_gemm_sm90 import check_twin_arguments
-
-    check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
-    if cfg is not None and not isinstance(cfg, PipelinedConfig):
-        raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")
-    return run_checked(a, b1, b2, sfa, sfb1, sfb2, out, cfg)

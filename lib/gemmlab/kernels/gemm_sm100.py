@@ -83,8 +83,9 @@ from cutlass import Float32, Int32, Int64
 from cutlass.cute.nvgpu import cpasync, tcgen05
 
 from ..compile import check_target, compile_for, fake_stream, fake_tensor
-from ..family.configs import (ACC_STAGES, BARRIER_RESERVE, BLOCK_K, C_STAGES, CTA_M, MMA_K, PAIR_M,  # noqa: F401
-                             TMEM_COLUMNS, Sm100Config)
+from ..family.configs import (ACC_STAGES, BARRIER_RESERVE, BLOCK_K, C_STAGES, CTA_M, EPILOGUE_WARPS,  # noqa: F401
+                              GROUP_M, MMA_K, PAIR_M, RASTER, Sm100Config)
+from ..hardware import TMEM_COLUMNS  # noqa: F401
 from ..family.heuristic_sm100 import ceil_div, choose
 from ..family.problem import GemmProblem
 from ..pipeline import DevicePipelineState
@@ -95,15 +96,12 @@ from ..tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_
 # The fixed shape of the kernel (sizes: gemmlab.family.configs; heuristic: gemmlab.family.heuristic_sm100)
 # --------------------------------------------------------------------------------------
 
-EPILOGUE_WARPS = 4  # warps 0-3: warp w may read TMEM lanes 32(w % 4)..+31, so they come first
 MMA_WARP = 4
 TMA_WARP = 5
 THREADS = 32 * 6
 EPILOGUE_THREADS = 32 * EPILOGUE_WARPS
 EPILOGUE_BARRIER_ID = 1  # named barrier of the epilogue warpgroup (0 is __syncthreads)
 SMEM_ALIGN = 1024  # 128B-swizzled tiles start on 1024-byte boundaries
-GROUP_M = 8  # the tile order: bands of 8 M-tiles (gemmlab.scheduler, chapter 07)
-RASTER = "m"
 
 _TORCH_TO_CUTLASS = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 
@@ -439,8 +437,8 @@ def _fake_operands(cfg: Sm100Config, m: int, n: int, k: int):
     return a, b, c
 
 
-def compile_gemm_sm100(cfg: Sm100Config | None = None, m: int = 4096, n: int = 4096, k: int = 4096,
-                       target: str = "sm_100a", *, tvm_ffi: bool = False):
+def compile_gemm_sm100(target: str = "sm_100a", cfg: Sm100Config | None = None, m: int = 4096, n: int = 4096,
+                       k: int = 4096, *, tvm_ffi: bool = False):
     """Compile the kernel for ``cfg`` and shape (m, n, k), no GPU needed.
 
     ``cfg`` defaults to the heuristic's choice for a BF16 problem with B a weight's

@@ -10,7 +10,7 @@ changes:
   finds each tile's group with a cursor that only moves forward. The group
   sizes are read on the device (from torch's cumulative ``offs`` or from a
   table of problems), so the host never waits for them. With ``by_size``
-  (the host sets it as :func:`gemmlab.grouped.largest_first` decides: for
+  (the host sets it as :func:`gemmlab.family.heuristic_grouped.largest_first` decides: for
   128-row tiles run one CTA each, with dynamic scheduling only from 12288
   tokens) the groups are visited largest first: warp 1 of every CTA ranks the sizes into a
   shared-memory list before the first tile (:func:`rank_groups`), so the
@@ -37,7 +37,7 @@ changes:
   a pair only the first CTA claims; it posts each unit to its partner through
   a small mailbox in the workspace (:func:`post_unit`, :func:`wait_unit`).
 * **The store under the next main loop** (``overlap_store``; the host turns it on for 128-row tiles from 256
-  tokens per expert, :func:`gemmlab.grouped.store_under_next`). A warpgroup converts its finished accumulators
+  tokens per expert, :func:`gemmlab.family.heuristic_grouped.store_under_next`). A warpgroup converts its finished accumulators
   to ``c_type`` in registers of their own (64 per thread for a 64 x 256 slab), starts the next tile, and stores
   the saved one sub-tile by sub-tile between that tile's first k-blocks, while their wgmmas run
   (:func:`mma_tile_storing`): the tensor cores no longer wait out the store between two tiles.
@@ -76,7 +76,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
-from ..family.configs import Sm90Config
+from ..family.configs import ORDER_MAX, Sm90Config
 from .gemm_sm90 import (CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, epilogue_operands,
                         mma_and_smem_layouts, mma_operands, mma_tile, release_stage, store_tile)
 from ..pipeline import DevicePipelineState
@@ -305,9 +305,6 @@ def group_tensor(which: cutlass.Constexpr, g: Int32, row0: Int32, m: Int32, n: I
     return cute.make_tensor(ptr, cute.make_layout((n, k), stride=(ld, 1)))
 
 
-ORDER_MAX = 256  # groups ranked in shared memory; beyond this they are visited in index order
-
-
 @cute.jit
 def rank_groups(order, sizes, offs, table, groups: Int32, rows: Int32, n: Int32, k: Int32, mode: cutlass.Constexpr):
     """One warp writes ``order[i]``: the group visited ``i``-th, largest M first (ties: lower index first).
@@ -455,7 +452,7 @@ def mixed_tile(i: Int32, heavy: Int32, total: Int32, burst: cutlass.Constexpr):
     ``H(j) = floor(min(j * burst, total) * heavy / total)`` heavy tiles before block ``j``, claim ``i`` of block ``j``
     at offset ``r`` is heavy tile ``H(j) + r`` if ``r < H(j + 1) - H(j)``, else the next light one. With largest
     first the heavy groups' tiles are numbers ``0 .. heavy - 1`` and the light groups' the rest, so each stream keeps
-    its own order (:func:`gemmlab.grouped.mixed_order` is the CPU twin). Past the last tile: a tile number past
+    its own order (:func:`gemmlab.grouped_model.mixed_order` is the CPU twin). Past the last tile: a tile number past
     every group. ``burst = 1`` spreads the light tiles one by one among the heavy ones.
     """
     j = i // burst
@@ -1077,8 +1074,8 @@ _CUTLASS_TYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 MODES = ("ragged", "table")
 
 
-def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
-                    target: str = "sm_90a", tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
+def compile_grouped(target: str = "sm_90a", cfg: Sm90Config | None = None, mode: str = "ragged", b_major: str = "k", *,
+                    tvm_ffi: bool = False, fences: bool = True, by_size: bool = True,
                     l2_promotion: int | None = 3, trace: bool = False, dynamic: bool = False,
                     overlap_store: bool = False, mixed: int = 0, burst: int = 1):
     """Compile the grouped kernel of ``cfg`` for ``mode`` and B's layout, without a GPU.
@@ -1089,7 +1086,7 @@ def compile_grouped(cfg: Sm90Config | None = None, mode: str = "ragged", b_major
     plain stores, no release, no acquire (chapter 08's "break it" exercise).
     ``l2_promotion``: the A and B descriptors' L2 promotion (:data:`L2_PROMOTIONS`;
     default 3, 256 bytes; None keeps the DSL's 128). ``trace``: record each CTA's timeline in one more
-    workspace slot (:data:`TRACE_POINTS`; :func:`gemmlab.grouped.trace_launches`). ``dynamic``: after its
+    workspace slot (:data:`TRACE_POINTS`; :func:`gemmlab.measure.grouped.trace_launches`). ``dynamic``: after its
     first tile a CTA (in a pair: the pair's first CTA, for both) claims the next one from a global counter
     (:func:`claim_tile`) instead of taking every ``grid``-th. ``overlap_store``: each consumer warpgroup keeps a
     finished tile in registers and stores it during the next tile's first k-blocks (:func:`mma_tile_storing`).

@@ -64,8 +64,13 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..family.configs import BLOCK_K, PAIR_M, Sm90Config, Sm100Config
+from ..family.heuristic_sm90 import epi_shape_for
 from ..figures import REPO_ROOT
 from ..hardware import B200, H100, H200
+from ..simulator import simulate
+from ..sm100_model import choose_config, num_clusters_for, tile_scheduler
+from .gemm_family import CHAPTER07_SHAPES
 
 RESULTS = REPO_ROOT / "results"
 #: The devices with stored chapter 07 measurements: results folder -> datasheet spec.
@@ -143,18 +148,13 @@ def _check_shape(shape) -> tuple[int, int, int]:
     return tuple(shape)
 
 
-def parse_sm90_config(name: str) -> tuple[int, int, tuple[int, int], int]:
-    """``(tile_m, tile_n, cluster, stages)`` from a config name such as ``"128x256 c2x1 m8 s4"``."""
-    parts = str(name).split()
-    try:
-        tile_m, tile_n = (int(x) for x in parts[0].split("x"))
-        cluster = tuple(int(x) for x in parts[1][1:].split("x"))
-        stages = int(parts[3][1:])
-    except (IndexError, ValueError):
-        raise ValueError(f"name must look like '128x256 c2x1 m8 s4'; got {name!r}") from None
-    if any(w in parts for w in ("swap",)) or any(p.startswith("split") for p in parts):
+def _plain_config(name: str) -> tuple[int, int, tuple[int, int], int]:
+    """``(tile_m, tile_n, cluster, stages)`` of a stored config name (:meth:`Sm90Config.parse_name`); the
+    calibration models the plain persistent kernel only."""
+    f = Sm90Config.parse_name(name)
+    if f["swap_ab"] or f["splits"] > 1:
         raise ValueError(f"the calibration models the plain persistent kernel; {name!r} is swapped or split")
-    return tile_m, tile_n, cluster, stages
+    return f["tile_m"], f["tile_n"], f["cluster"], f["stages"]
 
 
 def measured_points(results: Path = RESULTS) -> list[dict]:
@@ -171,8 +171,6 @@ def measured_points(results: Path = RESULTS) -> list[dict]:
     not recorded during the rounds (``held_mhz=None``, ``clock="fitted"``). ``burst_tflops``: the
     ``gemm_family.json`` number in both cases; ``sampled_mhz``: its one nvidia-smi reading after the rounds.
     """
-    from .gemm_family import CHAPTER07_SHAPES
-
     points = []
     for dev in DEVICES:
         f = Path(results) / dev / "gemm_family.json"
@@ -207,7 +205,6 @@ def _simulate(flop: float, stages: int, tiles: int, k_tiles: int, slots: int, wo
 
     A k-block holds its stage for its tensor work or ``min_kblock_s``, whichever is longer.
     """
-    from ..simulator import simulate
 
     compute = max(tile_flop_per_kblock / worker_flops, min_kblock_s)
     transfer = total_bytes / slots / (hbm_bytes_per_s * cal.hbm_efficiency / workers)
@@ -219,7 +216,6 @@ def _simulate(flop: float, stages: int, tiles: int, k_tiles: int, slots: int, wo
 def sm90_epilogue_subtiles(tile_n: int) -> int:
     """How many sub-tiles one consumer warpgroup's epilogue walks per tile: ``tile_n / epi_n``, with the
     heuristic's ``epi_n`` (32 columns where 32 divides ``tile_n``, else 16)."""
-    from ..family.heuristic_sm90 import epi_shape_for
 
     return tile_n // epi_shape_for(tile_n)[0]
 
@@ -249,7 +245,7 @@ def predict_sm90(shape, config: str, device: str, cal: Calibration = CALIBRATION
         ghz = cal.tensor_ghz[device]
     elif isinstance(ghz, bool) or not isinstance(ghz, (int, float)) or not math.isfinite(ghz) or not 0 < ghz < 5:
         raise ValueError(f"ghz must be a clock in GHz, a finite number in (0, 5); got {ghz!r}")
-    tile_m, tile_n, cluster, stages = parse_sm90_config(config)
+    tile_m, tile_n, cluster, stages = _plain_config(config)
     spec = DEVICES[device]
     m_tiles, n_tiles, k_tiles = -(-m // tile_m), -(-n // tile_n), -(-k // 64)
     units = -(-m_tiles // cluster[0]) * -(-n_tiles // cluster[1])
@@ -348,9 +344,6 @@ def predict_b200(shape, cfg=None, cal: Calibration = CALIBRATION) -> dict:
     ``mid``: the calibrated recipe at B200's datasheet rate times :func:`b200_clock_fraction`; ``low`` and
     ``high``: +-:data:`TOLERANCE` around it, ``high`` capped at the roofline.
     """
-    from ..family.configs import BLOCK_K, PAIR_M, Sm100Config
-    from ..sm100_model import choose_config, num_clusters_for, tile_scheduler
-
     m, n, k = _check_shape(shape)
     if cfg is None:
         cfg = choose_config(m, n, k)
@@ -383,6 +376,11 @@ def predict_b200(shape, cfg=None, cal: Calibration = CALIBRATION) -> dict:
 # --------------------------------------------------------------------------------------
 # Figures and text
 # --------------------------------------------------------------------------------------
+
+
+def prediction_table(shapes=CHAPTER07_SHAPES) -> list[dict]:
+    """:func:`predict_b200` for every shape (default: chapter 07's ten): PREDICTIONS, nothing is measured."""
+    return [predict_b200(s) for s in shapes]
 
 
 def draw_calibration(rows: list[dict], name: str = "10_calibration"):
@@ -442,3 +440,32 @@ def format_calibration(rows: list[dict]) -> str:
 def with_clock(cal: Calibration, device: str, ghz: float) -> Calibration:
     """``cal`` with the effective tensor clock of ``device`` replaced (for what-if cells and exercises)."""
     return replace(cal, tensor_ghz={**cal.tensor_ghz, device: ghz})
+
+
+def draw_prediction(rows: list[dict], name: str = "10_prediction"):
+    """Predicted TFLOP/s ranges against the roofline, labelled PREDICTION. Returns ``(path, data)``."""
+    import numpy as np
+
+    from ..figures import new_figure, save
+
+    labels = [f"{r['m']}x{r['n']}x{r['k']}" for r in rows]
+    pred = [r["predicted_tflops"] for r in rows]
+    low = [r["low_tflops"] for r in rows]
+    high = [r["high_tflops"] for r in rows]
+    roof = [r["roofline_tflops"] for r in rows]
+    fig, ax = new_figure(figsize=(11, 4))
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, roof, 0.4, color="#BBBBBB", label="roofline (2.25 PFLOP/s, 7.7 TB/s)")
+    ax.bar(x + 0.2, pred, 0.4, color="#4C72B0", label="PREDICTED (calibrated on H100/H200), with its range")
+    ax.errorbar(x + 0.2, pred, yerr=[np.subtract(pred, low), np.subtract(high, pred)], fmt="none", ecolor="black",
+                capsize=3, lw=1)
+    for xi, lo_, hi_ in zip(x, low, high):
+        ax.text(xi + 0.2, hi_ + 20, f"{lo_:.0f}-{hi_:.0f}", ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("TFLOP/s (BF16)")
+    ax.set_title("B200, persistent 2-CTA GEMM: a PREDICTION, not a measurement", fontsize=10)
+    ax.set_ylim(0, 2750)
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
+    path = save(fig, name)
+    return path, {"labels": labels, "predicted": pred, "low": low, "high": high, "roofline": roof}

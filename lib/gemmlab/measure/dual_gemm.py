@@ -1,14 +1,9 @@
-"""Chapter 11's host side: one call for the NVFP4 gated dual GEMM on both GPU tiers, its baselines, its bounds.
+"""Chapter 11's measurements: the baselines, the bounds, a B200 prediction, and timing one shape.
+
+The public call, :func:`gemmlab.gated_dual_gemm`, is :mod:`gemmlab.family.api`'s (its prepared launch
+:func:`gemmlab.family.plan.prepare_gated`); this module is what every number of chapter 11 is measured with.
 
 What it holds
-    * :func:`gated_dual_gemm` ``(a, b1, b2, sfa, sfb1, sfb2, out=None)``: ``C = silu(A B1^T) * (A B2^T)`` in
-      FP16 from NVFP4 operands (GPU MODE's ``nvfp4_dual_gemm`` shapes and layouts, L = 1). It checks every
-      argument first (:func:`gemmlab.nvfp4.check_operands` and the output), then dispatches on
-      :func:`gemmlab.tiers.detect_tier`: ``sm100`` runs the tcgen05 kernel (``gemmlab.kernels.dual_gemm_sm100``),
-      ``sm90`` the fast Hopper twin (``gemmlab.kernels.dual_gemm_sm90_pipelined``), ``cpu`` raises
-      :class:`~gemmlab.tiers.TierError`.
-      :func:`prepare` returns the same work as a zero-argument launch (compiled once, arguments converted
-      once): what a timing loop should call to see the kernel rather than Python.
     * The two baselines every measurement of chapter 11 stands next to:
 
       (a) :func:`reference_pipeline`: what a first attempt does: dequantize A, B1 and B2 to FP32 on every
@@ -34,116 +29,18 @@ What it holds
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from .. import nvfp4 as fp4
 from .. import tiers
 from ..checks import check_int
+from ..family.api import gated_dual_gemm
+from ..family.configs import GATED_TILE_M as TILE_M
+from ..family.plan import prepare_gated
+from ..family.problem import check_gated_arguments, check_gated_output
 
-SM100_MODULE = "gemmlab.kernels.dual_gemm_sm100"
 #: The best public result for GPU MODE's nvfp4_dual_gemm on a B200 (geomean of the four shapes), microseconds.
 BEST_PUBLIC_US = 13.3
-#: Rows of C per tile of both kernels (one 128-lane MMA / two 64-row warpgroups).
-TILE_M = 128
-
-
-# --------------------------------------------------------------------------------------
-# The public call
-# --------------------------------------------------------------------------------------
-
-
-def sm100_module():
-    """The SM100 kernel's module, or None where this checkout does not have it (imported on first use)."""
-    try:
-        return importlib.import_module(SM100_MODULE)
-    except ModuleNotFoundError as e:
-        if e.name != SM100_MODULE:
-            raise  # the module exists but something it imports is missing: say so
-        return None
-
-
-def _twin():
-    """The Hopper twin the public call runs: the pipelined one (chapter 11's simple twin is its first draft)."""
-    from ..kernels import dual_gemm_sm90_pipelined
-
-    return dual_gemm_sm90_pipelined
-
-
-def _tier() -> str:
-    return tiers.detect_tier()
-
-
-def check_output(out, m: int, n: int):
-    """``out`` must be None or an FP16 ``(M, N, 1)`` tensor, N-major (stride 1 along N)."""
-    import torch
-
-    from ..checks import check_tensor
-
-    if out is None:
-        return
-    check_tensor("out", out, dtypes=(torch.float16,), ndim=3, contiguous=False, device=None)
-    if tuple(out.shape) != (m, n, 1):
-        raise ValueError(f"out must have shape {(m, n, 1)} (M, N, L); got {tuple(out.shape)}")
-    if out[..., 0].stride(1) != 1:
-        raise ValueError(f"out must be N-major (stride 1 along N); got strides {out.stride()}")
-
-
-def check_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
-    """Everything :func:`gated_dual_gemm` checks before it looks at the hardware; returns ``(M, N, K)``."""
-    m, n, k, l = fp4.check_operands(a, b1, b2, sfa, sfb1, sfb2)
-    if l != 1:
-        raise ValueError(f"L must be 1 (the kernels' batch is one problem); got L={l}")
-    if n % 8:
-        raise ValueError(f"N must be a multiple of 8 (each FP16 row of C is stored in 16-byte pieces); got N={n}")
-    check_output(out, m, n)
-    if out is not None and out.device != a.device:
-        raise ValueError(f"out must be on a's device {a.device}; got {out.device}")
-    return m, n, k
-
-
-def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
-    """``silu(A B1^T) * (A B2^T)`` in FP16 from NVFP4 operands, on the kernel of this machine's GPU.
-
-    ``a`` (M, K/2, 1), ``b1``/``b2`` (N, K/2, 1): packed FP4, two e2m1 values a byte, K-major (uint8 or
-    ``float4_e2m1fn_x2``); ``sfa`` (M, K/16, 1), ``sfb1``/``sfb2`` (N, K/16, 1): plain e4m3 scales, one per
-    16 K values; K a multiple of 256, N of 8; ``out`` (M, N, 1) FP16 or None. Returns ``out``.
-
-    Bad input raises ``TypeError`` / ``ValueError`` naming the argument, on every machine and before any
-    compile or launch; a machine without a Hopper or datacenter Blackwell GPU then raises ``TierError``.
-    """
-    check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
-    tier = _tier()
-    if tier == "sm100":
-        mod = sm100_module()
-        if mod is None:
-            raise RuntimeError("gemmlab.gated_dual_gemm on a B200 needs gemmlab.kernels.dual_gemm_sm100, which this "
-                               "checkout does not have")
-        return mod.gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=out)
-    if tier == "sm90":
-        return _twin().run_checked(a, b1, b2, sfa, sfb1, sfb2, out)
-    tiers.require_tier("gpu", "gemmlab.gated_dual_gemm")  # raises TierError on this machine
-    raise AssertionError("unreachable: require_tier accepted a cpu tier")  # pragma: no cover
-
-
-def prepare(a, b1, b2, sfa, sfb1, sfb2, out):
-    """:func:`gated_dual_gemm` as a zero-argument launch with these tensors: compiled and converted once.
-
-    On Hopper it is the pipelined twin's compiled kernel bound to these tensors (what the public call
-    launches, without its per-call checks); on a B200, a closure around the SM100 call.
-    """
-    check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
-    if out is None:
-        raise ValueError("out must be a tensor for a prepared launch (it binds the output's pointer)")
-    tier = _tier()
-    if tier == "sm90":
-        _twin().check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
-        return _twin().prepared(a, b1, b2, sfa, sfb1, sfb2, out)
-    if tier == "sm100":
-        gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=out)  # compile now, not in the first timed launch
-        return lambda: gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=out)
-    tiers.require_tier("gpu", "gemmlab.measure.dual_gemm.prepare")
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # --------------------------------------------------------------------------------------
@@ -158,7 +55,7 @@ def reference_pipeline(a, b1, b2, sfa, sfb1, sfb2, out=None):
     """
     import torch
 
-    m, n, _ = check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    m, n, _ = check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
     fa, f1, f2 = (fp4.dequantize(p[..., 0], s[..., 0]) for p, s in ((a, sfa), (b1, sfb1), (b2, sfb2)))
     y1 = torch.matmul(fa, f1.T)
     y2 = torch.matmul(fa, f2.T)
@@ -278,7 +175,7 @@ def stock_path(a, sfa, weights: StockWeights, out=None):
     if tuple(weights.w12.shape) != (2 * n, k):
         raise ValueError(f"weights must be one (2N, K={k}) tensor, K as a's; got {tuple(weights.w12.shape)}")
     fp4._check_sf("sfa", sfa, m, k, 1, torch)
-    check_output(out, m, n)
+    check_gated_output(out, m, n)
     for name, t in (("sfa", sfa), ("weights", weights.w12), ("out", out)):
         if t is not None and t.device != a.device:
             raise ValueError(f"{name} must be on a's device {a.device}; got {t.device}")
@@ -439,7 +336,7 @@ def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
     from ..kernels import dual_gemm_sm90
     from ..compile import launcher
 
-    check_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
     tiers.require_tier("sm90", "gemmlab.measure.dual_gemm.prepare_simple")
     return launcher(dual_gemm_sm90.dual_host(dual_gemm_sm90.DualSm90Config()),
                     *dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))
@@ -479,7 +376,7 @@ def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, s
     del ref
     launches = {
         "gemmlab": [lambda s=s: gated_dual_gemm(*s.inputs(), out=s.c) for s in sets],
-        "prepared": [prepare(*s.inputs(), out=s.c) for s in sets],
+        "prepared": [prepare_gated(*s.inputs(), out=s.c) for s in sets],
         "reference_a": [lambda s=s, o=o: reference_pipeline(*s.inputs(), out=o) for s, o in zip(sets, out_a)],
         "stock_b": [lambda s=s, w=w, o=o: stock_path(s.a, s.sfa, w, out=o) for s, w, o in zip(sets, weights, out_b)],
     }

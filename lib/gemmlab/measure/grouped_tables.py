@@ -1,64 +1,18 @@
-"""Chapter 08's figures and tables: the tile order across groups, the MoE benchmark against its roofline."""
+"""Chapter 08's result tables and figures: the MoE benchmark against its roofline, the decode tail, the sweeps.
+
+The CPU models' figures (the tile order, the finish times) are :mod:`gemmlab.grouped_model`'s."""
 from __future__ import annotations
 
+from ..family.heuristic_grouped import OVERLAP_STORE_FROM
 from .bench import geomean
-from ..grouped import tile_order
-
-
-def draw_tile_order(m_sizes, n: int, tile_m: int, tile_n: int, grid: int, name: str = "08_tile_order",
-                    cluster: int = 1):
-    """Every tile of a grouped problem, coloured by the CTA that computes it, labelled with its turn.
-
-    One panel per group (empty groups shown empty): rows are M tiles, columns N
-    tiles. The label ``b:i`` is CTA ``b``'s ``i``-th tile; the heavy outline marks
-    the tiles where a CTA enters a new group, i.e. rewrites its descriptors.
-    With ``cluster = 2`` (the 2-CTA pairs, which visit the groups in index
-    order, as :func:`gemmlab.grouped.largest_first` has the kernel do), a hatched
-    grey tile is one a pair's second CTA is handed past its group's rows.
-    """
-    import matplotlib.pyplot as plt
-
-    from ..figures import new_figure, save
-
-    order = tile_order(m_sizes, n, tile_m, tile_n, grid, by_size=cluster == 1, cluster=cluster)
-    where = {}
-    for cta, tiles in enumerate(order):
-        for i, t in enumerate(tiles):
-            new_group = i == 0 or tiles[i - 1][0] != t[0]
-            where[t] = (cta, i, new_group)
-    nt = -(-n // tile_n)
-    slots = [-(-m // (tile_m * cluster)) * cluster for m in m_sizes]  # M-tiles handed out, per group
-    widths = [nt] * len(m_sizes)
-    fig, axes = new_figure(1, len(m_sizes), figsize=(0.9 * sum(widths) + 1.5, 3.2), squeeze=False,
-                           gridspec_kw={"width_ratios": widths})
-    cmap = plt.get_cmap("tab10")
-    tallest = max(max(slots), 1)
-    for g, (ax, m) in enumerate(zip(axes[0], m_sizes)):
-        mt = -(-m // tile_m)
-        for mi in range(slots[g]):
-            for ni in range(nt):
-                cta, i, new = where[(g, mi, ni)]
-                past = mi >= mt
-                ax.add_patch(plt.Rectangle((ni, mi), 1, 1, facecolor="lightgrey" if past else cmap(cta % 10),
-                                           alpha=0.55, hatch="//" if past else None,
-                                           edgecolor="black", lw=2.2 if new else 0.6))
-                ax.text(ni + 0.5, mi + 0.5, f"{cta}:{i}", ha="center", va="center", fontsize=8)
-        ax.set_xlim(0, nt)
-        ax.set_ylim(tallest, 0)
-        ax.set_xticks([])
-        ax.set_yticks([])
-        ax.set_title(f"group {g}: M = {m}" + (" (no tiles)" if mt == 0 else ""), fontsize=9)
-    pairs = f" in clusters of {cluster} along M (hatched: past the group's rows)" if cluster > 1 else ""
-    fig.suptitle(f"{grid} CTAs{pairs}, tiles {tile_m} x {tile_n}, N = {n}; label = CTA:turn; thick edge = "
-                 f"descriptor rewrite", fontsize=9, y=1.0)
-    return save(fig, name)
+from .grouped import against_streaming_read, best_tile_ratio, expert_bound_rows, ping_pong_bound, store_gains, summarize
 
 
 def draw_moe(docs: list[dict], name: str = "08_moe"):
     """TFLOP/s against tokens per expert, ours and torch._grouped_mm, with the roofline; a panel per device.
 
     Black bars: the datasheet's roofline; grey bars, where the run measured its ceilings
-    (:func:`gemmlab.grouped.measured_roofline`): the roofline of this GPU's device copy and cuBLAS."""
+    (:func:`gemmlab.measure.grouped.measured_roofline`): the roofline of this GPU's device copy and cuBLAS."""
     from ..figures import new_figure, save
 
     fig, axes = new_figure(1, len(docs), figsize=(6.4 * len(docs), 4.6), squeeze=False, sharey=True)
@@ -91,7 +45,7 @@ def draw_moe(docs: list[dict], name: str = "08_moe"):
 def draw_tail(docs: list[dict], name: str = "08_tail"):
     """Decode launch time against live experts (``benchmarks/grouped_gemm.py tail``), a column per device.
 
-    Top: filled ours, open ``torch._grouped_mm``, lines the fits of :func:`gemmlab.grouped.fit_launch_cost`
+    Top: filled ours, open ``torch._grouped_mm``, lines the fits of :func:`gemmlab.measure.grouped.fit_launch_cost`
     (intercept = fixed cost per launch). Bottom: our time minus the fit against the waves of tiles (tiles /
     SMs), dotted at whole waves: a step just past one is the cost of a last wave with few tiles.
     """
@@ -130,38 +84,6 @@ def draw_tail(docs: list[dict], name: str = "08_tail"):
     return save(fig, name)
 
 
-def draw_finish_times(tiles: int = 576, grid: int = 132, spread: float = 0.2, seed: int = 0,
-                      name: str = "08_finish_times"):
-    """CPU model (:func:`gemmlab.grouped.finish_times`): when each CTA finishes, static against dynamic
-    (claiming the next tile as a tile starts, or as it ends).
-
-    ``tiles`` equal tiles on ``grid`` CTAs whose rates are drawn uniformly within ``1 +- spread`` (seeded):
-    an assumption standing in for SMs that get unequal memory bandwidth, not a measurement.
-    """
-    import random
-    from ..figures import new_figure, save
-    from ..grouped import finish_times
-
-    rng = random.Random(seed)
-    speeds = [1 + spread * (2 * rng.random() - 1) for _ in range(grid)]
-    even = tiles / sum(speeds)  # every CTA busy until the same moment
-    fig, ax = new_figure(figsize=(7.2, 3.8))
-    for dynamic, ahead, color, label in (
-            (False, True, "tab:orange", "static: CTA b takes b, b + grid, ..."),
-            (True, True, "tab:blue", "dynamic, the next tile claimed as a tile starts"),
-            (True, False, "tab:green", "dynamic, the next tile claimed as a tile ends")):
-        t = sorted(finish_times([1.0] * tiles, speeds, dynamic, ahead))
-        ax.step(range(grid), [x / even for x in t], where="post", color=color,
-                label=f"{label} (last: {max(t) / even:.2f})")
-    ax.axhline(1.0, color="black", lw=0.8, ls="--", label="even split of the work")
-    ax.set_xlabel(f"CTAs, sorted by finish time ({tiles} equal tiles, {grid} CTAs, rates 1 +- {spread:.0%})")
-    ax.set_ylabel("finish time / even split")
-    ax.set_title("CPU model: when the CTAs finish", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left")
-    ax.grid(True, alpha=0.3)
-    return save(fig, name)
-
-
 def tail_lines(doc: dict) -> str:
     """The tail benchmark's fits, one line per weight shape."""
     tile = f", {doc['config'].split()[0]} tiles" if "config" in doc else ""
@@ -179,9 +101,7 @@ def tail_lines(doc: dict) -> str:
 
 def streaming_read_line(moe_doc: dict, tail_doc: dict) -> str:
     """One line: the decode sets' kernel time against a plain streaming read of their bytes
-    (:func:`gemmlab.grouped.against_streaming_read`)."""
-    from .bench import geomean
-    from ..grouped import against_streaming_read
+    (:func:`gemmlab.measure.grouped.against_streaming_read`)."""
     ratios = [x for _, x in against_streaming_read(moe_doc, tail_doc)]
     if not ratios:
         return f"{moe_doc['device']}: no decode sets"
@@ -191,8 +111,7 @@ def streaming_read_line(moe_doc: dict, tail_doc: dict) -> str:
 
 def tile_ratio_line(doc: dict, tile: str = "128x128", against: str = "128x256") -> str:
     """One line of a stored sweep: ``tile`` at its best over ``against`` at its best
-    (:func:`gemmlab.grouped.best_tile_ratio`), geomean and range, and the set closest to a tie."""
-    from ..grouped import best_tile_ratio
+    (:func:`gemmlab.measure.grouped.best_tile_ratio`), geomean and range, and the set closest to a tie."""
     got = best_tile_ratio(doc, tile, against)
     ratios = [x for x, _ in got]
     x, r = min(got, key=lambda p: p[0])
@@ -203,8 +122,7 @@ def tile_ratio_line(doc: dict, tile: str = "128x128", against: str = "128x256") 
 
 def ping_pong_line(doc: dict) -> str:
     """One line of a stored ``sweep_128x128``: the best a ping-pong kernel with 128 x 128 tiles could do
-    (:func:`gemmlab.grouped.ping_pong_bound`), the sets where it could be ahead of ours and the closest one."""
-    from ..grouped import ping_pong_bound
+    (:func:`gemmlab.measure.grouped.ping_pong_bound`), the sets where it could be ahead of ours and the closest one."""
     got = ping_pong_bound(doc)
     x, r = min(got, key=lambda p: p[0])
     ahead = sum(b < 1 for b, _ in got)
@@ -214,8 +132,7 @@ def ping_pong_line(doc: dict) -> str:
 
 
 def overlap_line(doc: dict) -> str:
-    """Two lines of a stored ``overlap`` run (:func:`gemmlab.grouped.store_gains`)."""
-    from ..grouped import OVERLAP_STORE_FROM, store_gains
+    """Two lines of a stored ``overlap`` run (:func:`gemmlab.measure.grouped.store_gains`)."""
     g = store_gains(doc)
     on, off = g["on"], g["off"]
     return (f"{doc['device']}: time with the store between two main loops over with it under the next one, "
@@ -263,10 +180,9 @@ def fences_lines(doc: dict) -> str:
 
 
 def expert_bound_lines(doc: dict, most: int = 4) -> str:
-    """A stored ``moe`` run's 128 x 256 sets against the two model times of :func:`gemmlab.grouped.expert_bounds`:
+    """A stored ``moe`` run's 128 x 256 sets against the two model times of :func:`gemmlab.measure.grouped.expert_bounds`:
     how close the kernel is to "one expert after another", and the ``most`` sets with the most to gain from
     overlapping them."""
-    from ..grouped import expert_bound_rows
     got = expert_bound_rows(doc)
     meas = [g["measured_over_serial"] for g in got]
     over = [g["overlapped_over_serial"] for g in got]
@@ -297,7 +213,6 @@ def moe_table(doc: dict) -> str:
 
 def summary_lines(doc: dict) -> str:
     """The benchmark's headline numbers, one per line, named."""
-    from ..grouped import summarize
 
     s = summarize(doc["rows"])
     lines = [f"{doc['device']} ({s['sets']} MoE sets, {doc.get('date', '')[:10]})",

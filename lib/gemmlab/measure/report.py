@@ -78,7 +78,7 @@ def _sanitizer_summary(path: Path) -> str:
 
 
 def _grouped_section(doc: dict, sanitizer: Path | None, kernel: dict | None = None) -> str:
-    from ..grouped import summarize
+    from .grouped import summarize
 
     s = summarize(doc["rows"])
     head = (f"**Grouped GEMM for MoE: `gemmlab.grouped_gemm` vs `torch._grouped_mm`** (chapter 08; {doc['device']}, "
@@ -145,7 +145,7 @@ def _sanitizer_section(path: Path) -> str:
 
 def _sm100_prediction_section() -> str:
     from .calibration import CALIBRATION, DEVICES, b200_clock_fraction, calibration_rows, worst_errors
-    from ..sm100_model import prediction_table
+    from .calibration import prediction_table
 
     cal = calibration_rows()
     raw = max(abs(r["datasheet_error"]) for r in cal) if cal else float("nan")

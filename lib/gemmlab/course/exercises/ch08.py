@@ -20,7 +20,7 @@ def solution_tiles_and_rewrites():
     # 3 x 4 + 0 + 1 x 4 + 5 x 4 = 36 tiles, largest group first: tiles 0-19 are group 3 (520 rows),
     # 20-31 group 0 (300), 32-35 group 2 (70). CTA 0 takes 0, 5, ..., 35, so it enters group 3 (tile 0),
     # group 0 (tile 20) and group 2 (tile 35).
-    from ...grouped import descriptor_updates, tile_order
+    from ...grouped_model import descriptor_updates, tile_order
 
     p = ORDER_PROBLEM
     order = tile_order(p["m_sizes"], p["n"], p["tile_m"], p["tile_n"], p["grid"])
@@ -63,14 +63,14 @@ def check_pair_waste(answer) -> bool:
     """Pairs past the rows: of the tiles the CTAs of :data:`PAIR_PROBLEM` are handed, how many lie wholly past
     their group's rows (TMA zero-fills their A, their store is dropped: tensor-core work for nothing)?"""
     return verdict("tiles past the rows", answer, solution_pair_waste(),
-                   "Count each group's M-tiles and the pairs they make (grouped.tile_order(**ch08.PAIR_PROBLEM) "
+                   "Count each group's M-tiles and the pairs they make (grouped_model.tile_order(**ch08.PAIR_PROBLEM) "
                    "hands them out); a tile is past the rows when it starts at or after the group's last row.")
 
 
 def solution_pair_waste():
     # 520 rows: 5 M-tiles in 3 pairs, 70 rows: 1 in 1 pair, 300 rows: 3 in 2 pairs -> one empty slot per
     # group, times 4 N-tiles each: 12 of the 48 tiles handed out.
-    from ...grouped import tile_order
+    from ...grouped_model import tile_order
 
     p = PAIR_PROBLEM
     handed = [t for cta in tile_order(**p) for t in cta]
