@@ -2,7 +2,7 @@
 import json
 import pytest
 
-from gemmlab.measure import bench
+from gemmlab.measure import bench, copybench
 
 
 def test_write_doc_into_out_dir_keeps_rows_and_metadata(tmp_path):
@@ -25,3 +25,15 @@ def test_line_fit_recovers_a_hand_made_line_and_rejects_one_point():
     assert fixed == pytest.approx(10.0) and slope == pytest.approx(2.0)
     with pytest.raises(ValueError, match="two distinct x"):
         line_fit([(2, 1.0), (2, 3.0)])
+
+
+def test_measured_copy_tbps(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
+    assert copybench.measured_copy_tbps() is None
+    d = tmp_path / "nvidia-h100-80gb-hbm3"
+    d.mkdir()
+    (d / "copy_bandwidth.json").write_text(json.dumps({
+        "device": "NVIDIA H100 80GB HBM3",
+        "rows": [{"kernel": "torch copy_", "GB/s": 2900.0}, {"kernel": "v4", "GB/s": 3000.0}],
+    }))
+    assert copybench.measured_copy_tbps() == {"NVIDIA H100 80GB HBM3": pytest.approx(3.0)}

@@ -330,11 +330,13 @@ def test_notebook_helpers():
     text = "\n".join(d.evidence_summary(c))
     assert "0x08200480: M 128, N 128, A E2M1 K-major, B E2M1 K-major, scales UE4M3, dense" in text
     assert "SFB columns (GEMM 2) 288, 292, 296, 300" in text and "run-time shift" not in text
-    secs = d.kernel_sections()
+    from gemmlab.course.show import numbered_sections, show_numbered_section
+
+    secs = numbered_sections(d.dual_kernel)
     assert [t.split(".")[0] for t in secs] == [str(i) for i in range(8)]
     assert "alloc_tmem" in secs["4. TMEM allocation"] and "tma_worker" in secs["6. The roles"]
     with pytest.raises(ValueError, match="no section 9"):
-        d.show_kernel_section(9)
+        show_numbered_section(d.dual_kernel, 9)
 
 
 @pytest.mark.parametrize("tile_n", d.TILE_N_SUPPORTED)

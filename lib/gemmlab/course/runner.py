@@ -180,7 +180,7 @@ def run_notebook(path: Path, out_path: Path, have: str, timeout: int, *, keep_sk
 
 def format_report(rows: list[dict], have: str) -> str:
     """The table ``make run`` ends with, and a totals line."""
-    from ..measure.bench import format_table
+    from ..figures import format_table
 
     table = format_table(rows, [
         ("notebook", "notebook", ""), ("run", "cells run", "d"), ("skipped", "skipped", "d"),

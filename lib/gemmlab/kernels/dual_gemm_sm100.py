@@ -806,17 +806,3 @@ def evidence_summary(compiled) -> list[str]:
              "mbarrier arrival counts (by byte offset): "
              + ", ".join(f"{k}: {v}" for k, v in sorted(ev["barrier_counts"].items()))]
     return lines
-
-
-def kernel_sections() -> dict[str, str]:
-    """The source of :func:`dual_kernel` cut at its numbered comments (``# 1. ...``), for the notebook."""
-    from ..course.show import numbered_sections
-
-    return numbered_sections(dual_kernel)
-
-
-def show_kernel_section(number: int) -> None:
-    """Display section ``number`` of :func:`dual_kernel` (rendered from the library source)."""
-    from ..course.show import show_numbered_section
-
-    show_numbered_section(dual_kernel, number)

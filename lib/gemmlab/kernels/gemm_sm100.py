@@ -613,17 +613,3 @@ def setup_order(compiled) -> list[str]:
         for i in ((idx[-1],) if name == "mbarrier.init" else idx):
             first_last.append((i, name + (" (last)" if name == "mbarrier.init" else "")))
     return [name for _, name in sorted(first_last)]
-
-
-def kernel_sections() -> dict[str, str]:
-    """The source of :func:`gemm_kernel` cut at its numbered comments (``# 1. ...``), for the notebook."""
-    from ..course.show import numbered_sections
-
-    return numbered_sections(gemm_kernel)
-
-
-def show_kernel_section(number: int) -> None:
-    """Display section ``number`` of :func:`gemm_kernel` (rendered from the library source)."""
-    from ..course.show import show_numbered_section
-
-    show_numbered_section(gemm_kernel, number)

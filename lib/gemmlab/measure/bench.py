@@ -264,14 +264,3 @@ def load_results(name: str, device: str | None = None) -> dict | None:
     for p in sorted(RESULTS_DIR.glob(f"*/{name}.json")):
         return json.loads(p.read_text())
     return None
-
-
-def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
-    """A fixed-width text table. ``columns``: (key, header, format spec)."""
-    heads = [h for _, h, _ in columns]
-    cells = [[format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(heads)]
-    line = "  ".join(h.rjust(w) for h, w in zip(heads, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-    return "\n".join(out)

@@ -1,6 +1,6 @@
 """Chapter 11's tables and figures: the benchmark against both baselines, the roofline, the B200 prediction.
 
-Kept apart from :mod:`gemmlab.measure.dual_gemm` (the calls) as chapter 08 keeps :mod:`gemmlab.measure.grouped_tables`:
+Kept apart from :mod:`gemmlab.measure.dual_gemm` (what measures) as chapter 08 keeps :mod:`.grouped_tables`:
 these functions read rows (``benchmarks/dual_gemm.py`` writes them to ``results/<device>/dual_gemm.json``;
 :func:`gemmlab.measure.dual_gemm.prediction_table` computes the prediction) and never launch anything.
 """
@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 
 from .. import nvfp4 as fp4
+from ..figures import format_table, new_figure, save
+from .dual_gemm import BEST_PUBLIC_US
 
 #: The goals the Hopper twin is held to: geomean speed-up over baseline (b) and over baseline (a).
 GOAL_VS_B = 1.10
@@ -54,7 +56,6 @@ def summarize(rows: list[dict]) -> dict:
 
 def format_bench(doc: dict) -> str:
     """The benchmark's rows as a fixed-width table (failed rows say so), its device and geomeans after it."""
-    from .bench import format_table
 
     rows = doc.get("rows", [])
     lines = [f"{doc.get('device', '?')}: NVFP4 gated dual GEMM, microseconds (median of interleaved rounds)"]
@@ -83,7 +84,6 @@ PROBE_COLUMNS = ["chosen", "joint roles", "3 stages", "convert only (no_mma)", "
 
 def format_probe(doc: dict) -> str:
     """``benchmarks/dual_gemm.py probe``'s rows: the fast twin's variants, kernel microseconds per launch."""
-    from .bench import format_table
 
     rows = [{**r, "shape": f"{r['m']}x{r['n']}x{r['k']}"} for r in doc.get("rows", [])]
     widths = sorted({k for r in rows for k in r if k.startswith("tile_n ")}, key=lambda k: int(k.split()[1]))
@@ -145,8 +145,6 @@ def draw_prediction(rows: list[dict], name: str = "11_prediction"):
     result's geomean as a line. Returns ``(path, data)``."""
     import numpy as np
 
-    from .dual_gemm import BEST_PUBLIC_US
-    from ..figures import new_figure, save
 
     best = best_per_shape(rows)
     labels = [f"{r['m']}x{r['n']}\nx{r['k']}" for r in best]
@@ -183,7 +181,6 @@ def draw_benchmark(docs: list[dict], name: str = "11_benchmark"):
     """
     import numpy as np
 
-    from ..figures import new_figure, save
 
     docs = [d for d in docs if d and any("error" not in r for r in d.get("rows", []))]
     if not docs:

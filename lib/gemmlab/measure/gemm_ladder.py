@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from .bench import device_slug, format_table
+from ..figures import format_table
+from .bench import device_slug
 from ..family.configs import Sm90Config
 
 #: The fixed shapes (M, N, K): a large square, and a DeepSeek-V3 layer (N, K = 7168, 2048) at M = 4096 tokens.

@@ -5,7 +5,8 @@ H200, ``gemm_sm90_profile.json`` and ``gemm_sm90_tuning.json``), which chapter 0
 """
 from __future__ import annotations
 
-from .bench import format_table, geomean
+from ..figures import format_table
+from .bench import geomean
 
 
 def family_table(rows: list[dict], groups=None) -> str:
