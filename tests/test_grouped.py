@@ -56,7 +56,7 @@ def test_dynamic_variant_claims_tiles_and_resets_its_counters():
 
 
 def test_dynamic_pairs_post_units_through_the_mailbox():
-    from gemmlab.kernels.grouped_sm90 import MAILBOX_WORDS
+    from gemmlab.scheduler import MAILBOX_WORDS
     dyn = ptx_of(compile_grouped("sm_90a", configs.LARGE_C2, "ragged", "k", dynamic=True))
     # the first CTA's claim, the partner's two polls (the first read and the loop's)
     assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 3

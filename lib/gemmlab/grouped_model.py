@@ -73,7 +73,7 @@ def finish_times(tile_costs, speeds, dynamic: bool, ahead: bool = True) -> list[
     unit of time, e.g. the memory bandwidth its SM happens to get); ``len(speeds)`` is the grid. Dynamic: tile
     ``b`` first, then a CTA claims its next tile from the counter, with ``ahead`` when it *starts* a tile (the
     kernel's first version: a claimed tile waits for the tile in hand), else when it ends one (the kernel now
-    claims :data:`gemmlab.kernels.grouped_sm90.CLAIM_LEAD` k-blocks before, which this idealises). A model: the rates
+    claims :data:`gemmlab.scheduler.CLAIM_LEAD` k-blocks before, which this idealises). A model: the rates
     are constant and independent of how many CTAs are still running.
     """
     grid = len(speeds)

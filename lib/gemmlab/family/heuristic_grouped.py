@@ -203,7 +203,7 @@ def dynamic_schedule(cfg: Sm90Config) -> bool:
     A traced launch (:func:`gemmlab.measure.grouped.trace_launches`) shows why it can matter: on an H200, DeepSeek-V3 gate/up with 32
     experts and 64 tokens, every CTA has 4 or 5 tiles, yet the CTAs left 178 to 268 us after the first
     started: some SMs draw less bandwidth than others. Claiming tiles from a counter
-    (:func:`gemmlab.kernels.grouped_sm90.claim_tile`) evens that out (there: 218 to 254 us). That trace was one
+    (:func:`gemmlab.scheduler.claim_tile`) evens that out (there: 218 to 254 us). That trace was one
     experiment; the benchmarks (``benchmarks/grouped_gemm.py moe``, the ``sched_gain`` column: the other
     scheduling's time over the chosen one's; ``sweep_sched``: both, every tile) say: with 128 x 256 tiles
     run one CTA each, dynamic wins on all 16 H200 sets it ran (1.01-1.17x); with the 64-row decode tiles
@@ -213,7 +213,7 @@ def dynamic_schedule(cfg: Sm90Config) -> bool:
     faster than static with largest first on an H100 (0.97-1.15x, 23 sets faster) and even on an H200
     (0.999x, 0.89-1.13x); with largest first it had been 1.06x and 1.03x slower. Pairs (2-CTA clusters) keep the
     static order: with ``dynamic=True`` the pair's first CTA claims each unit and posts it to its partner
-    (:func:`gemmlab.kernels.grouped_sm90.post_unit`), which measured no better on the sets that run in pairs
+    (:func:`gemmlab.scheduler.post_unit`), which measured no better on the sets that run in pairs
     (``sweep_pairs``: 1.004x geomean on an H100, 0.995x on an H200, 0.98-1.03x).
     """
     return cfg.cluster == (1, 1)

@@ -35,7 +35,9 @@ changes:
   the stage's barrier, so CTAs that get less memory bandwidth take fewer tiles
   and the CTAs finish together; a last empty stage says the tiles ran out. In
   a pair only the first CTA claims; it posts each unit to its partner through
-  a small mailbox in the workspace (:func:`post_unit`, :func:`wait_unit`).
+  a small mailbox in the workspace. The pieces (:func:`~gemmlab.scheduler.claim_tile`,
+  :func:`~gemmlab.scheduler.post_unit`, ...) are :mod:`gemmlab.scheduler`'s, next to
+  chapter 07's static order, for any kernel that claims its tiles.
 * **The store under the next main loop** (``overlap_store``; the host turns it on for 128-row tiles from 256
   tokens per expert, :func:`gemmlab.family.heuristic_grouped.store_under_next`). A warpgroup converts its finished accumulators
   to ``c_type`` in registers of their own (64 per thread for a 64 x 256 slab), starts the next tile, and stores
@@ -80,16 +82,13 @@ from ..family.configs import ORDER_MAX, Sm90Config
 from .gemm_sm90 import (CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, epilogue_operands,
                         mma_and_smem_layouts, mma_operands, mma_tile, release_stage, store_tile)
 from ..pipeline import DevicePipelineState
+from ..scheduler import (CLAIM_LEAD, MAILBOX_FIRST, MAILBOX_WORDS, NO_MORE_TILES, claim_tile, claimed_tile,  # noqa: F401
+                         clear_mailbox, post_unit, put_tile_of, reset_counters, tile_of, wait_unit)
 
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
 DESC_WORDS = DESC_BYTES // 8
 TABLE_COLUMNS = ("a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc")  # mode "table": one int64 row per group
 A_SLOTS, B_SLOTS = 2, 2
-#: Dynamic scheduling claims the next tile this many k-blocks before the current tile's last load: late enough
-#: that a slow CTA does not hold a tile the others could have taken (claiming a whole tile ahead, as we first did, ran
-#: 1.00-1.04x slower on an H100's 52 dynamic sets), early enough that the atomic's round trip stays off the
-#: producer's path.
-CLAIM_LEAD = 4
 
 
 def slots_per_cta(cfg: Sm90Config, trace: bool = False, mixed: bool = False) -> int:
@@ -114,11 +113,6 @@ def sched_slot(cfg: Sm90Config) -> int:
     return A_SLOTS + B_SLOTS + cfg.consumers
 
 
-#: A pair's mailbox (dynamic scheduling in 2-CTA clusters): words 2..15 of the first CTA's scheduler slot, one
-#: unit posted per word in turn. The first CTA cannot run more than ``stages`` k-blocks ahead of its partner
-#: (each stage waits for both CTAs' consumers), so it never reuses a word the partner has not read yet as long
-#: as there are more words than stages + 1.
-MAILBOX_FIRST, MAILBOX_WORDS = 2, 14
 
 
 #: What a traced launch (``trace=True``) records per CTA in its last workspace slot: ``%globaltimer``
@@ -336,91 +330,6 @@ def group_at(i: Int32, order, groups: Int32, by_size: cutlass.Constexpr):
         if groups <= ORDER_MAX:
             g = order[i]
     return g
-
-
-NO_MORE_TILES = -1  # what the producer writes in place of a tile number when the tiles have run out
-
-
-@cute.jit
-def claim_tile(counter):
-    """Dynamic scheduling: lane 0 claims the next unclaimed tile with one atomic add on a global counter.
-
-    Every CTA starts with tile ``bid``; after that a CTA that finishes early takes the next unclaimed tile,
-    so the CTAs finish within about a tile of each other whatever bandwidth each SM happens to get. The
-    claim is made :data:`CLAIM_LEAD` k-blocks before the current tile's last load and read by
-    :func:`claimed_tile` only after that load, so the atomic's round trip is off the producer's path.
-    """
-    got = Int32(0)
-    if cute.arch.lane_idx() == 0:
-        got = Int32(cute.arch.atomic_add(counter, Int64(1), sem="relaxed", scope="gpu"))
-    return got
-
-
-@cute.jit
-def claimed_tile(claim: Int32, first_round: Int32):
-    """The tile (unit) number a :func:`claim_tile` got (lane 0's), for the whole warp: the first round,
-    one unit per CTA or pair, is handed out statically. Numbers only grow, so each CTA's tiles come in
-    increasing order and :func:`seek` still only moves forward."""
-    return cute.arch.shuffle_sync(claim, 0) + first_round
-
-
-@cute.jit
-def post_unit(mailbox, seq: Int32, unit: Int32):
-    """A pair's first CTA tells its partner its ``seq``-th claimed unit: ``seq`` and ``unit`` in one 64-bit
-    word (the word says which post it holds, so a stale one is never taken for a new one)."""
-    if cute.arch.lane_idx() == 0:
-        word = (Int64(seq) << 32) | Int64(unit)
-        cute.arch.atomic_exch(mailbox + (MAILBOX_FIRST + seq % MAILBOX_WORDS), word, sem="relaxed", scope="gpu")
-
-
-@cute.jit
-def wait_unit(mailbox, seq: Int32):
-    """The partner's side of :func:`post_unit`: lane 0 polls the word until it holds post ``seq``; the unit,
-    for the whole warp. Only the unit number travels (each CTA rewrites its own descriptors), so a relaxed
-    read is enough."""
-    got = Int32(0)
-    if cute.arch.lane_idx() == 0:
-        where = mailbox + (MAILBOX_FIRST + seq % MAILBOX_WORDS)
-        word = cute.arch.atomic_add(where, Int64(0), sem="relaxed", scope="gpu")
-        while (word >> 32) != Int64(seq):
-            word = cute.arch.atomic_add(where, Int64(0), sem="relaxed", scope="gpu")
-        got = Int32(word & Int64(0xFFFFFFFF))
-    return cute.arch.shuffle_sync(got, 0)
-
-
-@cute.jit
-def clear_mailbox(mailbox):
-    """The partner empties the mailbox after its last read (no post can follow it), for the next launch."""
-    if cute.arch.lane_idx() == 0:
-        for w in cutlass.range_constexpr(MAILBOX_WORDS):
-            cute.arch.atomic_exch(mailbox + (MAILBOX_FIRST + w), Int64(0), sem="relaxed", scope="gpu")
-
-
-@cute.jit
-def reset_counters(counter, claimers: Int32):
-    """The last of the ``claimers`` (CTAs, or pairs' first CTAs) to stop fetching sets both counters back
-    to 0 for the next launch.
-
-    The increment is acq_rel: every other CTA's last fetch happens before it, so no fetch can land after
-    the reset.
-    """
-    if cute.arch.lane_idx() == 0:
-        done = cute.arch.atomic_add(counter + 1, Int64(1), sem="acq_rel", scope="gpu")
-        if done == Int64(claimers) - 1:
-            cute.arch.atomic_exch(counter, Int64(0), sem="relaxed", scope="gpu")
-            cute.arch.atomic_exch(counter + 1, Int64(0), sem="relaxed", scope="gpu")
-
-
-@cute.jit
-def put_tile_of(ring, stages: cutlass.Constexpr, stage: Int32, tile: Int32):
-    """Shared memory ``ring[stage] = tile``: the tile whose first k-block stage ``stage`` holds."""
-    cute.make_tensor(ring, cute.make_layout(stages))[stage] = tile
-
-
-@cute.jit
-def tile_of(ring, stages: cutlass.Constexpr, stage: Int32):
-    """``ring[stage]``: read by the consumers once stage ``stage``'s barrier has completed."""
-    return cute.make_tensor(ring, cute.make_layout(stages))[stage]
 
 
 @cute.jit
