@@ -55,7 +55,7 @@ from cutlass.memory import SmemAllocator
 from .checks import check_choice, check_int, check_same, check_tensor
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
 from .ldst import ld_shared_v4, st_global_v4  # chapter 01's wrappers
-from .hardware import sm_count
+from .hardware import H100, sm_count
 from .tiers import require_tier
 
 #: Bulk copies move whole 16-byte pieces: sizes and addresses are multiples of 16.
@@ -678,7 +678,7 @@ def copiers() -> dict:
 
 
 def compile_cp_async_copy(target: str, *, nbytes: int = 1 << 20, cache: str = "cg", stages: int = 4,
-                          ctas: int = 132):
+                          ctas: int = H100.sms):
     check_target(target)
     check_int("nbytes", nbytes, lo=BULK_ALIGN, multiple_of=BULK_ALIGN)
     check_choice("cache", cache, ("cg", "ca"))
@@ -689,7 +689,7 @@ def compile_cp_async_copy(target: str, *, nbytes: int = 1 << 20, cache: str = "c
 
 
 def compile_bulk_copy(target: str, *, nbytes: int = 1 << 20, stages: int = 4, stage_bytes: int = 16384,
-                      ctas: int = 132):
+                      ctas: int = H100.sms):
     check_target(target)
     check_int("nbytes", nbytes, lo=BULK_ALIGN, multiple_of=BULK_ALIGN)
     _check_ring(stages, stage_bytes, 1)

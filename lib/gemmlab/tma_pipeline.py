@@ -57,7 +57,7 @@ from cutlass.memory import SmemAllocator
 
 from .checks import check_choice, check_int
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
-from .hardware import SMEM_PER_BLOCK, sm_count
+from .hardware import H100, SMEM_PER_BLOCK, sm_count
 from .pipeline import DevicePipelineState
 from .tiers import require_tier
 
@@ -463,7 +463,7 @@ def reference(x, scale, out_dtype=None):
 
 def compile_row_scale(target: str = "sm_90a", *, shape=(1000, 1200), dtype: str = "bfloat16",
                       out_dtype: str | None = None, block=None, stages: int = 4, design: str = "carried",
-                      ctas: int = 132, spin_cycles: int = 0):
+                      ctas: int = H100.sms, spin_cycles: int = 0):
     """Compile :func:`row_scale_kernel` without a GPU (static shape), for reading its PTX."""
     check_target(target)
     out_dtype = out_dtype or dtype
