@@ -754,6 +754,8 @@ def grouped_kernel(
                     linear = linear + num_clusters
                 light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs,
                                                          table, rows, n, k, UM, BN, mode, by_size, mixed, burst)
+
+            # ---- the producer's end: a "no more tiles" stage (dynamic), the counters reset, the ring drained
             if cutlass.const_expr(dynamic):
                 # One more stage, with no data: it tells the consumers the tiles have run out.
                 cute.arch.mbarrier_wait(empty + state.index, state.phase)
@@ -886,6 +888,8 @@ def grouped_kernel(
                 linear = linear + num_clusters
             light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs, table,
                                                      rows, n, k, UM, BN, mode, by_size, mixed, burst)
+
+        # ---- the consumers' end: the last stage freed (dynamic), the last tile stored (overlap_store), stores drained
         if cutlass.const_expr(dynamic):
             # Free the stage that said "no more tiles" (it may be the first this consumer sees).
             cute.arch.mbarrier_wait(full + read.index, read.phase)
