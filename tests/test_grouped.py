@@ -870,7 +870,7 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, variant):
 @pytest.mark.parametrize("cname", ["SMALL", "SMALL_WIDE", "MEDIUM", "LARGE", "LARGE_C2", "MEDIUM_C2"])
 def test_dynamic_scheduling_many_launches_in_a_row(cname):
     """The tile counter must be back at 0 after every launch: 20 launches in a row, each checked."""
-    from gemmlab.kernels.grouped_sm90 import sched_slot
+    from gemmlab.family.configs import sched_slot
     cfg = getattr(configs, cname)
     sizes = [1, 7, 33, 63, 65, 2] * 5
     a, b, offs = _ragged(sizes, 512, 256, seed=3, extra=16)

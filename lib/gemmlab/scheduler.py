@@ -159,7 +159,7 @@ def device_tile(linear: Int32, m_tiles: cutlass.Constexpr, n_tiles: cutlass.Cons
 CLAIM_LEAD = 4
 
 #: A pair's mailbox (dynamic scheduling in 2-CTA clusters): words 2..15 of the first CTA's scheduler slot
-#: (:func:`gemmlab.kernels.grouped_sm90.sched_slot`), one
+#: (:func:`gemmlab.family.configs.sched_slot`), one
 #: unit posted per word in turn. The first CTA cannot run more than ``stages`` k-blocks ahead of its partner
 #: (each stage waits for both CTAs' consumers), so it never reuses a word the partner has not read yet as long
 #: as there are more words than stages + 1.

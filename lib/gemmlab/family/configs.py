@@ -165,7 +165,8 @@ class Sm90Config:
 
     @property
     def name(self) -> str:
-        """A short name: ``128x256 c2x1 m8 s4`` (+ `` swap`` / `` split5``); :meth:`parse_name` reads it back."""
+        """A short name: ``128x256 c2x1 m8 s4`` (+ `` swap`` / `` split5``); :meth:`Sm90Config.parse_name` reads it
+        back."""
         return (f"{self.tile_m}x{self.tile_n} c{self.cluster[0]}x{self.cluster[1]} {self.raster}{self.group} "
                 f"s{self.stages}" + (" swap" if self.swap_ab else "") + (f" split{self.splits}" if self.split_k else ""))
 
@@ -329,6 +330,37 @@ MEDIUM_C2 = Sm90Config(tile_m=128, tile_n=192, tile_k=64, stages=4, cluster=(2, 
 LARGE_C2 = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(2, 1), epi_n=32, epi_stages=2)
 #: Groups the kernel ranks by size in shared memory (largest first); beyond this it visits them in index order.
 ORDER_MAX = 256
+
+
+#: The grouped kernel's workspace (allocated by the host, one row of slots per CTA) and its table of problems (the
+#: list form): their layout is the contract between :mod:`gemmlab.family.plan` and the kernel.
+DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
+DESC_WORDS = DESC_BYTES // 8
+TABLE_COLUMNS = ("a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc")  # mode "table": one int64 row per group
+A_SLOTS, B_SLOTS = 2, 2
+
+
+def slots_per_cta(cfg: Sm90Config, trace: bool = False, mixed: bool = False) -> int:
+    """Slots one CTA owns in the workspace: 2 for A, 2 for B, 1 per consumer warpgroup for C, then one for
+    the tile counters (CTA 0's holds them: :func:`gemmlab.scheduler.claim_tile`).
+
+    ``mixed``: as many descriptor slots again after that, for the light experts' stream (:func:`light_base`).
+    ``trace``: one more, the CTA's timeline (:data:`gemmlab.kernels.grouped_sm90.TRACE_POINTS`).
+    """
+    return sched_slot(cfg) + 1 + (sched_slot(cfg) if mixed else 0) + int(bool(trace))
+
+
+def light_base(cfg: Sm90Config) -> int:
+    """``mixed``: the light stream's descriptor slots start here (its A, B and C slots at the heavy stream's
+    offsets), so a CTA going back and forth between the streams does not rewrite the heavy group's descriptors."""
+    return sched_slot(cfg) + 1
+
+
+def sched_slot(cfg: Sm90Config) -> int:
+    """The workspace slot after the descriptors: in CTA 0's row, word 0 counts the tiles handed out, word 1 the
+    CTAs done with fetching; in a pair's first CTA's row, words :data:`gemmlab.scheduler.MAILBOX_FIRST` on are its
+    mailbox."""
+    return A_SLOTS + B_SLOTS + cfg.consumers
 
 
 # --------------------------------------------------------------------------------------

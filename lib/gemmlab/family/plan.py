@@ -36,7 +36,8 @@ import time
 
 from .. import hardware, tiers
 from . import heuristic_gated, heuristic_grouped
-from .configs import PipelinedConfig, Sm90Config, Sm100Config, effective_splits
+from .configs import (DESC_WORDS, TABLE_COLUMNS, PipelinedConfig, Sm90Config, Sm100Config, effective_splits,
+                      slots_per_cta)
 from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
 from .problem import GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, pad_rows, problem_of
 
@@ -238,8 +239,6 @@ def workspace(device, grid: int, cfg: Sm90Config, mixed: bool = False):
     ended). Calls that run at the same time on two streams of one device would
     rewrite each other's descriptors: that is not supported.
     """
-    from ..kernels.grouped_sm90 import slots_per_cta
-
     key = (device, grid, slots_per_cta(cfg, mixed=mixed))
     ws = _WORKSPACES.get(key)
     if ws is None:
@@ -252,8 +251,6 @@ def new_workspace(device, grid: int, cfg: Sm90Config, trace: bool = False, mixed
     light stream's descriptor slots with ``mixed``."""
     import torch
 
-    from ..kernels.grouped_sm90 import DESC_WORDS, slots_per_cta
-
     return torch.zeros((grid, slots_per_cta(cfg, trace, mixed), DESC_WORDS), dtype=torch.int64, device=device)
 
 
@@ -263,15 +260,13 @@ def dummies(device):
     if d is None:
         import torch
 
-        from ..kernels.grouped_sm90 import TABLE_COLUMNS
-
         d = _DUMMIES[device] = (torch.zeros(1, dtype=torch.int32, device=device),
                                 torch.zeros((1, len(TABLE_COLUMNS)), dtype=torch.int64, device=device))
     return d
 
 
 def problem_table(pairs, outs, b_major: str):
-    """The (G, 9) int64 rows of :data:`gemmlab.kernels.grouped_sm90.TABLE_COLUMNS` for independent problems.
+    """The (G, 9) int64 rows of :data:`gemmlab.family.configs.TABLE_COLUMNS` for independent problems.
 
     ``b_major``: the layout every ``b`` has (checked by the caller): B's leading
     dimension is its row stride when N-contiguous, its column stride when K-contiguous.
@@ -282,7 +277,8 @@ def problem_table(pairs, outs, b_major: str):
 
 
 class GroupedPlan:
-    """A grouped GEMM for one call signature: :meth:`ragged` or :meth:`table` launch it on tensors of that signature.
+    """A grouped GEMM for one call signature: :meth:`GroupedPlan.ragged` or :meth:`GroupedPlan.table` launch it on
+    tensors of that signature.
 
     ``config`` (the tile), ``schedule`` (:class:`~gemmlab.family.heuristic_grouped.GroupedSchedule`) and ``grid``
     are the heuristic's (or what the caller forced); ``workspace`` holds every CTA's descriptor slots.

@@ -78,42 +78,13 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
-from ..family.configs import ORDER_MAX, Sm90Config
+from ..family.configs import (A_SLOTS, B_SLOTS, DESC_BYTES, DESC_WORDS, ORDER_MAX, TABLE_COLUMNS,  # noqa: F401
+                              Sm90Config, light_base, sched_slot, slots_per_cta)
 from .gemm_sm90 import (CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, epilogue_operands,
                         mma_and_smem_layouts, mma_operands, mma_tile, release_stage, store_tile)
 from ..pipeline import DevicePipelineState
 from ..scheduler import (CLAIM_LEAD, MAILBOX_FIRST, MAILBOX_WORDS, NO_MORE_TILES, claim_tile, claimed_tile,  # noqa: F401
                          clear_mailbox, post_unit, put_tile_of, reset_counters, tile_of, wait_unit)
-
-DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
-DESC_WORDS = DESC_BYTES // 8
-TABLE_COLUMNS = ("a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc")  # mode "table": one int64 row per group
-A_SLOTS, B_SLOTS = 2, 2
-
-
-def slots_per_cta(cfg: Sm90Config, trace: bool = False, mixed: bool = False) -> int:
-    """Slots one CTA owns in the workspace: 2 for A, 2 for B, 1 per consumer warpgroup for C, then one for
-    the tile counters (CTA 0's holds them: :func:`claim_tile`).
-
-    ``mixed``: as many descriptor slots again after that, for the light experts' stream (:func:`light_base`).
-    ``trace``: one more, the CTA's timeline (:data:`TRACE_POINTS`).
-    """
-    return sched_slot(cfg) + 1 + (sched_slot(cfg) if mixed else 0) + int(bool(trace))
-
-
-def light_base(cfg: Sm90Config) -> int:
-    """``mixed``: the light stream's descriptor slots start here (its A, B and C slots at the heavy stream's
-    offsets), so a CTA going back and forth between the streams does not rewrite the heavy group's descriptors."""
-    return sched_slot(cfg) + 1
-
-
-def sched_slot(cfg: Sm90Config) -> int:
-    """The workspace slot after the descriptors: in CTA 0's row, word 0 counts the tiles handed out, word 1 the
-    CTAs done with fetching; in a pair's first CTA's row, words :data:`MAILBOX_FIRST` on are its mailbox."""
-    return A_SLOTS + B_SLOTS + cfg.consumers
-
-
-
 
 #: What a traced launch (``trace=True``) records per CTA in its last workspace slot: ``%globaltimer``
 #: nanoseconds at each point, then the CTA's tile count. Producer: entry (thread 0, the kernel's first

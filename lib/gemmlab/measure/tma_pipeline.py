@@ -52,7 +52,7 @@ def _bandwidth_row(run, base_ms, nbytes, rep, **fields):
 
 def benchmark(*, shape=BENCH_SHAPE, dtype: str = "bfloat16", stages: int = 4, ctas_per_sm: int = 2,
               rep: int = 30, name: str | None = "05_tma_pipeline") -> list[dict]:
-    """GB/s of :func:`row_scale` (both designs) against ``y.copy_(x)`` of the same bytes, same run.
+    """GB/s of :func:`gemmlab.tma_pipeline.row_scale` (both designs) against ``y.copy_(x)`` of the same bytes, same run.
 
     Each kernel is first checked exactly against torch on the full buffer
     (output poisoned). GB/s counts x read + y written; torch is re-timed
