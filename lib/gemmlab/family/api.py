@@ -28,6 +28,26 @@ from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, make_gated_pla
 from .problem import (canonical_operands, check_alignment, check_devices, check_list, check_offs_values,
                       check_row_major, gated_problem, list_problem, problem_of, ragged_problem)
 
+
+def _signature(*tensors):
+    """Shapes, strides, dtypes and devices of ``tensors`` (None stays None); None if one is not a tensor."""
+    try:
+        return tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _cached(cache: dict, key):
+    try:
+        return None if key is None else cache.get(key)
+    except TypeError:  # an unhashable option: no plan can be keyed on it, the checks will say what is wrong
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Dense (chapters 07, 10)
+# --------------------------------------------------------------------------------------
+
 #: Plans by call signature: (a's shape and strides, b's, out's or None, dtypes, device).
 _PLANS: dict = {}
 
@@ -89,21 +109,6 @@ def plans() -> list[Plan]:
 
 #: Grouped plans by call signature (the tensors' shapes, strides, dtypes, devices, and the options).
 _GROUPED: dict = {}
-
-
-def _signature(*tensors):
-    """Shapes, strides, dtypes and devices of ``tensors`` (None stays None); None if one is not a tensor."""
-    try:
-        return tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
-    except (AttributeError, TypeError):
-        return None
-
-
-def _cached(cache: dict, key):
-    try:
-        return None if key is None else cache.get(key)
-    except TypeError:  # an unhashable option: no plan can be keyed on it, the checks will say what is wrong
-        return None
 
 
 def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool = True, fences: bool = True,

@@ -414,10 +414,9 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
         tiers.require_tier("gpu", "gemmlab.gated_dual_gemm")  # raises TierError on this machine
         raise AssertionError("unreachable: require_tier accepted a cpu tier")  # pragma: no cover
     from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
+    from ..kernels.dual_gemm_sm90_pipelined import check_compact_out
 
-    out = tensors[6]
-    if out is not None and out[..., 0].stride(0) != problem.n:
-        raise ValueError(f"out must be compact (row stride N={problem.n}) for the fast twin; got strides {out.stride()}")
+    check_compact_out(tensors[6], problem.n)
     cfg = config or heuristic_gated.choose_sm90(problem)
     if not isinstance(cfg, PipelinedConfig):
         raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")

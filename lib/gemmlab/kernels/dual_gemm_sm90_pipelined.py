@@ -457,6 +457,12 @@ def compile_pipelined(target: str, cfg: PipelinedConfig | None, m: int, n: int, 
                        tvm_ffi=tvm_ffi)
 
 
+def check_compact_out(out, n: int) -> None:
+    """The fast twin writes C with row stride N: ``out`` (when given) must be compact."""
+    if out is not None and out[..., 0].stride(0) != n:
+        raise ValueError(f"out must be compact (row stride N={n}) for the fast twin; got strides {out.stride()}")
+
+
 def gated_dual_gemm_pipelined(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: PipelinedConfig | None = None):
     """``silu(A B1^T) * (A B2^T)`` in FP16 on an H100/H200 with the fast twin (arguments as the simple twin's).
 
@@ -473,8 +479,7 @@ def gated_dual_gemm_pipelined(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: Pipelin
     m, n, _ = check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
     if cfg is not None and not isinstance(cfg, PipelinedConfig):
         raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")
-    if out is not None and out[..., 0].stride(0) != n:
-        raise ValueError(f"out must be compact (row stride N={n}) for the fast twin; got strides {out.stride()}")
+    check_compact_out(out, n)
     cfg = _config(m, n, cfg)
     require_tier("sm90", "gemmlab.kernels.dual_gemm_sm90_pipelined.gated_dual_gemm_pipelined")
     check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
