@@ -302,3 +302,15 @@ def test_config_must_match_the_machine(fake_machine):
         plan.make_plan(GemmProblem(64, 64, 64, "float16", "float16"), None, Sm90Config())
     with pytest.raises(ValueError, match="out must be given"):
         plan.prepare(*_ab(64, 64, 64), None)
+
+
+@pytest.mark.parametrize("cfg", [Sm90Config(), Sm90Config(tile_m=64, tile_n=96, stages=8, splits=5),
+                                 Sm90Config(tile_m=128, tile_n=128, stages=7, cluster=(1, 1), swap_ab=True, splits=3),
+                                 Sm90Config(cluster=(1, 2), raster="n", group=4)])
+def test_a_config_name_reads_back_into_the_config(cfg):
+    """The stored results name their configs (Sm90Config.name); parse_name gives every field the name holds."""
+    fields = Sm90Config.parse_name(cfg.name)
+    rest = dict(tile_k=cfg.tile_k, epi_n=cfg.epi_n, epi_stages=cfg.epi_stages, dtype=cfg.dtype, out_dtype=cfg.out_dtype)
+    assert Sm90Config(**fields, **rest) == cfg
+    with pytest.raises(ValueError, match="name must look like"):
+        Sm90Config.parse_name("128x256 c2x1 m8 s4 twice")

@@ -189,12 +189,6 @@ class Sm90Config:
         return dict(tile_m=tile_m, tile_n=tile_n, cluster=cluster, raster=raster, group=group, stages=stages,
                     swap_ab="swap" in extra, splits=splits[0] if splits else 1)
 
-    @classmethod
-    def from_name(cls, name: str, **fields) -> "Sm90Config":
-        """The config a :attr:`name` describes; ``fields`` give what a name does not hold (``epi_n``,
-        ``epi_stages``, the dtypes: their defaults otherwise)."""
-        return cls(**{**cls.parse_name(name), **fields})
-
 
 def split_ranges(k_tiles: int, splits: int) -> list[tuple[int, int]]:
     """``(first k-block, count)`` of every K slice, as the sm90 kernel computes them.
