@@ -15,7 +15,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
-from gemmlab import async_copy, banks, ldst, tma_pipeline  # noqa: E402
+from gemmlab import async_copy, banks, ldst  # noqa: E402
+from gemmlab.measure import tma_pipeline  # noqa: E402
 from gemmlab.measure.bench import write_results  # noqa: E402
 from gemmlab.measure.copybench import copy_table, measure_copies  # noqa: E402
 from gemmlab.tiers import detect_tier, require_tier  # noqa: E402
