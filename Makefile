@@ -51,7 +51,7 @@ endif
 # RUN_ARGS: passed to the runner (notebook paths, --timeout, --out).
 run: $(VENV_DEP)
 	@$(call STACK_GUARD,$(STACK_CHECK))
-	$(PY) -m gemmlab.runner $(RUN_ARGS)
+	$(PY) -m gemmlab.course.runner $(RUN_ARGS)
 
 TEST_CHECK := $(STACK_CHECK), pytest, hypothesis
 test: $(VENV_DEP)
@@ -95,7 +95,7 @@ gpu-bench:
 	@$(GPU_ENV); echo "== benchmarks on tier $$tier"; $$py benchmarks/run.py
 
 gpu-notebooks:
-	@$(GPU_ENV); echo "== notebooks re-executed in place on tier $$tier"; $$py -m gemmlab.runner --inplace
+	@$(GPU_ENV); echo "== notebooks re-executed in place on tier $$tier"; $$py -m gemmlab.course.runner --inplace
 
 gpu-nbval:
 	@$(GPU_ENV); echo "== nbval on tier $$tier (gpu cells required)"; \
@@ -103,9 +103,9 @@ gpu-nbval:
 
 # compute-sanitizer memcheck and racecheck on chapter 07's GEMM variants (small partial-tile shapes).
 sanitize:
-	@$(GPU_ENV); out=results/$$($$py -c "from gemmlab.bench import device_slug; print(device_slug())"); \
+	@$(GPU_ENV); out=results/$$($$py -c "from gemmlab.measure.bench import device_slug; print(device_slug())"); \
 	mkdir -p $$out; f=$$out/gemm_sm90_sanitizer.txt; \
-	echo "# compute-sanitizer on $$($$py -c "from gemmlab.bench import device_name; print(device_name())"), $$(date +%F), make sanitize (benchmarks/sanitize_gemm.py)" > $$f; \
+	echo "# compute-sanitizer on $$($$py -c "from gemmlab.measure.bench import device_name; print(device_name())"), $$(date +%F), make sanitize (benchmarks/sanitize_gemm.py)" > $$f; \
 	for tool in memcheck racecheck; do \
 	  extra=""; if [ $$tool = memcheck ]; then extra="--report-api-errors no"; fi; \
 	  echo "== compute-sanitizer --tool $$tool $$extra" | tee -a $$f; \

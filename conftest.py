@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 
-from gemmlab.notebook import needed_tier  # noqa: E402  (the one reading of tier words: cells and markers)
+from gemmlab.course.notebook import needed_tier  # noqa: E402  (the one reading of tier words: cells and markers)
 from gemmlab.tiers import detect_tier, required_tier, tier_satisfies  # noqa: E402
 
 

@@ -3,12 +3,12 @@
     python benchmarks/clock_under_load.py        (an H100 or H200; about one minute)
 
 The stored benchmark (``results/<device>/gemm_family.json``) read the clock once, with nvidia-smi, after each
-shape's timed rounds, when the GPU may already have relaxed or throttled further. :mod:`gemmlab.calibration`
+shape's timed rounds, when the GPU may already have relaxed or throttled further. :mod:`gemmlab.measure.calibration`
 therefore fits an effective tensor clock instead of reading one. This script measures the clock during the
 work: for each of chapter 07's ten shapes it launches the prepared GEMM back to back for ``SECONDS``
 seconds while ``nvidia-smi -lms 100`` samples the SM clock and the power, and records the median of the
 samples taken while the GPU was busy, with the TFLOP/s of the same window. It writes
-``results/<device>/gemm_clocks.json``, which :func:`gemmlab.calibration.measured_points` reads (``held_mhz``)
+``results/<device>/gemm_clocks.json``, which :func:`gemmlab.measure.calibration.measured_points` reads (``held_mhz``)
 so that the fitted clocks can be compared with measured ones.
 """
 from __future__ import annotations
@@ -66,8 +66,8 @@ def measure(shape, seconds: float = SECONDS) -> dict:
 
 
 def main() -> int:
-    from gemmlab.bench import write_results
-    from gemmlab.family.benchmark import CHAPTER07_SHAPES
+    from gemmlab.measure.bench import write_results
+    from gemmlab.measure.gemm_family import CHAPTER07_SHAPES
     from gemmlab.tiers import require_tier
 
     require_tier("sm90", "benchmarks/clock_under_load.py")

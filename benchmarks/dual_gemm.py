@@ -9,7 +9,7 @@
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
 reference pipeline (dequantize everything on every call, FP32 matmuls) and (b) the stock path (BF16 weights
 made once as one (2N, K) matrix, then per call A to BF16, one cuBLAS BF16 GEMM, silu and mul), timed side by
-side with ``gemmlab.bench.time_interleaved`` on input sets rotated over 4x the L2; then the prepared launch, (b)
+side with ``gemmlab.measure.bench.time_interleaved`` on input sets rotated over 4x the L2; then the prepared launch, (b)
 and chapter 11's simple twin (the first draft of the Hopper kernel) again with the queue primed (kernels
 alone). Each shape is tried alone: a failure becomes a row with its error and the run goes on.
 
@@ -27,9 +27,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from gemmlab import bench, hardware  # noqa: E402
-from gemmlab import dual_gemm as dg  # noqa: E402
-from gemmlab import dual_gemm_tables as tables  # noqa: E402
+import gemmlab  # noqa: E402
+from gemmlab.measure import bench  # noqa: E402
+from gemmlab import hardware  # noqa: E402
+from gemmlab.measure import dual_gemm as dg  # noqa: E402
+from gemmlab.measure import dual_gemm_tables as tables  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 
 
@@ -47,7 +49,7 @@ def check(out_dir=None, shapes=None):
             ops = fp4.generate(m, n, k, seed=100 + i, device="cuda")
             ref = fp4.reference(*ops.inputs())
             assert torch.isnan(ops.c.float()).all()  # poisoned: an element never written fails the check
-            dg.gated_dual_gemm(*ops.inputs(), out=ops.c)
+            gemmlab.gated_dual_gemm(*ops.inputs(), out=ops.c)
             torch.cuda.synchronize()
             res = fp4.check_close(ops.c, ref)
             row.update(ok=res.ok, max_abs_err=res.max_abs_err, bad=res.bad, total=res.total)
@@ -112,20 +114,22 @@ def probe(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, launches=20):
     ``no_mma`` converts but skips the WGMMAs, ``no_convert`` runs the WGMMAs on unconverted buffers: both
     give wrong results and exist only to show which half bounds the kernel.
     """
-    from gemmlab import dual_gemm_sm90_pipelined as p90
+    from gemmlab.family.configs import PIPELINED_TILE_NS, PipelinedConfig
+    from gemmlab.family.heuristic_gated import choose_tile_n
+    from gemmlab.family.plan import prepare_gated
 
     variants = {"chosen": {}, "joint roles": {"split": False}, "3 stages": {"stages": 3},
                 "convert only (no_mma)": {"probe": "no_mma"}, "MMA only (no_convert)": {"probe": "no_convert"}}
     rows = []
     for m, n, k in shapes:
         ops = fp4.generate(m, n, k, seed=1, device="cuda")
-        chosen = p90.choose_tile_n(m, n)
+        chosen = choose_tile_n(m, n)
         row = {"m": m, "n": n, "k": k, "tile_n": chosen}
         for name, extra in variants.items():
-            row[name] = _graph_us(p90.prepared(*ops.inputs(), ops.c, p90.PipelinedConfig(tile_n=chosen, **extra)),
+            row[name] = _graph_us(prepare_gated(*ops.inputs(), ops.c, config=PipelinedConfig(tile_n=chosen, **extra)),
                                   launches)
-        for bn in p90.TILE_NS:
-            row[f"tile_n {bn}"] = _graph_us(p90.prepared(*ops.inputs(), ops.c, p90.PipelinedConfig(tile_n=bn)),
+        for bn in PIPELINED_TILE_NS:
+            row[f"tile_n {bn}"] = _graph_us(prepare_gated(*ops.inputs(), ops.c, config=PipelinedConfig(tile_n=bn)),
                                             launches)
         rows.append(row)
         print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)

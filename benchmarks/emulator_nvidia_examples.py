@@ -390,7 +390,7 @@ COLUMNS = [("example", "example", ""), ("config", "config", ""), ("shape", "M x 
 
 
 def table(rows: list[dict]) -> str:
-    from gemmlab.bench import format_table
+    from gemmlab.figures import format_table
 
     view = []
     for r in rows:
@@ -417,7 +417,7 @@ def main(argv=None) -> int:
 
     import cutlass
 
-    from gemmlab import bench
+    from gemmlab.measure import bench
 
     directory, rev = extract(args.cutlass, args.rev)
     modules = {name: load(directory, name) for name in EXAMPLES}

@@ -753,7 +753,7 @@ def _detail(row) -> str:
 
 
 def table(rows) -> str:
-    from gemmlab.bench import format_table
+    from gemmlab.figures import format_table
 
     out = [{"part": r["part"], "case": r["case"][:44], "source": r.get("source", ""),
             "at": str(tuple(r["coords"])) if "coords" in r else "", "ok": "yes" if r["ok"] else "NO",
@@ -799,7 +799,7 @@ def main() -> int:
         "driver_bits_differing_from_model": driver_bits,
     }
     if gpu or args.out:
-        from gemmlab import bench
+        from gemmlab.measure import bench
 
         path = bench.write_results(NAME, rows, out_dir=args.out, **meta)
         print(f"wrote {path}")

@@ -197,7 +197,7 @@ def main(argv=None) -> int:
     inputs = {c.name: c.make(0) for c in cases}
     jobs = args.jobs or max(1, min((os.cpu_count() or 2) - 2, 14))
     if use_gpu:
-        from gemmlab.bench import device_name
+        from gemmlab.measure.bench import device_name
 
         why += f", {device_name()}"
     print(f"{NAME}: {len(cases)} cases; GPU half {'on (' + why + ')' if use_gpu else 'SKIPPED: ' + why}; "
@@ -245,7 +245,7 @@ def main(argv=None) -> int:
     failed = [r for r in rows if not r["ok"]]
 
     if use_gpu or args.out:
-        from gemmlab.bench import write_results
+        from gemmlab.measure.bench import write_results
 
         path = write_results(NAME, rows, out_dir=args.out, gpu_half=use_gpu, why=why, jobs=jobs,
                              wall_s=round(wall, 1), passed=len(rows) - len(failed), failed=len(failed),

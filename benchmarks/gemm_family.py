@@ -22,8 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from gemmlab import bench  # noqa: E402
-from gemmlab.family import benchmark as fb  # noqa: E402
+from gemmlab.measure import bench  # noqa: E402
+from gemmlab.measure import gemm_family as fb  # noqa: E402
 from gemmlab.family import heuristic_sm90 as h  # noqa: E402
 from gemmlab.family.configs import Sm90Config  # noqa: E402
 from gemmlab.family.problem import GemmProblem  # noqa: E402

@@ -4,12 +4,12 @@
     python benchmarks/gemm_ladder.py --shapes 8192x8192x8192 --rungs ch06,persistent,cluster
     python benchmarks/gemm_ladder.py --out DIR               # write DIR/gemm_ladder.json instead
 
-The rungs are :data:`gemmlab.family.ladder.RUNGS`: chapter 06's kernel, chapter 07's kernel with one
+The rungs are :data:`gemmlab.measure.gemm_ladder.RUNGS`: chapter 06's kernel, chapter 07's kernel with one
 knob changed per rung up to its default configuration, variations of that top rung, and the configuration
-``gemmlab.gemm`` picks. On every shape of :data:`~gemmlab.family.ladder.LADDER_SHAPES` each rung is first
+``gemmlab.gemm`` picks. On every shape of :data:`~gemmlab.measure.gemm_ladder.LADDER_SHAPES` each rung is first
 checked (poisoned output against an FP32 product, relative Frobenius error at most 1e-2) and then timed
-against cuBLAS (``torch.matmul``) in the same interleaved run, kernels alone (``gemmlab.bench.time_interleaved``
-with ``gpu_only=True``: :data:`gemmlab.family.ladder.METHOD`, as chapter 07's kernel ratio is measured). A rung that fails
+against cuBLAS (``torch.matmul``) in the same interleaved run, kernels alone (``gemmlab.measure.bench.time_interleaved``
+with ``gpu_only=True``: :data:`gemmlab.measure.gemm_ladder.METHOD`, as chapter 07's kernel ratio is measured). A rung that fails
 to compile, to run or to compute the right answer is recorded as a failed row with its error, and the run
 goes on. Results go to ``results/<device>/gemm_ladder.json``; the table comes last. Exit status 1 if a rung
 failed, 2 on a machine that is not a Hopper GPU.
@@ -26,7 +26,7 @@ import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
-from gemmlab.family import ladder  # noqa: E402
+from gemmlab.measure import gemm_ladder as ladder  # noqa: E402
 
 NAME = "gemm_ladder"
 
@@ -78,7 +78,7 @@ def time_rung(rung, shape, data, ref, *, rounds, per_round) -> dict:
     """Check one rung on poisoned output, then time it against cuBLAS in one interleaved run."""
     import torch
 
-    from gemmlab.bench import gpu_clocks, time_interleaved
+    from gemmlab.measure.bench import gpu_clocks, time_interleaved
 
     m, n, k = shape
     row = {"rung": rung.key, "m": m, "n": n, "k": k, "ok": False}
@@ -106,7 +106,7 @@ def measure(shapes, rungs, *, rounds=10, per_round=10, progress=print) -> list[d
     """Every rung on every shape; a failure is a row with ``ok: False`` and its error."""
     import torch
 
-    from gemmlab.bench import input_sets
+    from gemmlab.measure.bench import input_sets
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
@@ -137,7 +137,7 @@ def measure(shapes, rungs, *, rounds=10, per_round=10, progress=print) -> list[d
 def write(rows, rungs, shapes, out_dir, *, rounds, per_round) -> str:
     import torch
 
-    from gemmlab import bench
+    from gemmlab.measure import bench
 
     meta = {"method": ladder.METHOD,
             "rungs": [r.meta() for r in rungs], "shapes": [list(s) for s in shapes],

@@ -30,7 +30,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from gemmlab import bench, grouped  # noqa: E402
+from gemmlab.measure import bench  # noqa: E402
+from gemmlab.family import api, configs, heuristic_grouped as hg  # noqa: E402
+from gemmlab import grouped_model as gm  # noqa: E402
+from gemmlab.measure import grouped as mg  # noqa: E402
 from gemmlab import hardware  # noqa: E402
 
 POISON = float("nan")
@@ -47,7 +50,7 @@ TOKENS = (64, 512, 4096, 16384)
 
 
 def ragged_inputs(sizes, n, k, *, b_major="k", seed=0, extra_rows=0):
-    return grouped.random_problem(sizes, n, k, b_major=b_major, seed=seed, extra_rows=extra_rows)
+    return gm.random_problem(sizes, n, k, b_major=b_major, seed=seed, extra_rows=extra_rows)
 
 
 def rel_err(out, ref, rows):
@@ -86,9 +89,9 @@ def check(out_dir=None):
         try:
             a, b, offs = ragged_inputs(sizes, n, k, b_major=major, extra_rows=extra, seed=len(rows))
             out = torch.full((a.shape[0], n), POISON, device="cuda", dtype=a.dtype)
-            grouped.grouped_gemm(a, b, offs, out=out, config=cfg)
+            api.grouped_gemm(a, b, offs, out=out, config=cfg)
             torch.cuda.synchronize()
-            ref = grouped.reference(a, b, offs)
+            ref = gm.reference(a, b, offs)
             row["rel_err"] = rel_err(out, ref, sum(sizes))
             row["tail_untouched"] = bool(torch.isnan(out[sum(sizes):]).all().item()) if extra else None
             if have_torch_grouped and all(s % 16 == 0 for s in [0]):
@@ -108,10 +111,10 @@ def check(out_dir=None):
         label = f"list form, b {major}-major"
         row = {"case": label}
         try:
-            pairs = grouped.random_pairs(grouped.LIST_SHAPES, b_major=major, seed=99)
+            pairs = gm.random_pairs(gm.LIST_SHAPES, b_major=major, seed=99)
             outs = [torch.full((ai.shape[0], bi.shape[1]), POISON, device="cuda", dtype=torch.bfloat16)
                     for ai, bi in pairs]
-            grouped.grouped_gemm_list(pairs, outs)
+            api.grouped_gemm_list(pairs, outs)
             torch.cuda.synchronize()
             errs = [rel_err(c, ai.float() @ bi.float(), ai.shape[0]) if ai.shape[0] else 0.0
                     for (ai, bi), c in zip(pairs, outs)]
@@ -142,7 +145,7 @@ def moe_sets(shapes, groups, tokens):
     for label, n, k in shapes:
         for G in groups:
             for T in tokens:
-                sizes = grouped.skewed_sizes(T, G)
+                sizes = gm.skewed_sizes(T, G)
                 a, b, offs = ragged_inputs(sizes, n, k)
                 row = {"shape": label, "n": n, "k": k, "groups": G, "tokens": T,
                        "nonempty": sum(1 for x in sizes if x), "max_group": max(sizes)}
@@ -163,11 +166,11 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         ends = [0] + torch.cumsum(torch.tensor(sizes), 0).tolist()
         out = torch.empty((T, n), device="cuda", dtype=a.dtype)
         out_t = torch.empty((T, n), device="cuda", dtype=a.dtype)
-        flops, nbytes = grouped.flops_bytes(sizes, n, k)
-        floor_ms = grouped.floor_ms(flops, nbytes, peak / 1e12, hbm / 1e12)
-        cfg = grouped.default_config(T, G, n, k, a.device)
-        grouped.grouped_gemm(a, b, offs, out=out)  # compile + warm up
-        ref = grouped.reference(a, b, offs)
+        flops, nbytes = gm.flops_bytes(sizes, n, k)
+        floor_ms = mg.floor_ms(flops, nbytes, peak / 1e12, hbm / 1e12)
+        cfg = hg.default_config(T, G, n, k, a.device)
+        api.grouped_gemm(a, b, offs, out=out)  # compile + warm up
+        ref = gm.reference(a, b, offs)
         err = rel_err(out, ref, T)
         del ref
 
@@ -183,29 +186,29 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
                     torch.matmul(a[ends[g]:ends[g + 1]], b[g], out=out_t[ends[g]:ends[g + 1]])
 
         launches = {
-            "gemmlab": [lambda: grouped.grouped_gemm(a, b, offs, out=out)],
-            "gemmlab_novalidate": [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False)],
+            "gemmlab": [lambda: api.grouped_gemm(a, b, offs, out=out)],
+            "gemmlab_novalidate": [lambda: api.grouped_gemm(a, b, offs, out=out, validate=False)],
             "torch_grouped_mm": [lambda: torch._grouped_mm(a, b, offs=offs)],
             "matmul_loop": [loop],
             "padded_bmm": [lambda: torch.bmm(a_pad, b, out=out_pad)],
         }
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2)
         # The DSL's own L2 promotion (128 bytes) in place of ours (256), for its gain.
-        l2_128 = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, l2_promotion=None)]
+        l2_128 = [lambda: api.grouped_gemm(a, b, offs, out=out, validate=False, l2_promotion=None)]
         kernels = {"gemmlab_kernel": launches["gemmlab_novalidate"], "gemmlab_l2_128_kernel": l2_128,
                    "torch_grouped_mm_kernel": launches["torch_grouped_mm"]}
-        mixed = grouped.mixed_rows(cfg, T, G)
-        other = not grouped.largest_first(cfg, T)
+        mixed = hg.mixed_rows(cfg, T, G)
+        other = not hg.largest_first(cfg, T)
         if mixed:  # the mixed order against the order the kernel takes without it, for its gain
             kernels["gemmlab_other_mixed_kernel"] = [
-                lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, mixed=0, by_size=not other)]
+                lambda: api.grouped_gemm(a, b, offs, out=out, validate=False, mixed=0, by_size=not other)]
         else:  # the visiting order the heuristic did not choose (largest first or index order), for its gain
             kernels["gemmlab_other_order_kernel"] = [
-                lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, by_size=other)]
+                lambda: api.grouped_gemm(a, b, offs, out=out, validate=False, by_size=other)]
         if cfg.cluster == (1, 1):  # the tile scheduling the heuristic did not choose (dynamic or static)
-            dyn = not grouped.dynamic_schedule(cfg)
+            dyn = not hg.dynamic_schedule(cfg)
             kernels["gemmlab_other_sched_kernel"] = [
-                lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, dynamic=dyn)]
+                lambda: api.grouped_gemm(a, b, offs, out=out, validate=False, dynamic=dyn)]
         tg = bench.time_interleaved(kernels,
                                     rounds=rounds, per_round=5, warmup=2, gpu_only=True)
         row.update({"config": cfg.name, "rel_err": err, "floor_ms": floor_ms, "flops": flops, "bytes": nbytes,
@@ -225,7 +228,7 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
         row["order_gain"] = (None if mixed else row["gemmlab_other_order_kernel_ms"] / row["gemmlab_kernel_ms"])
         row["mixed_gain"] = (row["gemmlab_other_mixed_kernel_ms"] / row["gemmlab_kernel_ms"] if mixed else None)
         row["l2_gain"] = row["gemmlab_l2_128_kernel_ms"] / row["gemmlab_kernel_ms"]
-        row["dynamic"] = grouped.dynamic_schedule(cfg)
+        row["dynamic"] = hg.dynamic_schedule(cfg)
         row["sched_gain"] = (row["gemmlab_other_sched_kernel_ms"] / row["gemmlab_kernel_ms"]
                              if "gemmlab_other_sched_kernel_ms" in row else None)
         row["vs_padded"] = row["padded_bmm_ms"] / row["gemmlab_ms"]
@@ -242,8 +245,8 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
     ceilings.append(bench.measured_ceilings())
     measured = {"copy_tbs": max(c["copy_tbs"] for c in ceilings),
                 "gemm_tflops": max(c["gemm_tflops"] for c in ceilings), "runs": ceilings}
-    grouped.measured_roofline(rows, measured)
-    summary = grouped.summarize(rows)
+    mg.measured_roofline(rows, measured)
+    summary = mg.summarize(rows)
     _write("grouped_gemm", {"rows": rows, "summary": summary, "clocks": bench.gpu_clocks(),
                             "peak_tflops": peak / 1e12, "hbm_gbs": hbm / 1e9, "measured": measured}, out_dir)
     print(f"measured ceilings: copy {measured['copy_tbs']:.2f} TB/s, cuBLAS {measured['gemm_tflops']:.0f} TFLOP/s "
@@ -253,8 +256,8 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
 
 
 #: What the sweeps may time: Sm90Config fields (one CTA unless ``cluster`` says otherwise), plus ``dynamic`` for
-#: tiles handed out from a counter (grouped.dynamic_schedule). Each is named by grouped.sweep_column, the name
-#: its result column carries and the one grouped.heuristic_regret looks up.
+#: tiles handed out from a counter (hg.dynamic_schedule). Each is named by mg.sweep_column, the name
+#: its result column carries and the one mg.heuristic_regret looks up.
 SWEPT = [
     dict(tile_m=64, tile_n=64, stages=12),
     dict(tile_m=64, tile_n=128, stages=8),
@@ -285,7 +288,7 @@ def swept_config(spec: dict):
     return Sm90Config(**{"cluster": (1, 1), **fields}), spec.get("dynamic", False)
 
 
-SWEEP_CONFIGS = {grouped.sweep_column(*swept_config(spec)): spec for spec in SWEPT}
+SWEEP_CONFIGS = {mg.sweep_column(*swept_config(spec)): spec for spec in SWEPT}
 
 
 def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, rounds=3, configs=None,
@@ -304,12 +307,12 @@ def sweep(out_dir=None, tokens=TOKENS, groups=(8, 32, 128), shapes=MOE_SHAPES, r
         out = torch.empty((T, n), device="cuda", dtype=a.dtype)
         launches = {}
         for name, cfg in cfgs.items():
-            grouped.grouped_gemm(a, b, offs, out=out, config=cfg, validate=False, dynamic=dyn[name])
-            launches[name] = [lambda cfg=cfg, d=dyn[name]: grouped.grouped_gemm(a, b, offs, out=out, config=cfg,
+            api.grouped_gemm(a, b, offs, out=out, config=cfg, validate=False, dynamic=dyn[name])
+            launches[name] = [lambda cfg=cfg, d=dyn[name]: api.grouped_gemm(a, b, offs, out=out, config=cfg,
                                                                                validate=False, dynamic=d)]
         launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
-        row["chosen"] = grouped.default_config(T, G, n, k, a.device).name
+        row["chosen"] = hg.default_config(T, G, n, k, a.device).name
         row.update({f"{name}_ms": v["median_ms"] for name, v in t.items()})
         best = min(cfgs, key=lambda c: row[f"{c}_ms"])
         row["best"] = best
@@ -339,7 +342,7 @@ SWEEP_MODES = {
     # choose_config picks it: fewer than 2048 tokens, 25 to 160 per expert
     "sweep_medium": dict(tokens=(512, 1024, 1536), groups=(8, 16, 32), configs=("128x192 s4", "128x192 s4 dyn"),
                          rounds=5, doc_name="grouped_gemm_sweep_medium"),
-    # the two decode tiles on outputs narrower than the benchmark's (grouped.DECODE_WIDE_FROM_TILES)
+    # the two decode tiles on outputs narrower than the benchmark's (hg.DECODE_WIDE_FROM_TILES)
     "sweep_narrow": dict(shapes=[(f"narrow N={n}", n, 4096) for n in (512, 1024, 1536, 2048, 3072)],
                          tokens=(64, 256), groups=(16, 32, 128), configs=("64x128 s8 dyn", "64x256 s5 dyn"),
                          doc_name="grouped_gemm_sweep_narrow"),
@@ -364,16 +367,16 @@ def overlap(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, round
     rows = []
     for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
         label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
-        cfg = grouped.default_config(T, G, n, k, a.device)
-        ref = grouped.reference(a, b, offs)
+        cfg = hg.default_config(T, G, n, k, a.device)
+        ref = gm.reference(a, b, offs)
         out = torch.empty((T, n), device="cuda", dtype=a.dtype)
         for flag in (False, True):
             out.fill_(float("nan"))
-            grouped.grouped_gemm(a, b, offs, out=out, validate=False, overlap_store=flag)
+            api.grouped_gemm(a, b, offs, out=out, validate=False, overlap_store=flag)
             row[f"rel_err_{'under' if flag else 'between'}"] = rel_err(out, ref, T)
         del ref
-        launches = {name: [lambda flag=flag: grouped.grouped_gemm(a, b, offs, out=out, validate=False,
-                                                                  overlap_store=flag)]
+        launches = {name: [lambda flag=flag: api.grouped_gemm(a, b, offs, out=out, validate=False,
+                                                              overlap_store=flag)]
                     for name, flag in (("between", False), ("under", True))}
         launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
@@ -405,17 +408,17 @@ def kernel(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds
     rows = []
     for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
         label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
-        cfg = grouped.default_config(T, G, n, k, a.device)
+        cfg = hg.default_config(T, G, n, k, a.device)
         out = torch.empty((T, n), device="cuda", dtype=a.dtype)
         out.fill_(POISON)
-        grouped.grouped_gemm(a, b, offs, out=out, validate=False)
-        ref = grouped.reference(a, b, offs)
+        api.grouped_gemm(a, b, offs, out=out, validate=False)
+        ref = gm.reference(a, b, offs)
         row["rel_err"] = rel_err(out, ref, T)
         del ref
-        launches = {"gemmlab_kernel": [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False)],
+        launches = {"gemmlab_kernel": [lambda: api.grouped_gemm(a, b, offs, out=out, validate=False)],
                     "torch_grouped_mm_kernel": [lambda: torch._grouped_mm(a, b, offs=offs)]}
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
-        row.update({"config": cfg.name, "mixed": bool(grouped.mixed_rows(cfg, T, G)),
+        row.update({"config": cfg.name, "mixed": bool(hg.mixed_rows(cfg, T, G)),
                     **{f"{name}_ms": v["median_ms"] for name, v in t.items()}})
         row["vs_torch_kernel"] = row["torch_grouped_mm_kernel_ms"] / row["gemmlab_kernel_ms"]
         rows.append(row)
@@ -446,26 +449,26 @@ def fences(out_dir=None, sets=FENCE_SETS, rounds=5, runs=3):
     ceil = bench.measured_ceilings()
     rows = []
     for label, n, k, G, T in sets:
-        sizes = grouped.skewed_sizes(T, G)
+        sizes = gm.skewed_sizes(T, G)
         a, b, offs = ragged_inputs(sizes, n, k)
-        ref = grouped.reference(a, b, offs)
+        ref = gm.reference(a, b, offs)
         out = torch.empty((T, n), device="cuda", dtype=a.dtype)
         row = {"shape": label, "n": n, "k": k, "groups": G, "tokens": T}
         for name, flag in (("fenced", True), ("unfenced", False)):
             errs = []
             for _ in range(runs):
                 out.fill_(POISON)
-                grouped.grouped_gemm(a, b, offs, out=out, validate=False, fences=flag)
+                api.grouped_gemm(a, b, offs, out=out, validate=False, fences=flag)
                 errs.append(rel_err(out, ref, T))
             row[f"rel_err_{name}"] = errs
         del ref
         t = bench.time_interleaved(
-            {name: [lambda flag=flag: grouped.grouped_gemm(a, b, offs, out=out, validate=False, fences=flag)]
+            {name: [lambda flag=flag: api.grouped_gemm(a, b, offs, out=out, validate=False, fences=flag)]
              for name, flag in (("fenced", True), ("unfenced", False))},
             rounds=rounds, per_round=5, warmup=2, gpu_only=True)
-        flops, nbytes = grouped.flops_bytes(sizes, n, k)
+        flops, nbytes = gm.flops_bytes(sizes, n, k)
         row.update({f"{name}_ms": v["median_ms"] for name, v in t.items()})
-        row["measured_floor_ms"] = grouped.floor_ms(flops, nbytes, ceil["gemm_tflops"], ceil["copy_tbs"])
+        row["measured_floor_ms"] = mg.floor_ms(flops, nbytes, ceil["gemm_tflops"], ceil["copy_tbs"])
         rows.append(row)
         print(f"{label:20s} G={G:3d} T={T:5d} fenced {row['fenced_ms']:.3f} ms (err {max(row['rel_err_fenced']):.1e}), "
               f"unfenced {row['unfenced_ms']:.3f} ms (err {max(row['rel_err_unfenced']):.1e}), "
@@ -476,27 +479,27 @@ def fences(out_dir=None, sets=FENCE_SETS, rounds=5, runs=3):
 
 def mixed(out_dir=None, tokens=(4096, 16384), groups=(32, 64, 128), shapes=MOE_SHAPES, rounds=5,
           bursts=(64, 128, 256)):
-    """The mixed order (:func:`gemmlab.grouped.mixed_rows`) in blocks of each of ``bursts`` claims against the kernel
-    without it (its order as :func:`gemmlab.grouped.largest_first` decides), on the sets of
-    :data:`gemmlab.grouped.MIXED_FROM` or more tokens per expert (the data behind :data:`gemmlab.grouped.MIXED_BURST`);
+    """The mixed order (:func:`gemmlab.family.heuristic_grouped.mixed_rows`) in blocks of each of ``bursts`` claims against the kernel
+    without it (its order as :func:`gemmlab.family.heuristic_grouped.largest_first` decides), on the sets of
+    :data:`gemmlab.family.heuristic_grouped.MIXED_FROM` or more tokens per expert (the data behind :data:`gemmlab.family.heuristic_grouped.MIXED_BURST`);
     every variant's output poisoned and checked against FP32 first."""
     rows = []
     variants = {"unmixed": {"mixed": 0},
-                **{f"burst{q}": {"mixed": grouped.MIXED_LIGHT_ROWS, "burst": q} for q in bursts}}
+                **{f"burst{q}": {"mixed": hg.MIXED_LIGHT_ROWS, "burst": q} for q in bursts}}
     for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
         label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
-        cfg = grouped.default_config(T, G, n, k, a.device)
-        if T < grouped.MIXED_FROM * G or cfg != grouped.LARGE:
+        cfg = hg.default_config(T, G, n, k, a.device)
+        if T < hg.MIXED_FROM * G or cfg != configs.LARGE:
             del a, b, offs
             continue
-        ref = grouped.reference(a, b, offs)
+        ref = gm.reference(a, b, offs)
         out = torch.empty((T, n), device="cuda", dtype=a.dtype)
         for name, kw in variants.items():
             out.fill_(POISON)
-            grouped.grouped_gemm(a, b, offs, out=out, validate=False, **kw)
+            api.grouped_gemm(a, b, offs, out=out, validate=False, **kw)
             row[f"rel_err_{name}"] = rel_err(out, ref, T)
         del ref
-        launches = {name: [lambda kw=kw: grouped.grouped_gemm(a, b, offs, out=out, validate=False, **kw)]
+        launches = {name: [lambda kw=kw: api.grouped_gemm(a, b, offs, out=out, validate=False, **kw)]
                     for name, kw in variants.items()}
         launches["torch"] = [lambda: torch._grouped_mm(a, b, offs=offs)]
         t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
@@ -525,13 +528,13 @@ def tail(out_dir=None, rounds=5):
     """What a decode launch costs beyond its weight bytes (GPU only): time against live experts.
 
     Each family is one weight shape with 1 to 40 or 64 live experts of 4 tokens (this GPU's decode tile as the
-    library runs it, :func:`gemmlab.grouped.decode_tile`; kernel time back to back, ``torch._grouped_mm``
-    beside it). :func:`gemmlab.grouped.fit_launch_cost` fits a line:
+    library runs it, :func:`gemmlab.family.heuristic_grouped.decode_tile`; kernel time back to back, ``torch._grouped_mm``
+    beside it). :func:`gemmlab.measure.grouped.fit_launch_cost` fits a line:
     the slope is the rate the weights stream at, the intercept the fixed cost of a launch. A streaming read
     of 2 GiB (``torch.sum``) in the same run gives the practical ceiling of the memory.
     """
     sms = hardware.sm_count()
-    cfg = grouped.decode_tile(torch.device("cuda"))
+    cfg = hg.decode_tile(torch.device("cuda"))
     x = torch.ones(1 << 30, dtype=torch.bfloat16, device="cuda")  # 2 GiB
     # The read's own fixed cost: torch.sum over 128 MiB to 2 GiB, a line through (bytes, us) like the launches'.
     reads = [x[:(mib << 20) // 2] for mib in STREAM_MIB]
@@ -553,8 +556,8 @@ def tail(out_dir=None, rounds=5):
         fam = []
         for live in lives:
             sizes = [4] * live + [0] * (G - live)
-            offs = grouped.offsets_of(sizes)
-            ours = [lambda: grouped.grouped_gemm(a, b, offs, out=out, validate=False, config=cfg)]
+            offs = gm.offsets_of(sizes)
+            ours = [lambda: api.grouped_gemm(a, b, offs, out=out, validate=False, config=cfg)]
             ours[0]()
             tt = bench.time_interleaved({"ours": ours, "torch": [lambda: torch._grouped_mm(a, b, offs=offs)]},
                                         rounds=rounds, per_round=10, warmup=2, gpu_only=True)
@@ -565,8 +568,8 @@ def tail(out_dir=None, rounds=5):
             fam.append(r)
             print(f"N={n} K={k} live={live:3d} tiles={tiles:5d} waves={r['waves']:6.2f} ours={r['us']:8.1f} us "
                   f"({r['tbs']:.2f} TB/s) torch={r['torch_us']:8.1f} us", flush=True)
-        fit = {"n": n, "k": k, **grouped.fit_launch_cost(fam)}
-        fit["torch"] = grouped.fit_launch_cost([{**r, "us": r["torch_us"]} for r in fam])
+        fit = {"n": n, "k": k, **mg.fit_launch_cost(fam)}
+        fit["torch"] = mg.fit_launch_cost([{**r, "us": r["torch_us"]} for r in fam])
         print(f"N={n} K={k}: fixed {fit['fixed_us']:.1f} us per launch, weights at {fit['tbs']:.2f} TB/s "
               f"(torch._grouped_mm: {fit['torch']['fixed_us']:.1f} us, {fit['torch']['tbs']:.2f} TB/s)", flush=True)
         rows += fam
@@ -575,10 +578,10 @@ def tail(out_dir=None, rounds=5):
         torch.cuda.empty_cache()
     _write("grouped_gemm_tail", {"rows": rows, "fits": fits, "stream_read_tbs": stream_tbs,
                                  "stream_read_fit": stream_fit, "sms": sms,
-                                 "config": cfg.name, "dynamic": grouped.dynamic_schedule(cfg)}, out_dir)
+                                 "config": cfg.name, "dynamic": hg.dynamic_schedule(cfg)}, out_dir)
 
 
-#: ``order``: the token counts around grouped.DYNAMIC_LARGEST_FIRST_FROM, with the experts for which
+#: ``order``: the token counts around hg.DYNAMIC_LARGEST_FIRST_FROM, with the experts for which
 #: choose_config picks one CTA per 128 x 256 tile (dynamic scheduling) at all of them.
 ORDER_TOKENS = (4096, 6144, 8192, 12288, 16384)
 ORDER_GROUPS = (32, 64, 128)
@@ -586,16 +589,16 @@ ORDER_GROUPS = (32, 64, 128)
 
 def order(out_dir=None, tokens=ORDER_TOKENS, groups=ORDER_GROUPS, shapes=MOE_SHAPES, rounds=5):
     """Largest first against index order with dynamic scheduling (GPU only): the data behind
-    ``grouped.DYNAMIC_LARGEST_FIRST_FROM``. ``index_over_largest``: index order's kernel time over largest
+    ``hg.DYNAMIC_LARGEST_FIRST_FROM``. ``index_over_largest``: index order's kernel time over largest
     first's (above 1: largest first is faster)."""
     rows = []
     for row, sizes, a, b, offs in moe_sets(shapes, groups, tokens):
         label, n, k, G, T = row["shape"], row["n"], row["k"], row["groups"], row["tokens"]
-        cfg = grouped.default_config(T, G, n, k, a.device)
-        if cfg.tile_m != 128 or not grouped.dynamic_schedule(cfg):
+        cfg = hg.default_config(T, G, n, k, a.device)
+        if cfg.tile_m != 128 or not hg.dynamic_schedule(cfg):
             raise RuntimeError(f"order: {label} G={G} T={T} runs {cfg.name}, not one CTA per 128-row tile")
         out = torch.empty((T, n), device="cuda", dtype=a.dtype)
-        launches = {lf: [lambda lf=lf: grouped.grouped_gemm(a, b, offs, out=out, validate=False, by_size=lf)]
+        launches = {lf: [lambda lf=lf: api.grouped_gemm(a, b, offs, out=out, validate=False, by_size=lf)]
                     for lf in (True, False)}
         for fn in launches.values():
             fn[0]()
@@ -607,7 +610,7 @@ def order(out_dir=None, tokens=ORDER_TOKENS, groups=ORDER_GROUPS, shapes=MOE_SHA
         print(f"{label:20s} G={G:3d} T={T:5d} largest first={row['largest_first_ms']:.3f} "
               f"index={row['index_order_ms']:.3f} x{row['index_over_largest']:.3f}", flush=True)
         del a, b, out
-    summary = grouped.order_by_tokens(rows)
+    summary = mg.order_by_tokens(rows)
     for T, v in summary.items():
         print(f"T={T:5d}: index/largest-first geomean {v['geomean']:.3f} ({v['largest_first_wins']} of {v['sets']} "
               f"sets faster largest first)")

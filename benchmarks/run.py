@@ -15,9 +15,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
-from gemmlab import async_copy, banks, ldst, tma_pipeline  # noqa: E402
-from gemmlab.bench import write_results  # noqa: E402
-from gemmlab.copybench import copy_table, measure_copies  # noqa: E402
+from gemmlab import async_copy, banks, ldst  # noqa: E402
+from gemmlab.measure import tma_pipeline  # noqa: E402
+from gemmlab.measure.bench import write_results  # noqa: E402
+from gemmlab.measure.copybench import copy_table, measure_copies  # noqa: E402
 from gemmlab.tiers import detect_tier, require_tier  # noqa: E402
 
 #: The kernels the issue holds to a bandwidth bar, and the bar.
@@ -33,8 +34,8 @@ def main() -> int:
     pipe_rows = tma_pipeline.benchmark()  # writes results/<device>/05_tma_pipeline.json
     gemm_rows = None
     if detect_tier() == "sm90":  # chapter 07's kernels are Hopper-only (wgmma)
-        from gemmlab.bench import host_us
-        from gemmlab.family import benchmark as fb, tables
+        from gemmlab.measure.bench import host_us
+        from gemmlab.measure import gemm_family as fb, gemm_tables as tables
 
         gemm_rows = fb.run()
         write_results("gemm_family", gemm_rows, summary=fb.summary(gemm_rows), method=fb.METHOD)

@@ -14,17 +14,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from gemmlab import dual_gemm_sm90 as simple  # noqa: E402
-from gemmlab import dual_gemm_sm90_pipelined as fast  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm90 as simple  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm90_pipelined as fast  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
+from gemmlab.family.configs import PIPELINED_TILE_NS, PipelinedConfig  # noqa: E402
 
 
 def main():
     shape = (200, 136, 1536)  # 2 x 3..5 tiles, 6 k-blocks: the 4-stage ring wraps
     for split in (True, False):
-        for tile_n in fast.TILE_NS:
+        for tile_n in PIPELINED_TILE_NS:
             ops = fp4.generate(*shape, seed=tile_n, device="cuda")
-            cfg = fast.PipelinedConfig(tile_n=tile_n, split=split)
+            cfg = PipelinedConfig(tile_n=tile_n, split=split)
             fast.gated_dual_gemm_pipelined(*ops.inputs(), out=ops.c, cfg=cfg)
             res = fp4.check_close(ops.c, fp4.reference(*ops.inputs()))
             print(f"pipelined tile_n={tile_n} split={split}: {res}", flush=True)

@@ -12,22 +12,23 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from gemmlab import grouped  # noqa: E402
+from gemmlab.family import api, configs, heuristic_grouped as hg  # noqa: E402
+from gemmlab import grouped_model as gm  # noqa: E402
 
 
 def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
     # (tile, dynamic, visiting order: None for the default of so few tokens, True for largest first, the store
     # under the next main loop: None for the default of so few tokens per expert, True to force it)
-    runs = [(cfg, dyn, None, None) for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE)
-            for dyn in (False, True)] + [(cfg, dyn, None, None) for cfg in (grouped.MEDIUM_C2, grouped.LARGE_C2)
+    runs = [(cfg, dyn, None, None) for cfg in (configs.SMALL, configs.SMALL_WIDE, configs.MEDIUM, configs.LARGE)
+            for dyn in (False, True)] + [(cfg, dyn, None, None) for cfg in (configs.MEDIUM_C2, configs.LARGE_C2)
                                          for dyn in (False, True)]
-    runs.append((grouped.LARGE, True, True, None))  # dynamic and largest first: the default from 8192 tokens
-    runs += [(cfg, dyn, None, True) for cfg, dyn in ((grouped.SMALL, True), (grouped.LARGE, False),
-                                                     (grouped.LARGE, True), (grouped.LARGE_C2, False))]
+    runs.append((configs.LARGE, True, True, None))  # dynamic and largest first: the default from 8192 tokens
+    runs += [(cfg, dyn, None, True) for cfg, dyn in ((configs.SMALL, True), (configs.LARGE, False),
+                                                     (configs.LARGE, True), (configs.LARGE_C2, False))]
     runs = [r + ({},) for r in runs]
     # the mixed order (light experts' tiles claimed among the heavy ones'), in one block and in blocks of 5
-    runs += [(grouped.LARGE, True, None, True, {"mixed": 128, "burst": q}) for q in (None, 5)]
+    runs += [(configs.LARGE, True, None, True, {"mixed": 128, "burst": q}) for q in (None, 5)]
     if sys.argv[1:] == ["mixed"]:  # only the mixed order
         runs = [r for r in runs if r[4]]
     for cfg, dyn, by_size, overlap, extra in runs:
@@ -35,19 +36,19 @@ def main():
         n, k = 264, 200
         a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16, generator=gen)
         b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
-        offs = grouped.offsets_of(sizes)
-        out = grouped.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn, by_size=by_size, overlap_store=overlap,
-                                   **extra)
-        ref = grouped.reference(a, b, offs)
+        offs = gm.offsets_of(sizes)
+        out = api.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn, by_size=by_size, overlap_store=overlap,
+                               **extra)
+        ref = gm.reference(a, b, offs)
         order = ", largest first" if by_size else ""
         store = ", store under the next main loop" if overlap else ""
-        mix = f", mixed in blocks of {extra['burst'] or grouped.MIXED_BURST}" if extra else ""
+        mix = f", mixed in blocks of {extra['burst'] or hg.MIXED_BURST}" if extra else ""
         print(f"ragged {cfg.name} {'dynamic' if dyn else 'static'}{order}{store}{mix}: rel. Frobenius error "
               f"{((out.float() - ref).norm() / ref.norm()).item():.2e}")
     pairs = [(torch.randn(m, kk, device="cuda", dtype=torch.bfloat16, generator=gen),
               torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16, generator=gen))
              for m, nn, kk in [(130, 136, 64), (0, 64, 64), (7, 256, 128)]]
-    outs = grouped.grouped_gemm_list(pairs)
+    outs = api.grouped_gemm_list(pairs)
     errs = [((c.float() - x.float() @ w.float()).norm() / (x.float() @ w.float()).norm()).item()
             for (x, w), c in zip(pairs, outs) if x.shape[0]]
     print(f"list form: rel. Frobenius error {max(errs):.2e}")

@@ -11,7 +11,7 @@ check stays under five minutes:
 2. chapters 09 and 10 executed top to bottom, their ``sm100`` cells included (into ``build/sm100_check/``;
    the committed notebooks are not touched);
 3. a short benchmark of chapter 10's kernel against cuBLAS (``torch.matmul``) with chapter 07's fair method
-   (:func:`gemmlab.family.benchmark.time_case`), next to the calibrated prediction's range;
+   (:func:`gemmlab.measure.gemm_family.time_case`), next to the calibrated prediction's range;
 
 then prints one verdict table and writes it to ``results/<device>/sm100_check.json``: contribute that file
 (and nothing else from the run) to the repository.
@@ -67,7 +67,7 @@ def run_tests() -> dict:
 
 def run_notebooks() -> list[dict]:
     """Chapters 09 and 10, every cell, into build/sm100_check/."""
-    from gemmlab.runner import run_notebook
+    from gemmlab.course.runner import run_notebook
 
     rows = []
     for nb in NOTEBOOKS:
@@ -83,14 +83,14 @@ def run_notebooks() -> list[dict]:
 
 def run_benchmark() -> list[dict]:
     """Chapter 10's kernel against cuBLAS, chapter 07's fair method, and the prediction's range."""
-    from gemmlab.family.benchmark import Case, time_case
-    from gemmlab.sm100_model import predict_tflops
+    from gemmlab.measure.gemm_family import Case, time_case
+    from gemmlab.measure.calibration import predict_b200
 
     rows = []
     for shape in BENCH_SHAPES:
         t0 = time.time()
         r = time_case(Case(*shape), rounds=5, per_round=5)
-        p = predict_tflops(shape)
+        p = predict_b200(shape)
         ok = r["rel_err"] < 1e-2
         rows.append({"step": "benchmark " + "x".join(map(str, shape)), "ok": ok, "seconds": time.time() - t0,
                      "config": r["config"], "rel_err": r["rel_err"], "ours_tflops": r["prepared_tflops"],
@@ -117,7 +117,7 @@ def main() -> int:
     if why:
         print(why, file=sys.stderr)
         return 2
-    from gemmlab.bench import write_results
+    from gemmlab.measure.bench import write_results
 
     t0 = time.time()
     rows = [run_tests()]
@@ -129,7 +129,7 @@ def main() -> int:
                      "detail": f"skipped: the steps before it used the {BUDGET_S} s budget"})
     print(verdict_table(rows))
     path = write_results("sm100_check", rows, seconds=time.time() - t0,
-                         method="benchmarks/sm100_check.py; benchmark: gemmlab.family.benchmark.time_case")
+                         method="benchmarks/sm100_check.py; benchmark: gemmlab.measure.gemm_family.time_case")
     print(f"written {path.relative_to(ROOT)}: please contribute it (results/<device>/) to the repository")
     return 0 if all(r["ok"] for r in rows) else 1
 

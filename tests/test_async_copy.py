@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gemmlab import async_copy as ac
+from gemmlab.measure import copybench
 from gemmlab import figures
 from gemmlab.compile import ptx_lines, ptx_opcodes, ptx_of
 from gemmlab.compile import line_index as _index
@@ -161,19 +162,19 @@ def test_proxy_steps_put_the_fence_between_thread_stores_and_bulk_store():
 
 def test_figures_are_written(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
-    p1 = ac.plot_ring_timeline()
-    p2 = ac.plot_proxies()
-    p3 = ac.plot_stage_sweep([{"stages": 2, "ctas/SM": 1, "GB/s": 3000.0, "vs torch": 0.7},
+    p1 = ac.draw_ring_timeline()
+    p2 = ac.draw_proxies()
+    p3 = copybench.draw_stage_sweep([{"stages": 2, "ctas/SM": 1, "GB/s": 3000.0, "vs torch": 0.7},
                               {"stages": 4, "ctas/SM": 1, "GB/s": 4000.0, "vs torch": 0.93}])
     for p, name in ((p1, "03_ring_timeline"), (p2, "03_proxies"), (p3, "03_bulk_stages")):
         assert p.endswith(f"{name}.png") and (tmp_path / f"{name}.png").stat().st_size > 1000
 
 
 def test_smem_fits():
-    assert ac._smem_fits(4, 16384, 2)
-    assert ac._smem_fits(6, 16384, 2)
-    assert not ac._smem_fits(8, 16384, 2)
-    assert ac._smem_fits(8, 16384, 1)
+    assert copybench._smem_fits(4, 16384, 2)
+    assert copybench._smem_fits(6, 16384, 2)
+    assert not copybench._smem_fits(8, 16384, 2)
+    assert copybench._smem_fits(8, 16384, 1)
 
 
 # ---------------------------------------------------------------------------
@@ -294,7 +295,7 @@ def test_bulk_copy_other_dtypes_and_shapes():
 
 @pytest.mark.gpu
 def test_copiers_pass_copybench_check():
-    from gemmlab.copybench import check_copier
+    from gemmlab.measure.copybench import check_copier
 
     for name, prep in ac.copiers().items():
         check_copier(name, prep, (8 << 20) + 16)

@@ -190,7 +190,7 @@ def test_describe_tensor_map_refuses_what_the_driver_rejects():
 @pytest.mark.parametrize("config", ["128x999 c2x1 m8 s4", "128x256 c2x1 m8 s99", "128x256 c3x1 m8 s4",
                                     "0x256 c2x1 m8 s4", "128x0 c2x1 m8 s4", "128x256 c2x1 m8 s1"])
 def test_predict_sm90_refuses_configs_no_kernel_has(config):
-    from gemmlab.calibration import predict_sm90
+    from gemmlab.measure.calibration import predict_sm90
 
     with pytest.raises(ValueError, match="is not a chapter 07 kernel"):
         predict_sm90((4096, 4096, 4096), config, "nvidia-h200")
@@ -198,14 +198,14 @@ def test_predict_sm90_refuses_configs_no_kernel_has(config):
 
 @pytest.mark.parametrize("eff", [0, 0.0, -0.5, 7.5, float("nan")])
 def test_calibration_refuses_an_hbm_efficiency_outside_zero_to_one(eff):
-    from gemmlab.calibration import Calibration
+    from gemmlab.measure.calibration import Calibration
 
     with pytest.raises(ValueError, match="hbm_efficiency must be"):
         Calibration({}, hbm_efficiency=eff)
 
 
 def test_predict_sm90_takes_numpy_numbers():
-    from gemmlab.calibration import predict_sm90
+    from gemmlab.measure.calibration import predict_sm90
 
     plain = predict_sm90((8192, 8192, 8192), "128x256 c2x1 m8 s4", "nvidia-h200", ghz=1.5)
     assert predict_sm90((np.int64(8192), 8192, np.int32(8192)), "128x256 c2x1 m8 s4", "nvidia-h200",
@@ -273,7 +273,7 @@ def test_compile_multicast_blames_clusters():
 
 
 def test_dual_gemm_prediction_refuses_work_it_cannot_finish():
-    from gemmlab.dual_gemm import predict_b200
+    from gemmlab.measure.dual_gemm import predict_b200
 
     with pytest.raises(ValueError, match="the simulator walks at most"):
         predict_b200((2 ** 40, 4096, 7168))  # ran 10 minutes to 14.7 GB
@@ -302,7 +302,7 @@ def test_compile_gemm_nt_checks_before_the_dsl(kwargs, exc, match):
 @pytest.mark.parametrize("m", [0, -1, 256.0])
 def test_compile_gemm_sm100_checks_sizes_before_the_dsl(m):
     from gemmlab.family.configs import Sm100Config
-    from gemmlab.gemm_sm100 import compile_gemm_sm100
+    from gemmlab.kernels.gemm_sm100 import compile_gemm_sm100
 
     with pytest.raises((TypeError, ValueError), match="^m must be"):
-        compile_gemm_sm100(Sm100Config(), m=m, n=256, k=256)
+        compile_gemm_sm100("sm_100a", Sm100Config(), m=m, n=256, k=256)

@@ -4,8 +4,8 @@ import statistics
 
 import pytest
 
-from gemmlab import calibration as cal
-from gemmlab.family.benchmark import CHAPTER07_SHAPES
+from gemmlab.measure import calibration as cal
+from gemmlab.measure.gemm_family import CHAPTER07_SHAPES
 
 H100, H200 = "nvidia-h100-80gb-hbm3", "nvidia-h200"
 
@@ -158,3 +158,38 @@ def test_calibration_figure(tmp_path, monkeypatch, rows):
     assert path.exists() and set(data) == {"H100", "H200"} and all(len(v) == 10 for v in data.values())
     text = cal.format_calibration(rows)
     assert len(text.splitlines()) == 21 and "H200" in text and "measured" in text and "fitted" in text
+
+
+# ---------------------------------------------------------------- the B200 prediction of chapter 10 (not a measurement)
+
+
+def test_prediction_covers_the_chapter07_shapes():
+    rows = cal.prediction_table()
+    assert [(r["m"], r["n"], r["k"]) for r in rows] == list(CHAPTER07_SHAPES)
+    for r in rows:
+        assert 0 < r["low_tflops"] < r["predicted_tflops"] <= r["high_tflops"] <= r["roofline_tflops"] <= 2250 + 1e-6
+
+
+def test_prediction_waves_show():
+    big = cal.predict_b200((8192, 8192, 8192))
+    small = cal.predict_b200((4096, 576, 7168))
+    assert big["waves"] == 14 and small["waves"] == 1  # 1024 tiles; 48 tiles for 74 clusters
+    assert small["predicted_tflops"] < 0.5 * big["predicted_tflops"]
+    # Calibrated: the held clock is a fraction of the datasheet's, so even 14 waves stay well below the peak.
+    assert big["high_tflops"] < 2250 and 0.7 < big["clock_fraction"] < 0.9
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (4096, 4096, 0), (4096, 4096, 4096.0), "4096", None])
+def test_prediction_rejects_bad_shapes(shape):
+    with pytest.raises(ValueError, match="shape must be"):
+        cal.predict_b200(shape)
+
+
+def test_prediction_figure_data(tmp_path, monkeypatch):
+    from gemmlab import figures
+
+    monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
+    rows = cal.prediction_table()
+    path, data = cal.draw_prediction(rows, name="10_test_prediction")
+    assert path.exists() and data["predicted"] == [r["predicted_tflops"] for r in rows]
+    assert data["low"] == [r["low_tflops"] for r in rows]

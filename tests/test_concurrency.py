@@ -69,7 +69,7 @@ def test_runners_and_compiles_side_by_side(tmp_path):
     for w in (1, 4):
         _notebook(tmp_path / f"w{w}.ipynb", w)
         nbs.append(str(tmp_path / f"w{w}.ipynb"))
-    cmd = [sys.executable, "-m", "gemmlab.runner", *nbs, "--timeout", "300"]
+    cmd = [sys.executable, "-m", "gemmlab.course.runner", *nbs, "--timeout", "300"]
     procs = [subprocess.Popen(cmd + ["--out", str(tmp_path / f"out{i}")], env=_env(), cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     procs.append(subprocess.Popen([sys.executable, "-c", THREADS], env=_env(), stdout=subprocess.PIPE,

@@ -1,11 +1,13 @@
-"""Chapter 11's public call, its baselines and bounds: CPU tests everywhere, the launches on sm90."""
+"""Chapter 11's public call (gemmlab.family.api.gated_dual_gemm), its baselines and bounds (gemmlab.measure.dual_gemm):
+CPU tests everywhere, the launches on sm90."""
 import math
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemmlab import dual_gemm as dg  # noqa: E402
+from gemmlab.family import api, plan  # noqa: E402
+from gemmlab.measure import dual_gemm as dg  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.hardware import B200, H100, H200  # noqa: E402
 from gemmlab.tiers import TierError, detect_tier  # noqa: E402
@@ -22,73 +24,74 @@ def small():
 def test_bad_input_is_rejected_before_the_tier(small):
     a, b1, b2, sfa, sfb1, sfb2 = small.inputs()
     with pytest.raises(TypeError, match="sfa must have dtype float8_e4m3fn"):
-        dg.gated_dual_gemm(a, b1, b2, sfa.float(), sfb1, sfb2)
+        api.gated_dual_gemm(a, b1, b2, sfa.float(), sfb1, sfb2)
     with pytest.raises(TypeError, match="a must hold packed FP4"):
-        dg.gated_dual_gemm(fp4.dequantize(a, sfa), b1, b2, sfa, sfb1, sfb2)
+        api.gated_dual_gemm(fp4.dequantize(a, sfa), b1, b2, sfa, sfb1, sfb2)
     with pytest.raises(ValueError, match="K must be a multiple of 256"):
         k = 384  # 192 packed bytes
-        dg.gated_dual_gemm(*(fp4.as_bytes(t)[:, :k // 2] for t in (a, b1, b2)),
-                           *(t[:, :k // 16] for t in (sfa, sfb1, sfb2)))
+        api.gated_dual_gemm(*(fp4.as_bytes(t)[:, :k // 2] for t in (a, b1, b2)),
+                            *(t[:, :k // 16] for t in (sfa, sfb1, sfb2)))
     with pytest.raises(ValueError, match="sfb2 must have shape"):
-        dg.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2[:, :-1])
+        api.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2[:, :-1])
     with pytest.raises(ValueError, match="out must have shape"):
-        dg.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=torch.empty(200, 128, 1, dtype=torch.float16))
+        api.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=torch.empty(200, 128, 1, dtype=torch.float16))
     with pytest.raises(TypeError, match="out must have dtype float16"):
-        dg.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=torch.empty(200, 136, 1))
+        api.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=torch.empty(200, 136, 1))
     with pytest.raises(ValueError, match="out must be N-major"):
-        dg.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2,
-                           out=torch.empty(1, 136, 200, dtype=torch.float16).permute(2, 1, 0))
+        api.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2,
+                            out=torch.empty(1, 136, 200, dtype=torch.float16).permute(2, 1, 0))
     with pytest.raises(ValueError, match="N must be a multiple of 8"):
         ops = fp4.generate(128, 100, 256)
-        dg.gated_dual_gemm(*ops.inputs())
+        api.gated_dual_gemm(*ops.inputs())
     with pytest.raises(ValueError, match="L must be 1"):
         ops = fp4.generate(128, 128, 256, l=2)
-        dg.gated_dual_gemm(*ops.inputs())
+        api.gated_dual_gemm(*ops.inputs())
 
 
 @pytest.mark.skipif(detect_tier() != "cpu", reason="the cpu tier's refusal")
 def test_cpu_tier_raises_tier_error_after_the_checks(small):
     with pytest.raises(TierError, match="gemmlab.gated_dual_gemm needs tier sm90 or sm100"):
-        dg.gated_dual_gemm(*small.inputs())
+        api.gated_dual_gemm(*small.inputs())
     with pytest.raises(TierError):
-        dg.prepare(*small.inputs(), out=small.c)
+        plan.prepare_gated(*small.inputs(), out=small.c)
 
 
 def test_dispatch_follows_the_tier(small, monkeypatch):
+    from gemmlab.kernels import dual_gemm_sm90
+
     calls = []
 
-    class Fake:
-        @staticmethod
-        def run_checked(*args):
-            calls.append("sm90")
-            return args[-1]  # out
+    class FakePlan:
+        def __init__(self, problem, config, arch):
+            self.arch = arch
 
-        @staticmethod
-        def gated_dual_gemm_sm100(*args, out=None):
-            calls.append("sm100")
-            return out
+        def __call__(self, *tensors):
+            calls.append(self.arch)
+            return tensors[-1]  # out
 
-    monkeypatch.setattr(dg, "_twin", lambda: Fake)
-    monkeypatch.setattr(dg, "sm100_module", lambda: Fake)
+    monkeypatch.setattr(plan, "GatedPlan", FakePlan)
+    monkeypatch.setattr(dual_gemm_sm90, "check_devices", lambda *tensors: None)  # the CPU tensors stand in
     for tier in ("sm90", "sm100"):
-        monkeypatch.setattr(dg, "_tier", lambda tier=tier: tier)
-        assert dg.gated_dual_gemm(*small.inputs(), out=small.c) is small.c
+        monkeypatch.setattr(plan.tiers, "detect_tier", lambda tier=tier: tier)
+        monkeypatch.setattr(api, "_GATED", {})  # a plan per signature: the same tensors on another tier
+        assert api.gated_dual_gemm(*small.inputs(), out=small.c) is small.c
     assert calls == ["sm90", "sm100"]
     # bad input never reaches a kernel, whatever the tier
     with pytest.raises(ValueError):
-        dg.gated_dual_gemm(*small.inputs(), out=torch.empty(1, 1, 1, dtype=torch.float16))
+        api.gated_dual_gemm(*small.inputs(), out=torch.empty(1, 1, 1, dtype=torch.float16))
     assert calls == ["sm90", "sm100"]
 
 
 def test_sm100_without_its_module_says_so(small, monkeypatch):
-    monkeypatch.setattr(dg, "_tier", lambda: "sm100")
-    monkeypatch.setattr(dg, "sm100_module", lambda: None)
-    with pytest.raises(RuntimeError, match="needs gemmlab.dual_gemm_sm100"):
-        dg.gated_dual_gemm(*small.inputs())
+    monkeypatch.setattr(plan.tiers, "detect_tier", lambda: "sm100")
+    monkeypatch.setattr(plan, "sm100_kernels", lambda: None)
+    monkeypatch.setattr(api, "_GATED", {})
+    with pytest.raises(RuntimeError, match="needs gemmlab.kernels.dual_gemm_sm100"):
+        api.gated_dual_gemm(*small.inputs())
 
 
 def test_sm100_module_import_is_lazy_and_optional():
-    mod = dg.sm100_module()
+    mod = plan.sm100_kernels()
     assert mod is None or hasattr(mod, "gated_dual_gemm_sm100")
 
 
@@ -221,7 +224,7 @@ def test_time_case_checks_before_the_tier():
 
 
 def test_tables_summarize_and_format():
-    from gemmlab import dual_gemm_tables as t
+    from gemmlab.measure import dual_gemm_tables as t
 
     rows = [dict(m=256, n=4096, k=7168, ok=True, gemmlab_us=40.0, prepared_us=36.0, stock_b_us=48.0,
                  reference_a_us=400.0, prepared_kernel_us=35.0, stock_b_kernels_us=42.0, roofline_us=30.4,
@@ -242,7 +245,7 @@ def test_tables_summarize_and_format():
 
 
 def test_figures_draw_from_rows(tmp_path, monkeypatch):
-    from gemmlab import dual_gemm_tables as t
+    from gemmlab.measure import dual_gemm_tables as t
     from gemmlab import figures
 
     monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
@@ -260,11 +263,11 @@ def test_figures_draw_from_rows(tmp_path, monkeypatch):
 
 def test_prepare_needs_an_output(small):
     with pytest.raises(ValueError, match="out must be a tensor"):
-        dg.prepare(*small.inputs(), out=None)
+        plan.prepare_gated(*small.inputs(), out=None)
 
 
 def test_chapter11_exercise_solutions_by_hand():
-    from gemmlab.exercises import ch11
+    from gemmlab.course.exercises import ch11
 
     assert ch11.solution_sol_megabytes() == round((256 * 7168 / 2 + 2 * 4096 * 7168 / 2 + (256 + 2 * 4096) * 448
                                                     + 2 * 256 * 4096) / 1e6, 2) == 36.16
@@ -286,7 +289,7 @@ def _gpu_ops(shape, seed=0):
 def test_public_call_matches_reference_with_poisoned_output(shape):
     ops = _gpu_ops(shape, seed=7)
     assert torch.isnan(ops.c.float()).all()
-    out = dg.gated_dual_gemm(*ops.inputs(), out=ops.c)
+    out = api.gated_dual_gemm(*ops.inputs(), out=ops.c)
     torch.cuda.synchronize()
     assert out is ops.c
     res = fp4.check_close(out, fp4.reference(*ops.inputs()))
@@ -298,10 +301,10 @@ def test_public_call_matches_reference_with_poisoned_output(shape):
 def test_public_call_allocates_and_prepared_launch_matches():
     ops = _gpu_ops((256, 256, 512), seed=8)
     ref = fp4.reference(*ops.inputs())
-    out = dg.gated_dual_gemm(*ops.inputs())
+    out = api.gated_dual_gemm(*ops.inputs())
     assert out.dtype == torch.float16 and tuple(out.shape) == (256, 256, 1) and out.is_cuda
     assert fp4.check_close(out, ref).ok
-    run = dg.prepare(*ops.inputs(), out=ops.c)
+    run = plan.prepare_gated(*ops.inputs(), out=ops.c)
     run()
     torch.cuda.synchronize()
     assert fp4.check_close(ops.c, ref).ok

@@ -13,14 +13,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gemmlab import dual_gemm_model as model  # noqa: E402
-from gemmlab import dual_gemm_sm100 as d  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm100 as d  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.compile import ptx_lines  # noqa: E402
+from gemmlab.family.configs import DualSm100Config  # noqa: E402
 from gemmlab.tiers import TierError, detect_tier  # noqa: E402
 
 SHAPES = list(fp4.TEST_SHAPES) + list(fp4.BENCHMARK_SHAPES)
-CFG = d.DualSm100Config()
-CONFIGS = [CFG, d.DualSm100Config(tile_n=64, stages=model.max_stages(64))]
+CFG = DualSm100Config()
+CONFIGS = [CFG, DualSm100Config(tile_n=64, stages=model.max_stages(64))]
 CASES = [(cfg, shape) for cfg in CONFIGS for shape in SHAPES]
 CASE_IDS = [f"n{cfg.tile_n}s{cfg.stages}-{m}x{n}x{k}" for cfg, (m, n, k) in CASES]
 
@@ -54,7 +55,7 @@ def evidence():
 
     def get(shape, cfg=CFG):
         if (cfg, shape) not in cache:
-            cache[cfg, shape] = d.static_evidence(d.compile_dual_sm100(*shape, cfg))
+            cache[cfg, shape] = d.static_evidence(d.compile_dual_sm100("sm_100a", cfg, *shape))
         return cache[cfg, shape]
 
     return get
@@ -98,34 +99,34 @@ def test_config_is_validated_against_the_model_budget():
     assert CFG.tile_n == 128 and CFG.stages <= model.max_stages(128)
     assert CFG.tmem == model.tmem_columns(128)
     assert CFG.tx_bytes == 128 * 128 + 2 * 128 * 128 + 3 * 4 * fp4.ATOM_BYTES  # A, B1, B2 + 12 scale atoms
-    d.DualSm100Config(stages=model.max_stages(128))
+    DualSm100Config(stages=model.max_stages(128))
     with pytest.raises(ValueError, match="stages must be at most"):
-        d.DualSm100Config(stages=model.max_stages(128) + 1)
+        DualSm100Config(stages=model.max_stages(128) + 1)
     with pytest.raises(ValueError, match="stages must be >= 1"):
-        d.DualSm100Config(stages=0)
-    assert d.DualSm100Config(tile_n=64).tmem == model.tmem_columns(64)
+        DualSm100Config(stages=0)
+    assert DualSm100Config(tile_n=64).tmem == model.tmem_columns(64)
     for tile_n in (192, 256, 96):
         with pytest.raises(ValueError, match=r"tile_n must be one of \(64, 128\)"):
-            d.DualSm100Config(tile_n=tile_n)
+            DualSm100Config(tile_n=tile_n)
     with pytest.raises(ValueError, match="tile_n must be a multiple of 16"):
-        d.DualSm100Config(tile_n=100)
+        DualSm100Config(tile_n=100)
     with pytest.raises(ValueError, match="num_ctas must be >= 1"):
-        d.DualSm100Config(num_ctas=0)
+        DualSm100Config(num_ctas=0)
 
 
 def test_compile_rejects_bad_arguments():
     with pytest.raises(ValueError, match="needs target sm_100a"):
-        d.compile_dual_sm100(256, 256, 512, target="sm_90a")
+        d.compile_dual_sm100("sm_90a", None, 256, 256, 512)
     with pytest.raises(ValueError, match="target must be one of"):
-        d.compile_dual_sm100(256, 256, 512, target="sm_120a")
+        d.compile_dual_sm100("sm_120a", None, 256, 256, 512)
     with pytest.raises(ValueError, match="K must be a multiple of 256"):
-        d.compile_dual_sm100(256, 256, 320)
+        d.compile_dual_sm100("sm_100a", None, 256, 256, 320)
     with pytest.raises(ValueError, match="N must be a multiple of 8"):
-        d.compile_dual_sm100(256, 100, 512)
+        d.compile_dual_sm100("sm_100a", None, 256, 100, 512)
     with pytest.raises(ValueError, match="M must be >= 1"):
-        d.compile_dual_sm100(0, 256, 512)
+        d.compile_dual_sm100("sm_100a", None, 0, 256, 512)
     with pytest.raises(TypeError, match="cfg must be a DualSm100Config"):
-        d.compile_dual_sm100(256, 256, 512, cfg=(128, 3))
+        d.compile_dual_sm100("sm_100a", (128, 3), 256, 256, 512)
 
 
 # ---------------------------------------------------------------- the PTX, at every shape used
@@ -220,7 +221,7 @@ def test_tmem_loads_are_waited_for_before_use_and_release(evidence, cfg):
 
 
 def test_epilogue_has_no_cta_wide_barrier_per_subtile():
-    c = d.compile_dual_sm100(256, 256, 512)
+    c = d.compile_dual_sm100("sm_100a", None, 256, 256, 512)
     assert all(x.split()[1].rstrip(";,") == "0" for x in ptx_lines(c, r"^bar(rier)?\.sync"))  # no named barriers
     assert ptx_lines(c, r"^bar\.warp\.sync")  # each epilogue warp syncs only itself before its TMA store
     assert ptx_lines(c, r"^fence\.proxy\.async\.shared::cta")
@@ -283,11 +284,11 @@ def test_matches_reference_with_poisoned_output(cfg, shape):
 
 @pytest.mark.parametrize("tile_n,stages", [(128, 1), (128, 2), (128, 3), (64, 5)])
 def test_shared_memory_requested_fits_the_models_budget(tile_n, stages):
-    from gemmlab.gemm_sm100 import launch_smem_bytes
+    from gemmlab.kernels.gemm_sm100 import launch_smem_bytes
 
-    cfg = d.DualSm100Config(tile_n=tile_n, stages=stages)
+    cfg = DualSm100Config(tile_n=tile_n, stages=stages)
     b = model.budget(cfg.tile_n, stages)
-    got = launch_smem_bytes(d.compile_dual_sm100(256, 256, 512, cfg))
+    got = launch_smem_bytes(d.compile_dual_sm100("sm_100a", cfg, 256, 256, 512))
     assert stages * b.smem_stage_bytes + b.smem_c_bytes <= got <= b.smem_total  # ring + C staging + barriers
     assert d.EPILOGUE_WARPS * model.C_STAGES * d.WARP_ROWS * model.EPI_N * 2 == b.smem_c_bytes  # per-warp staging
 
@@ -302,7 +303,7 @@ def test_tile_order_and_sizes_are_the_models():
 
 
 def test_gate_uses_fast_exp_and_reciprocal_then_fp16():
-    c = d.compile_dual_sm100(256, 256, 512)
+    c = d.compile_dual_sm100("sm_100a", None, 256, 256, 512)
     slices = CFG.tile_n // model.EPI_N
     per_thread = slices * model.EPI_N  # one row of the tile per thread
     assert len(ptx_lines(c, r"^ex2\.approx\.ftz\.f32")) == per_thread
@@ -313,27 +314,29 @@ def test_gate_uses_fast_exp_and_reciprocal_then_fp16():
 
 def test_compile_refuses_when_expect_tx_differs_from_the_tma_boxes(monkeypatch):
     # the host compares the model's bytes per stage with the DSL's TMA boxes; a mismatch would hang ab_full
-    monkeypatch.setattr(d.DualSm100Config, "tx_bytes", property(lambda self: 55296 + 16))
+    monkeypatch.setattr(DualSm100Config, "tx_bytes", property(lambda self: 55296 + 16))
     d.dual_host.cache_clear()
     try:
         with pytest.raises(Exception, match="the TMA boxes of a stage hold 55296 bytes"):
-            d.compile_dual_sm100(128, 64, 256)
+            d.compile_dual_sm100("sm_100a", None, 128, 64, 256)
     finally:
         d.dual_host.cache_clear()
 
 
 def test_notebook_helpers():
-    c = d.compile_dual_sm100(256, 256, 512)
+    c = d.compile_dual_sm100("sm_100a", None, 256, 256, 512)
     assert d.setup_order(c) == ["mbarrier.init (last)", "barrier.cluster.wait", "tcgen05.alloc", "bar.sync 0",
                                 "bar.sync 0", "tcgen05.relinquish_alloc_permit", "tcgen05.dealloc"]
     text = "\n".join(d.evidence_summary(c))
     assert "0x08200480: M 128, N 128, A E2M1 K-major, B E2M1 K-major, scales UE4M3, dense" in text
     assert "SFB columns (GEMM 2) 288, 292, 296, 300" in text and "run-time shift" not in text
-    secs = d.kernel_sections()
+    from gemmlab.course.show import numbered_sections, show_numbered_section
+
+    secs = numbered_sections(d.dual_kernel)
     assert [t.split(".")[0] for t in secs] == [str(i) for i in range(8)]
     assert "alloc_tmem" in secs["4. TMEM allocation"] and "tma_worker" in secs["6. The roles"]
     with pytest.raises(ValueError, match="no section 9"):
-        d.show_kernel_section(9)
+        show_numbered_section(d.dual_kernel, 9)
 
 
 @pytest.mark.parametrize("tile_n", d.TILE_N_SUPPORTED)

@@ -3,9 +3,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemmlab import dual_gemm_sm90 as d  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm90 as d  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.compile import ptx_lines, ptx_opcodes  # noqa: E402
+from gemmlab.family.configs import DualSm90Config  # noqa: E402
 from gemmlab.hardware import SMEM_PER_BLOCK  # noqa: E402
 from gemmlab.tiers import TierError, detect_tier  # noqa: E402
 
@@ -42,15 +43,15 @@ def test_products_are_exact_in_bf16():
 
 
 def test_config_smem_and_limits():
-    assert d.DualSm90Config().smem_bytes() == 2 * (128 * 128 + 2 * 128 * 128 + 128 * 16 + 2 * 128 * 16) \
+    assert DualSm90Config().smem_bytes() == 2 * (128 * 128 + 2 * 128 * 128 + 128 * 16 + 2 * 128 * 16) \
         + (128 + 256) * 64 * 2 + 1024
-    assert d.DualSm90Config(stages=3).smem_bytes() <= SMEM_PER_BLOCK
+    assert DualSm90Config(stages=3).smem_bytes() <= SMEM_PER_BLOCK
     with pytest.raises(ValueError, match="shared memory"):
-        d.DualSm90Config(stages=4)
+        DualSm90Config(stages=4)
     with pytest.raises(ValueError, match="tile_n must be 64 or 128"):
-        d.DualSm90Config(tile_n=96)
+        DualSm90Config(tile_n=96)
     with pytest.raises(ValueError, match="stages must be >= 1"):
-        d.DualSm90Config(stages=0)
+        DualSm90Config(stages=0)
 
 
 # ---------------------------------------------------------------- the PTX (compile-only, any machine)
@@ -58,7 +59,7 @@ def test_config_smem_and_limits():
 
 @pytest.fixture(scope="module")
 def ptx_128():
-    return d.compile_dual(256, 256, 512)
+    return d.compile_dual("sm_90a", None, 256, 256, 512)
 
 
 def test_ptx_tma_loads_of_packed_operands_and_scales(ptx_128):
@@ -89,17 +90,17 @@ def test_ptx_roles_barriers_and_epilogue(ptx_128):
 
 
 def test_ptx_tile_n_64():
-    c = d.compile_dual(200, 136, 768, d.DualSm90Config(tile_n=64, stages=3))
+    c = d.compile_dual("sm_90a", DualSm90Config(tile_n=64, stages=3), 200, 136, 768)
     assert ptx_opcodes(c, r"wgmma\.mma_async") == ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"]
 
 
 def test_compile_rejects_bad_arguments():
     with pytest.raises(ValueError, match="needs target sm_90a"):
-        d.compile_dual(256, 256, 512, target="sm_100a")
+        d.compile_dual("sm_100a", None, 256, 256, 512)
     with pytest.raises(ValueError, match="K must be a multiple of 256"):
-        d.compile_dual(256, 256, 320)
+        d.compile_dual("sm_90a", None, 256, 256, 320)
     with pytest.raises(TypeError, match="cfg must be a DualSm90Config"):
-        d.compile_dual(256, 256, 512, cfg=(128, 2))
+        d.compile_dual("sm_90a", (128, 2), 256, 256, 512)
 
 
 # ---------------------------------------------------------------- the public function: checks first
@@ -144,7 +145,7 @@ def test_matches_reference_with_poisoned_output(shape, tile_n):
     ops = fp4.generate(*shape, seed=11, device="cuda")
     out = ops.c  # NaN everywhere: an element the kernel does not write fails the check
     assert torch.isnan(out.float()).all()
-    d.gated_dual_gemm_sm90(*ops.inputs(), out=out, cfg=d.DualSm90Config(tile_n=tile_n))
+    d.gated_dual_gemm_sm90(*ops.inputs(), out=out, cfg=DualSm90Config(tile_n=tile_n))
     torch.cuda.synchronize()
     ref = fp4.reference(*ops.inputs())
     res = fp4.check_close(out, ref)

@@ -3,27 +3,29 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemmlab import dual_gemm_sm90_pipelined as p  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm90_pipelined as p  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.compile import ptx_lines, ptx_opcodes  # noqa: E402
+from gemmlab.family.configs import PipelinedConfig  # noqa: E402
+from gemmlab.family.heuristic_gated import choose_tile_n  # noqa: E402
 from gemmlab.hardware import SMEM_PER_BLOCK  # noqa: E402
 from gemmlab.tiers import TierError, detect_tier  # noqa: E402
 
 
 def test_config_limits_and_smem():
-    cfg = p.PipelinedConfig()
+    cfg = PipelinedConfig()
     assert (cfg.tile_n, cfg.stages, cfg.split) == (64, 4, True)
     assert cfg.stage_bytes() == (128 + 128) * (128 + 16)
     assert cfg.smem_bytes() == 4 * 256 * 144 + 4 * 128 * 128 + 1024 + 256 <= SMEM_PER_BLOCK
     with pytest.raises(ValueError, match="shared memory"):
-        p.PipelinedConfig(stages=5)
+        PipelinedConfig(stages=5)
     with pytest.raises(ValueError, match="tile_n must be one of"):
-        p.PipelinedConfig(tile_n=128)
+        PipelinedConfig(tile_n=128)
     with pytest.raises(ValueError, match="stages must be >= 3"):
-        p.PipelinedConfig(stages=2)  # the converter loads two k-blocks ahead of the one it converts
-    assert p.PipelinedConfig(stages=2, split=False).stages == 2
+        PipelinedConfig(stages=2)  # the converter loads two k-blocks ahead of the one it converts
+    assert PipelinedConfig(stages=2, split=False).stages == 2
     with pytest.raises(ValueError, match="probe must be one of"):
-        p.PipelinedConfig(probe="fast")
+        PipelinedConfig(probe="fast")
 
 
 @pytest.mark.parametrize("m, n, want", [
@@ -34,17 +36,17 @@ def test_config_limits_and_smem():
     (128, 128, 32),    # tiny: no width fills the GPU, the narrowest fills it best
 ])
 def test_choose_tile_n_fills_the_gpu(m, n, want):
-    assert p.choose_tile_n(m, n) == want
+    assert choose_tile_n(m, n) == want
 
 
 @pytest.fixture(scope="module")
 def ptx64():
-    return p.compile_pipelined(256, 256, 512, p.PipelinedConfig(tile_n=64))
+    return p.compile_pipelined("sm_90a", PipelinedConfig(tile_n=64), 256, 256, 512)
 
 
 @pytest.fixture(scope="module")
 def ptx64_joint():
-    return p.compile_pipelined(256, 256, 512, p.PipelinedConfig(tile_n=64, split=False))
+    return p.compile_pipelined("sm_90a", PipelinedConfig(tile_n=64, split=False), 256, 256, 512)
 
 
 def test_ptx_wgmma_takes_a_from_registers_and_shares_it(ptx64):
@@ -78,7 +80,7 @@ def test_ptx_joint_roles(ptx64_joint):
 
 @pytest.mark.parametrize("tile_n", [48, 32])
 def test_ptx_narrow_tiles(tile_n):
-    c = p.compile_pipelined(200, 136, 768, p.PipelinedConfig(tile_n=tile_n, stages=3))
+    c = p.compile_pipelined("sm_90a", PipelinedConfig(tile_n=tile_n, stages=3), 200, 136, 768)
     assert ptx_opcodes(c, r"wgmma\.mma_async") == [f"wgmma.mma_async.sync.aligned.m64n{tile_n}k16.f32.f16.f16"]
 
 
@@ -102,7 +104,7 @@ def test_bad_input_is_rejected_before_the_tier_check():
     with pytest.raises(TypeError, match="cfg must be a PipelinedConfig"):
         p.gated_dual_gemm_pipelined(a, b1, b2, sfa, sfb1, sfb2, cfg=(64, 4))
     with pytest.raises(ValueError, match="needs target sm_90a"):
-        p.compile_pipelined(256, 256, 512, target="sm_100a")
+        p.compile_pipelined("sm_100a", None, 256, 256, 512)
 
 
 @pytest.mark.skipif(detect_tier() != "cpu", reason="checks the CPU tier's refusal")
@@ -127,7 +129,7 @@ def test_matches_reference_with_poisoned_output(shape, tile_n, split):
     ops = fp4.generate(*shape, seed=13 + tile_n, device="cuda")
     out = ops.c
     assert torch.isnan(out.float()).all()  # poisoned: an element the kernel does not write fails the check
-    p.gated_dual_gemm_pipelined(*ops.inputs(), out=out, cfg=p.PipelinedConfig(tile_n=tile_n, split=split))
+    p.gated_dual_gemm_pipelined(*ops.inputs(), out=out, cfg=PipelinedConfig(tile_n=tile_n, split=split))
     torch.cuda.synchronize()
     res = fp4.check_close(out, fp4.reference(*ops.inputs()))
     assert res.ok, f"{shape} tile_n={tile_n} split={split}: {res}"

@@ -18,9 +18,9 @@ from gemmlab.emulator.run import run_on_emulator
 
 def _gemm(m, n, k, block_n=256, sms=4, stages=4):
     from gemmlab.family.configs import Sm100Config
-    from gemmlab.gemm_sm100 import compile_gemm_sm100
+    from gemmlab.kernels.gemm_sm100 import compile_gemm_sm100
 
-    return compile_gemm_sm100(Sm100Config(block_n=block_n, ab_stages=stages, num_sms=sms), m, n, k)
+    return compile_gemm_sm100("sm_100a", Sm100Config(block_n=block_n, ab_stages=stages, num_sms=sms), m, n, k)
 
 
 def _gemm_operands(m, n, k, seed):
@@ -50,9 +50,9 @@ def test_chapter10_gemm_matches_fp32(m, n, k, block_n, sms, seed):
 
 
 def _dual(m, n, k, tile_n=128, ctas=2):
-    from gemmlab.dual_gemm_sm100 import DualSm100Config, compile_dual_sm100
+    from gemmlab.kernels.dual_gemm_sm100 import DualSm100Config, compile_dual_sm100
 
-    return compile_dual_sm100(m, n, k, DualSm100Config(tile_n=tile_n, stages=3, num_ctas=ctas))
+    return compile_dual_sm100("sm_100a", DualSm100Config(tile_n=tile_n, stages=3, num_ctas=ctas), m, n, k)
 
 
 def _dual_operands(m, n, k, seed):

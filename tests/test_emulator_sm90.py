@@ -137,8 +137,8 @@ def test_a_zero_grid_is_an_error_that_names_the_fix():
     from gemmlab.emulator.errors import EmulatorError
     from gemmlab.emulator.run import run_on_emulator
     from gemmlab.family.configs import Sm90Config
+    from gemmlab.kernels import gemm_sm90 as gm
 
-    gm = S._kernel_module("gemm_sm90")
     c = gm.compile_gemm(target="sm_90a", cfg=Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1)), b_major="k")
     a, b = torch.zeros(64, 64, dtype=torch.bfloat16), torch.zeros(64, 64, dtype=torch.bfloat16).t()
     with pytest.raises(EmulatorError, match="mark_layout_dynamic"):

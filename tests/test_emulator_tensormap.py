@@ -734,10 +734,10 @@ def test_the_course_blackwell_kernels_maps_decode_and_their_tile_bytes_add_up():
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import from_dlpack
 
-    import gemmlab.dual_gemm_sm100 as dual
+    import gemmlab.kernels.dual_gemm_sm100 as dual
     from gemmlab.emulator.host import capture_launches
     from gemmlab.family.configs import Sm100Config
-    from gemmlab.gemm_sm100 import compile_gemm_sm100
+    from gemmlab.kernels.gemm_sm100 import compile_gemm_sm100
 
     def maps(compiled, tensors):
         (launch,) = capture_launches(compiled, *[from_dlpack(t, assumed_align=16) for t in tensors], cuda.CUstream(0))
@@ -745,7 +745,7 @@ def test_the_course_blackwell_kernels_maps_decode_and_their_tile_bytes_add_up():
 
     cfg = Sm100Config(block_n=256, ab_stages=4, num_sms=4)
     a, b, c = (torch.zeros(256, 256, dtype=torch.bfloat16) for _ in range(3))
-    ma, mb, mc = maps(compile_gemm_sm100(cfg, 256, 256, 256), (a, b.t(), c))
+    ma, mb, mc = maps(compile_gemm_sm100("sm_100a", cfg, 256, 256, 256), (a, b.t(), c))
     assert (ma.global_address, mb.global_address, mc.global_address) == (a.data_ptr(), b.data_ptr(), c.data_ptr())
     assert ma.swizzle == mb.swizzle == "128B" and ma.box_dim == (64, 128)
     assert 2 * (T.tile_bytes(ma) + T.tile_bytes(mb)) == cfg.tx_bytes  # the CTA pair's stage, on the leader
@@ -756,6 +756,6 @@ def test_the_course_blackwell_kernels_maps_decode_and_their_tile_bytes_add_up():
           for rows in (m, n, n)]
     ops = ([torch.zeros(m, k // 2, dtype=torch.uint8)] + [torch.zeros(n, k // 2, dtype=torch.uint8)] * 2
            + [torch.zeros(s, dtype=torch.uint8) for s in sf] + [torch.zeros(m, n, dtype=torch.float16)])
-    got = maps(dual.compile_dual_sm100(m, n, k), ops)
+    got = maps(dual.compile_dual_sm100("sm_100a", None, m, n, k), ops)
     assert [x.elemtype for x in got] == ["b4x16"] * 3 + ["u16"] * 3 + ["f16"]
     assert sum(T.tile_bytes(x) for x in got[:6]) == dual.DualSm100Config().tx_bytes

@@ -4,9 +4,9 @@ import pkgutil
 
 import pytest
 
-import gemmlab.exercises as ex
+import gemmlab.course.exercises as ex
 
-MODULES = [importlib.import_module(f"gemmlab.exercises.{m.name}") for m in pkgutil.iter_modules(ex.__path__)]
+MODULES = [importlib.import_module(f"gemmlab.course.exercises.{m.name}") for m in pkgutil.iter_modules(ex.__path__)]
 PAIRS = [(mod, name[len("check_"):]) for mod in MODULES for name in dir(mod) if name.startswith("check_")]
 
 
@@ -20,7 +20,7 @@ def test_solution_passes_and_wrong_answers_fail(mod, name, capsys):
 
 
 def test_chapter07_solutions_by_hand():
-    from gemmlab.exercises import ch07
+    from gemmlab.course.exercises import ch07
     from gemmlab.family.configs import Sm90Config
     from gemmlab.family.heuristic_sm90 import make_config, predict
     from gemmlab.family.problem import GemmProblem
@@ -37,7 +37,7 @@ def test_chapters_00_to_06_solutions_by_hand():
     """Each solution against arithmetic done independently of the library function it calls."""
     import math
 
-    from gemmlab.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06
+    from gemmlab.course.exercises import ch00, ch01, ch02, ch03, ch04, ch05, ch06
 
     assert ch00.solution_ridge_h200() == round(989 / 4.8) == 206
     decode_intensity = 2 * 16 * 4096 * 4096 / (2 * (16 * 4096 + 4096 * 4096 + 16 * 4096))
@@ -85,7 +85,7 @@ def test_every_exercise_that_asks_why_has_a_worked_explanation():
              if re.search(r"\b(explain|why)\b", question, re.IGNORECASE)]
     assert len(asked) >= 12
     for nb, mod, name in asked:
-        explain = getattr(importlib.import_module(f"gemmlab.exercises.{mod}"), f"explain_{name}", None)
+        explain = getattr(importlib.import_module(f"gemmlab.course.exercises.{mod}"), f"explain_{name}", None)
         assert explain is not None, f"{nb}: exercise {name} asks why, but {mod}.explain_{name} is missing"
         text = explain()
         assert isinstance(text, str) and len(text) > 200, (nb, name)
@@ -150,7 +150,7 @@ def test_right_answers_of_any_numeric_type_are_right(kind, capsys, cached_soluti
 
 
 def test_unrounded_answers_are_read_as_the_exercise_asks_and_said_so(capsys):
-    from gemmlab.exercises import ch00, ch10, ch11
+    from gemmlab.course.exercises import ch00, ch10, ch11
 
     exact = ch11.solution_stock_weight_ratio()  # 3.56: "two decimals"
     assert ch11.check_stock_weight_ratio(3.5556)
@@ -168,7 +168,7 @@ def test_checkers_survive_any_kind_of_answer(capsys, cached_solutions):
     import numpy as np
     import torch
 
-    from gemmlab.exercises import ch06, ch08
+    from gemmlab.course.exercises import ch06, ch08
 
     odd = [2, 2.5, "x", [], (), {}, set(), np.array([1, 2]), torch.zeros(3), object(), float("nan"), b"ac"]
     for mod, name in PAIRS:
@@ -183,7 +183,7 @@ def test_checkers_survive_any_kind_of_answer(capsys, cached_solutions):
 
 def test_a_checker_cell_shows_no_trailing_value():
     """In Jupyter a checker's result is displayed as nothing (the printed line is the whole output)."""
-    from gemmlab.exercises import Verdict, ch00
+    from gemmlab.course.exercises import Verdict, ch00
 
     v = ch00.check_ridge_h200(None)
     assert isinstance(v, Verdict) and v._ipython_display_() is None and not v

@@ -6,7 +6,7 @@ import gemmlab
 from gemmlab import hardware, tiers
 from gemmlab.family import api, plan
 from gemmlab.family import heuristic_sm90 as h
-from gemmlab.family.benchmark import family_cases
+from gemmlab.measure.gemm_family import family_cases
 from gemmlab.family.configs import Sm90Config, Sm100Config, effective_splits, split_ranges
 from gemmlab.family.problem import GemmProblem, canonical, problem_of
 
@@ -310,21 +310,21 @@ def test_hopper_kernels_without_tvm_ffi_name_the_package(monkeypatch):
     call path without it, raise an ImportError naming the package instead of failing inside the DSL."""
     import sys
 
-    from gemmlab import grouped
     from gemmlab.family import plan
-    from gemmlab.family.configs import Sm90Config
-    from gemmlab.family.problem import GemmProblem
+    from gemmlab.family.configs import SMALL, Sm90Config
+    from gemmlab.family.heuristic_grouped import schedule
+    from gemmlab.family.problem import GemmProblem, GroupedProblem
 
     monkeypatch.setitem(sys.modules, "tvm_ffi", None)
-    monkeypatch.setattr(plan, "_KERNELS", {})
-    monkeypatch.setattr(grouped, "_KERNELS", {})
+    monkeypatch.setattr(plan, "_KERNELS", {})  # the family's one compile cache, grouped kernels included
     plan._have_tvm_ffi.cache_clear()
     try:
         assert plan._have_tvm_ffi() is False
         with pytest.raises(ImportError, match="apache-tvm-ffi"):
             plan.compiled_kernel(GemmProblem(256, 256, 256), Sm90Config(), "sm90")
+        sched = schedule(SMALL, GroupedProblem("ragged", 64, 8, 256, 256))
         with pytest.raises(ImportError, match="apache-tvm-ffi"):
-            grouped.compiled(grouped.SMALL, "ragged", "k", tokens=64)
+            plan.grouped_kernel(SMALL, "ragged", "k", sched)
     finally:
         plan._have_tvm_ffi.cache_clear()
 
@@ -349,3 +349,15 @@ def test_gemm_without_tvm_ffi_raises_a_clear_error_on_the_gpu(monkeypatch):
             gemmlab.gemm(a, b)
     finally:
         plan._have_tvm_ffi.cache_clear()
+
+
+@pytest.mark.parametrize("cfg", [Sm90Config(), Sm90Config(tile_m=64, tile_n=96, stages=8, splits=5),
+                                 Sm90Config(tile_m=128, tile_n=128, stages=7, cluster=(1, 1), swap_ab=True, splits=3),
+                                 Sm90Config(cluster=(1, 2), raster="n", group=4)])
+def test_a_config_name_reads_back_into_the_config(cfg):
+    """The stored results name their configs (Sm90Config.name); parse_name gives every field the name holds."""
+    fields = Sm90Config.parse_name(cfg.name)
+    rest = dict(tile_k=cfg.tile_k, epi_n=cfg.epi_n, epi_stages=cfg.epi_stages, dtype=cfg.dtype, out_dtype=cfg.out_dtype)
+    assert Sm90Config(**fields, **rest) == cfg
+    with pytest.raises(ValueError, match="name must look like"):
+        Sm90Config.parse_name("128x256 c2x1 m8 s4 twice")

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import gemmlab
-from gemmlab import gemm_sm100 as g
+from gemmlab.kernels import gemm_sm100 as g
 from gemmlab import hardware, tiers
 from gemmlab import sm100_model as sm
 from gemmlab.compile import ptx_lines, ptx_opcodes
@@ -11,9 +11,10 @@ from gemmlab.family import api, configs, heuristic_sm100, plan
 from gemmlab.family.configs import Sm100Config
 from gemmlab.family.heuristic_sm100 import choose, heuristic_configs, padded_work
 from gemmlab.family.problem import GemmProblem, problem_of
+from gemmlab.measure.gemm_family import CHAPTER07_SHAPES
 from gemmlab.tiers import TierError, detect_tier
 
-SHAPES = sm.PART3_SHAPES + [(512, 512, 512), (300, 200, 136)]
+SHAPES = list(CHAPTER07_SHAPES) + [(512, 512, 512), (300, 200, 136)]
 
 # Every configuration the heuristic can return for the course's shapes, plus the other
 # dtype and B layout at the default tile (compile cost: a few seconds each).
@@ -34,7 +35,7 @@ def compiled():
     def get(cfg, shape=(1000, 1000, 1000)):
         key = (cfg, shape)
         if key not in cache:
-            cache[key] = g.compile_gemm_sm100(cfg, *shape)
+            cache[key] = g.compile_gemm_sm100("sm_100a", cfg, *shape)
         return cache[key]
 
     return get
@@ -44,7 +45,7 @@ def compiled():
 
 
 def test_heuristic_choices():
-    assert {c.block_n for c in heuristic_configs(sm.PART3_SHAPES)} == {256}
+    assert {c.block_n for c in heuristic_configs(CHAPTER07_SHAPES)} == {256}
     assert choose(GemmProblem(512, 512, 512)).block_n == 128  # 4 tiles of 256 vs 8 of 128: one wave either way
     assert choose(GemmProblem(4096, 7168, 2048)).block_n == 256  # 7 vs 13 waves: only 7% less padded work
     assert padded_work(4096, 7168, 256) == 7 * 256 and padded_work(4096, 7168, 128) == 13 * 128
@@ -120,7 +121,7 @@ def test_smem_and_tmem_of_the_compiled_kernel(compiled, cfg):
 def test_tvm_ffi_compile(cfg):
     """The call path the plans use (gemmlab.family.plan): TVM-FFI, torch tensors in, no stream argument."""
     pytest.importorskip("tvm_ffi")
-    c = g.compile_gemm_sm100(cfg, 1000, 1000, 1000, tvm_ffi=True)
+    c = g.compile_gemm_sm100("sm_100a", cfg, 1000, 1000, 1000, tvm_ffi=True)
     assert hasattr(c, "__tvm_ffi_object__")
     assert ptx_lines(c, r"^tcgen05\.mma\.cta_group::2")
     assert g.launch_smem_bytes(c) == cfg.smem_bytes

@@ -8,7 +8,7 @@ from gemmlab import gemm, splitk
 from gemmlab.compile import ptx_instructions, ptx_lines, ptx_opcodes
 from gemmlab.family import plan as P
 from gemmlab.family.configs import Sm90Config
-from gemmlab.gemm_sm90 import compile_gemm
+from gemmlab.kernels.gemm_sm90 import compile_gemm
 from gemmlab.tiers import TierError, detect_tier
 
 # ---------------------------------------------------------------- compile-only (any machine)

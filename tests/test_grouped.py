@@ -7,9 +7,11 @@ import re
 import pytest
 import torch
 
-from gemmlab import bench, grouped, grouped_tables as gt
+from gemmlab.family import api, configs, heuristic_grouped as hg, plan, problem
+from gemmlab import grouped_model as gm
+from gemmlab.measure import bench, grouped as mg, grouped_tables as gt
 from gemmlab.compile import ptx_lines, ptx_of
-from gemmlab.grouped_sm90 import compile_grouped
+from gemmlab.kernels.grouped_sm90 import compile_grouped
 
 
 # ---------------------------------------------------------------- the scheduler model (hand-worked)
@@ -17,69 +19,69 @@ from gemmlab.grouped_sm90 import compile_grouped
 def test_tile_order_walks_groups_largest_first_m_fastest():
     # groups of 3, 0 and 130 rows; N = 256 in 128-wide tiles; 128-row tiles:
     # group 2 (largest) first: 2 x 2 tiles, then group 0: 1 x 2, group 1: none -> 6 tiles over 3 CTAs
-    order = grouped.tile_order([3, 0, 130], 256, 128, 128, 3)
+    order = gm.tile_order([3, 0, 130], 256, 128, 128, 3)
     assert order == [[(2, 0, 0), (2, 1, 1)], [(2, 1, 0), (0, 0, 0)], [(2, 0, 1), (0, 0, 1)]]
     flat = sorted(t for cta in order for t in cta)
     assert len(flat) == len(set(flat)) == 6
     # index order (by_size=False): group 0's tiles first
-    order = grouped.tile_order([3, 0, 130], 256, 128, 128, 3, by_size=False)
+    order = gm.tile_order([3, 0, 130], 256, 128, 128, 3, by_size=False)
     assert order == [[(0, 0, 0), (2, 1, 0)], [(0, 0, 1), (2, 0, 1)], [(2, 0, 0), (2, 1, 1)]]
 
 
 def test_tile_order_in_cluster_pairs():
     # groups of 130 and 300 rows, N = 256, 128 x 128 tiles, 4 CTAs = 2 pairs. Largest first: group 1 has
     # 3 M-tiles -> 2 pairs x 2 N-tiles = units 0-3; group 0: 2 M-tiles -> 1 pair x 2 = units 4-5.
-    order = grouped.tile_order([130, 300], 256, 128, 128, 4, cluster=2)
+    order = gm.tile_order([130, 300], 256, 128, 128, 4, cluster=2)
     assert order[0] == [(1, 0, 0), (1, 0, 1), (0, 0, 0)]  # pair 0 takes units 0, 2, 4 (rank 0)
     assert order[1] == [(1, 1, 0), (1, 1, 1), (0, 1, 0)]  # rank 1: the other M-tile of each pair
     assert order[2] == [(1, 2, 0), (1, 2, 1), (0, 0, 1)]  # pair 1: units 1, 3, 5
     assert order[3] == [(1, 3, 0), (1, 3, 1), (0, 1, 1)]  # M-tile 3 of group 1 is past its 300 rows
-    one = grouped.tile_order([130, 300], 256, 128, 128, 4)
-    assert grouped.tile_order([130, 300], 256, 128, 128, 4, cluster=1) == one
+    one = gm.tile_order([130, 300], 256, 128, 128, 4)
+    assert gm.tile_order([130, 300], 256, 128, 128, 4, cluster=1) == one
 
 
 def test_dynamic_scheduling_for_every_single_cta_tile():
-    assert all(grouped.dynamic_schedule(c) for c in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE))
-    assert not any(grouped.dynamic_schedule(c) for c in (grouped.LARGE_C2, grouped.MEDIUM_C2))
+    assert all(hg.dynamic_schedule(c) for c in (configs.SMALL, configs.SMALL_WIDE, configs.MEDIUM, configs.LARGE))
+    assert not any(hg.dynamic_schedule(c) for c in (configs.LARGE_C2, configs.MEDIUM_C2))
 
 
 def test_dynamic_variant_claims_tiles_and_resets_its_counters():
-    dyn = ptx_of(compile_grouped(grouped.LARGE, "ragged", "k", dynamic=True))
+    dyn = ptx_of(compile_grouped("sm_90a", configs.LARGE, "ragged", "k", dynamic=True))
     # one claim (in the k-loop, CLAIM_LEAD k-blocks before a tile's last load), the acq_rel "done" count,
     # two resets
     assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 1
     assert len(re.findall(r"atom\.global\.acq_rel\.add\.u64", dyn)) == 1
     assert len(re.findall(r"atom\.global\.exch\.b64", dyn)) == 2
-    assert "atom." not in ptx_of(compile_grouped(grouped.LARGE, "ragged", "k"))
+    assert "atom." not in ptx_of(compile_grouped("sm_90a", configs.LARGE, "ragged", "k"))
 
 
 def test_dynamic_pairs_post_units_through_the_mailbox():
-    from gemmlab.grouped_sm90 import MAILBOX_WORDS
-    dyn = ptx_of(compile_grouped(grouped.LARGE_C2, "ragged", "k", dynamic=True))
+    from gemmlab.scheduler import MAILBOX_WORDS
+    dyn = ptx_of(compile_grouped("sm_90a", configs.LARGE_C2, "ragged", "k", dynamic=True))
     # the first CTA's claim, the partner's two polls (the first read and the loop's)
     assert len(re.findall(r"atom\.global\.add\.u64", dyn)) == 3
     assert len(re.findall(r"atom\.global\.acq_rel\.add\.u64", dyn)) == 1  # the "done" count, first CTAs only
     # one post, the partner's clearing of every mailbox word, the two resets
     assert len(re.findall(r"atom\.global\.exch\.b64", dyn)) == 1 + MAILBOX_WORDS + 2
-    assert MAILBOX_WORDS > grouped.LARGE_C2.stages + 1 and MAILBOX_WORDS > grouped.MEDIUM_C2.stages + 1
+    assert MAILBOX_WORDS > configs.LARGE_C2.stages + 1 and MAILBOX_WORDS > configs.MEDIUM_C2.stages + 1
 
 
 def test_largest_first_only_for_single_cta_128_row_tiles():
-    many = grouped.DYNAMIC_LARGEST_FIRST_FROM
-    assert grouped.largest_first(grouped.MEDIUM, many) and grouped.largest_first(grouped.LARGE, many)
-    assert not grouped.largest_first(grouped.SMALL, many) and not grouped.largest_first(grouped.SMALL_WIDE, many)
-    assert not grouped.largest_first(grouped.LARGE_C2, many) and not grouped.largest_first(grouped.MEDIUM_C2, many)
+    many = hg.DYNAMIC_LARGEST_FIRST_FROM
+    assert hg.largest_first(configs.MEDIUM, many) and hg.largest_first(configs.LARGE, many)
+    assert not hg.largest_first(configs.SMALL, many) and not hg.largest_first(configs.SMALL_WIDE, many)
+    assert not hg.largest_first(configs.LARGE_C2, many) and not hg.largest_first(configs.MEDIUM_C2, many)
 
 
 def test_largest_first_with_dynamic_scheduling_only_from_many_tokens():
-    many = grouped.DYNAMIC_LARGEST_FIRST_FROM
-    assert grouped.dynamic_schedule(grouped.LARGE) and grouped.dynamic_schedule(grouped.MEDIUM)
-    assert not grouped.largest_first(grouped.LARGE, many - 1) and grouped.largest_first(grouped.LARGE, many)
-    assert not grouped.largest_first(grouped.MEDIUM, 512)  # where choose_config picks 128 x 192: index order
+    many = hg.DYNAMIC_LARGEST_FIRST_FROM
+    assert hg.dynamic_schedule(configs.LARGE) and hg.dynamic_schedule(configs.MEDIUM)
+    assert not hg.largest_first(configs.LARGE, many - 1) and hg.largest_first(configs.LARGE, many)
+    assert not hg.largest_first(configs.MEDIUM, 512)  # where choose_config picks 128 x 192: index order
     # static scheduling keeps largest first at any size; the scheduling passed in overrides the tile's
-    assert grouped.largest_first(grouped.MEDIUM, 64, dynamic=False)
-    assert grouped.largest_first(grouped.LARGE, 64, dynamic=False)
-    assert not grouped.largest_first(grouped.MEDIUM, 64, dynamic=True)
+    assert hg.largest_first(configs.MEDIUM, 64, dynamic=False)
+    assert hg.largest_first(configs.LARGE, 64, dynamic=False)
+    assert not hg.largest_first(configs.MEDIUM, 64, dynamic=True)
 
 
 def test_tile_order_figures(tmp_path, monkeypatch):
@@ -87,7 +89,7 @@ def test_tile_order_figures(tmp_path, monkeypatch):
 
     monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
     for cluster in (1, 2):  # the pairs' figure draws the slots past the rows too: every handed-out tile has a cell
-        p = gt.draw_tile_order([300, 0, 70, 520], 512, 128, 128, 6, name=f"t{cluster}", cluster=cluster)
+        p = gm.draw_tile_order([300, 0, 70, 520], 512, 128, 128, 6, name=f"t{cluster}", cluster=cluster)
         assert p.exists() and p.stat().st_size > 1000
 
 
@@ -99,18 +101,18 @@ def _tail_rows(fixed, us_per_expert, n=7168, k=2048, lives=(1, 2, 8, 10, 12, 20)
 def test_fit_launch_cost_on_a_line():
     rows = _tail_rows(12.0, 7.0)
     rows[0]["us"] += 50.0  # under 4 waves: left out of the fit
-    fit = grouped.fit_launch_cost(rows)
+    fit = mg.fit_launch_cost(rows)
     assert fit["fixed_us"] == pytest.approx(12.0) and fit["us_per_expert"] == pytest.approx(7.0)
     assert fit["tbs"] == pytest.approx(7168 * 2048 * 2 / 7e-6 / 1e12)
     with pytest.raises(ValueError, match="two launches"):
-        grouped.fit_launch_cost(rows[:3])
+        mg.fit_launch_cost(rows[:3])
 
 
 def test_finish_times_figure(tmp_path, monkeypatch):
     import gemmlab.figures as figs
 
     monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
-    p = gt.draw_finish_times(tiles=40, grid=8, name="finish")
+    p = gm.draw_finish_times(tiles=40, grid=8, name="finish")
     assert p.exists() and p.stat().st_size > 1000
 
 
@@ -122,8 +124,8 @@ def test_tail_figure_and_lines(tmp_path, monkeypatch):
     fits = []
     for n, k in ((7168, 2048), (4096, 7168)):
         fam = [r for r in rows if r["n"] == n]
-        fits.append({"n": n, "k": k, **grouped.fit_launch_cost(fam),
-                     "torch": grouped.fit_launch_cost([{**r, "us": r["torch_us"]} for r in fam])})
+        fits.append({"n": n, "k": k, **mg.fit_launch_cost(fam),
+                     "torch": mg.fit_launch_cost([{**r, "us": r["torch_us"]} for r in fam])})
     doc = {"device": "test GPU", "rows": rows, "fits": fits, "stream_read_tbs": 3.0, "sms": 132}
     p = gt.draw_tail([doc, doc], name="tail")
     assert p.exists() and p.stat().st_size > 1000
@@ -145,7 +147,7 @@ def test_decode_sets_against_a_streaming_read_of_their_bytes():
     rows = [row, {**row, "weight_bound": False}, {**row, "tokens": 512}, {**row, "gemmlab_kernel_ms": 0.22}]
     moe_doc = {"device": "test GPU", "hbm_gbs": 3200.0, "rows": rows}
     tail_doc = {"stream_read_fit": {"fixed_us": 10.0, "tbs": 3.2}}
-    got = grouped.against_streaming_read(moe_doc, tail_doc)
+    got = mg.against_streaming_read(moe_doc, tail_doc)
     assert [x for _, x in got] == pytest.approx([1.0, 0.5])
     assert "2 decode sets" in gt.streaming_read_line(moe_doc, tail_doc) and "0.500 to 1.000" in gt.streaming_read_line(moe_doc, tail_doc)
 
@@ -157,20 +159,20 @@ def test_measured_roofline_by_hand(tmp_path, monkeypatch):
     # 0.25 ms of bytes; run in 2.5 ms, 0.80 too. The datasheet's column stays as it was.
     decode = {"tokens": 64, "groups": 8, "flops": 8e9, "bytes": 4e8, "gemmlab_kernel_ms": 0.125, "of_roofline": 0.7}
     big = {"tokens": 16384, "groups": 8, "flops": 1.6e12, "bytes": 1e9, "gemmlab_kernel_ms": 2.5, "of_roofline": 0.6}
-    rows = grouped.measured_roofline([decode, big], {"copy_tbs": 4.0, "gemm_tflops": 800.0})
+    rows = mg.measured_roofline([decode, big], {"copy_tbs": 4.0, "gemm_tflops": 800.0})
     assert [r["measured_floor_ms"] for r in rows] == pytest.approx([0.1, 2.0])
     assert [r["of_measured_roofline"] for r in rows] == pytest.approx([0.8, 0.8])
     assert decode["of_roofline"] == 0.7
     with pytest.raises(ValueError, match="ceilings"):
-        grouped.measured_roofline([decode], {"copy_tbs": 0.0, "gemm_tflops": 800.0})
+        mg.measured_roofline([decode], {"copy_tbs": 0.0, "gemm_tflops": 800.0})
     # The summary and the chapter's lines name both rooflines once a run has the measured one.
     full = {"vs_torch": 1.0, "vs_torch_novalidate": 1.0, "vs_torch_kernel": 1.0, "vs_loop": 1.0, "rel_err": 1e-3,
             "shape": "test", "nonempty": 8, "config": "64x128 c1x1", "gemmlab_novalidate_ms": 1.0,
             "torch_grouped_mm_ms": 1.0, "matmul_loop_ms": 1.0}
     doc = {"device": "test GPU", "date": "2026-11-25", "measured": {"copy_tbs": 4.0, "gemm_tflops": 800.0},
            "rows": [{**decode, **full}, {**decode, **full, "gemmlab_kernel_ms": 0.2}, {**big, **full}]}
-    grouped.measured_roofline(doc["rows"], doc["measured"])
-    s = grouped.summarize(doc["rows"])
+    mg.measured_roofline(doc["rows"], doc["measured"])
+    s = mg.summarize(doc["rows"])
     assert s["decode_of_measured_roofline_min"] == pytest.approx(0.5)
     assert s["decode_of_measured_roofline_geomean"] == pytest.approx((0.8 * 0.5) ** 0.5)
     assert "0.63 of the measured one (geomean), lowest 0.50 (this run's copy 4.00 TB/s" in gt.summary_lines(doc)
@@ -194,54 +196,54 @@ def test_timeline_from_hand_made_traces():
     def launch(t0):
         rows = [[0, 2000, 5000, 6000, 20000, 19000, 22000, 3], [1000, 3000, 7000, 8000, 14000, 13000, 15000, 2]]
         return torch.tensor([[v + t0 if i < len(pts) - 1 else v for i, v in enumerate(r)] for r in rows])
-    t = grouped.timeline({"points": pts, "launches": [launch(0), launch(30000)]})
+    t = mg.timeline({"points": pts, "launches": [launch(0), launch(30000)]})
     assert t["span"] == 22 and t["entry_skew"] == 1 and t["gap"] == 8
     assert t["to_first_load"] == 2 and t["first_tile"] == 5.5 and t["drain"] == 1.5 and t["tail"] == 3.5
     assert (t["tiles_min"], t["tiles_max"]) == (2, 3)
 
 
 def grouped_sm90_points():
-    from gemmlab.grouped_sm90 import TRACE_POINTS
+    from gemmlab.kernels.grouped_sm90 import TRACE_POINTS
     assert TRACE_POINTS[-1] == "tiles" and TRACE_POINTS[0] == "entry"
     return TRACE_POINTS
 
 
 def test_traced_kernel_stamps_only_when_asked():
-    traced = ptx_of(compile_grouped(grouped.SMALL, "ragged", "k", trace=True))
-    from gemmlab.grouped_sm90 import TRACE_POINTS
+    traced = ptx_of(compile_grouped("sm_90a", configs.SMALL, "ragged", "k", trace=True))
+    from gemmlab.kernels.grouped_sm90 import TRACE_POINTS
     assert len(re.findall(r"%globaltimer", traced)) == len(TRACE_POINTS) - 1  # every point but the tile count
-    assert "%globaltimer" not in ptx_of(compile_grouped(grouped.SMALL, "ragged", "k"))
+    assert "%globaltimer" not in ptx_of(compile_grouped("sm_90a", configs.SMALL, "ragged", "k"))
 
 
 def test_finish_times_claimed_as_tiles_end_by_hand():
     # CTA 1 twice as fast: it frees up at 0.5 and takes tile 2; at 1.0 both are free (CTA 0 first): tile 3 to
     # CTA 0 (ends 2.0), tile 4 to CTA 1 (1.0 -> 1.5), tile 5 to CTA 1 (-> 2.0): both end at the even split
-    assert grouped.finish_times([1] * 6, [1, 2], dynamic=True, ahead=False) == [2.0, 2.0]
+    assert gm.finish_times([1] * 6, [1, 2], dynamic=True, ahead=False) == [2.0, 2.0]
     # claiming as a tile starts, the same 6 tiles end as the static order does
-    assert grouped.finish_times([1] * 6, [1, 2], dynamic=True, ahead=True) == [3.0, 1.5]
-    assert grouped.finish_times([1] * 6, [1, 2], dynamic=False, ahead=False) == [3.0, 1.5]  # static ignores it
+    assert gm.finish_times([1] * 6, [1, 2], dynamic=True, ahead=True) == [3.0, 1.5]
+    assert gm.finish_times([1] * 6, [1, 2], dynamic=False, ahead=False) == [3.0, 1.5]  # static ignores it
 
 
 def test_finish_times_model_by_hand():
     # 2 CTAs at speeds 1 and 2, six unit tiles. Static: CTA 0 runs tiles 0, 2, 4 (3.0), CTA 1 tiles 1, 3, 5 (1.5).
-    assert grouped.finish_times([1] * 6, [1, 2], dynamic=False) == [3.0, 1.5]
+    assert gm.finish_times([1] * 6, [1, 2], dynamic=False) == [3.0, 1.5]
     # Dynamic, claiming one ahead: CTA 0 starts 0 (claims 2), CTA 1 starts 1 (claims 3); CTA 1 starts 3 at 0.5
     # (claims 4), CTA 0 starts 2 at 1 (claims 5), CTA 1 starts 4 at 1.0 and ends at 1.5; CTA 0 runs 5 from 2 to 3.
-    assert grouped.finish_times([1] * 6, [1, 2], dynamic=True) == [3.0, 1.5]
+    assert gm.finish_times([1] * 6, [1, 2], dynamic=True) == [3.0, 1.5]
     # With more tiles dynamic wins: 24 unit tiles, static ends at 12, dynamic between the even split (8) and 9
     # (the slow CTA may still hold one claimed tile when the fast one runs out).
-    static = grouped.finish_times([1] * 24, [1, 2], dynamic=False)
-    dynamic = grouped.finish_times([1] * 24, [1, 2], dynamic=True)
+    static = gm.finish_times([1] * 24, [1, 2], dynamic=False)
+    dynamic = gm.finish_times([1] * 24, [1, 2], dynamic=True)
     assert static == [12.0, 6.0] and 8.0 <= max(dynamic) <= 9.0
 
 
 def test_visit_order_ranks_sizes_ties_by_index():
-    assert grouped.visit_order([5, 9, 0, 9, 5]) == [1, 3, 0, 4, 2]
-    assert grouped.visit_order([5, 9, 0], by_size=False) == [0, 1, 2]
-    from gemmlab.grouped_sm90 import ORDER_MAX
+    assert gm.visit_order([5, 9, 0, 9, 5]) == [1, 3, 0, 4, 2]
+    assert gm.visit_order([5, 9, 0], by_size=False) == [0, 1, 2]
+    from gemmlab.kernels.grouped_sm90 import ORDER_MAX
     many = list(range(ORDER_MAX + 1))  # past the shared-memory list: index order
-    assert grouped.visit_order(many) == many
-    assert grouped.visit_order(many[:ORDER_MAX])[:2] == [ORDER_MAX - 1, ORDER_MAX - 2]
+    assert gm.visit_order(many) == many
+    assert gm.visit_order(many[:ORDER_MAX])[:2] == [ORDER_MAX - 1, ORDER_MAX - 2]
 
 
 def test_descriptor_slots_are_never_rewritten_under_a_queued_load():
@@ -250,7 +252,8 @@ def test_descriptor_slots_are_never_rewritten_under_a_queued_load():
     slots the kernel first had, groups of one k-block break that; with stages + 1 slots nothing can."""
     import random
 
-    from gemmlab.grouped_sm90 import ab_slots, slot_reuse_margin
+    from gemmlab.family.configs import ab_slots
+    from gemmlab.grouped_model import slot_reuse_margin
 
     one_block = [(0, g, 1) for g in range(40)]  # a CTA walking 40 groups of one k-block each
     for stages in (2, 4, 8):
@@ -265,7 +268,7 @@ def test_descriptor_slots_are_never_rewritten_under_a_queued_load():
             visits.append((rng.randint(0, 1), g, rng.randint(1, 5)))
         margin = slot_reuse_margin(visits, stages, stages + 1)
         assert margin is None or margin >= stages, (stages, visits)
-    for cfg in (grouped.SMALL, grouped.LARGE, grouped.LARGE_C2):
+    for cfg in (configs.SMALL, configs.LARGE, configs.LARGE_C2):
         assert ab_slots(cfg) == cfg.stages + 1
     # no group change inside a run of one group's tiles
     assert slot_reuse_margin([(0, 0, 3)] * 10, 4, 2) is None
@@ -274,29 +277,29 @@ def test_descriptor_slots_are_never_rewritten_under_a_queued_load():
 
 
 def test_descriptor_updates_count_group_changes():
-    assert grouped.descriptor_updates([3, 0, 130], 256, 128, 128, 3) == [1, 2, 2]
-    assert grouped.descriptor_updates([3, 0, 130], 256, 128, 128, 3, by_size=False) == [2, 2, 1]
+    assert gm.descriptor_updates([3, 0, 130], 256, 128, 128, 3) == [1, 2, 2]
+    assert gm.descriptor_updates([3, 0, 130], 256, 128, 128, 3, by_size=False) == [2, 2, 1]
     # one group: every CTA rewrites once
-    assert grouped.descriptor_updates([1000], 512, 128, 128, 4) == [1, 1, 1, 1]
+    assert gm.descriptor_updates([1000], 512, 128, 128, 4) == [1, 1, 1, 1]
 
 
 def test_random_pairs_layouts():
-    pairs = grouped.random_pairs([(3, 16, 24), (0, 8, 16)], device="cpu")
+    pairs = gm.random_pairs([(3, 16, 24), (0, 8, 16)], device="cpu")
     (a, b), (a0, b0) = pairs
     assert a.shape == (3, 24) and b.shape == (24, 16) and b.stride() == (1, 24)  # (N, K) storage, (K, N) view
     assert a0.shape == (0, 16) and b0.shape == (16, 8)
-    (_, bn), _ = grouped.random_pairs([(3, 16, 24), (0, 8, 16)], b_major="n", device="cpu")
+    (_, bn), _ = gm.random_pairs([(3, 16, 24), (0, 8, 16)], b_major="n", device="cpu")
     assert bn.shape == (24, 16) and bn.stride() == (16, 1)
-    again = grouped.random_pairs([(3, 16, 24), (0, 8, 16)], device="cpu")
+    again = gm.random_pairs([(3, 16, 24), (0, 8, 16)], device="cpu")
     assert torch.equal(again[0][0], a) and torch.equal(again[0][1], b)  # the seed fixes the data
 
 
 def test_random_problem_layouts_and_offsets():
-    a, b, offs = grouped.random_problem([3, 0, 5], 16, 24, extra_rows=2, device="cpu")
-    assert a.shape == (10, 24) and b.shape == (3, 24, 16) and grouped.b_major_of("b", b) == "k"
+    a, b, offs = gm.random_problem([3, 0, 5], 16, 24, extra_rows=2, device="cpu")
+    assert a.shape == (10, 24) and b.shape == (3, 24, 16) and problem.b_major_of("b", b) == "k"
     assert offs.dtype == torch.int32 and offs.tolist() == [3, 3, 8]
-    _, bn, _ = grouped.random_problem([1], 16, 24, b_major="n", device="cpu")
-    assert grouped.b_major_of("b", bn) == "n"
+    _, bn, _ = gm.random_problem([1], 16, 24, b_major="n", device="cpu")
+    assert problem.b_major_of("b", bn) == "n"
 
 
 def test_problem_table_rows():
@@ -304,24 +307,24 @@ def test_problem_table_rows():
     bk = torch.zeros(24, 32, dtype=torch.bfloat16).t()  # K x N view of an N x K weight: ldb = K
     bn = torch.zeros(32, 24, dtype=torch.bfloat16)  # row-major K x N: ldb = N
     c = torch.zeros(5, 24, dtype=torch.bfloat16)
-    (row,) = grouped.problem_table([(a, bk)], [c], "k")
+    (row,) = plan.problem_table([(a, bk)], [c], "k")
     assert row == (a.data_ptr(), bk.data_ptr(), c.data_ptr(), 5, 24, 32, 32, 32, 24)
-    (row,) = grouped.problem_table([(a, bn)], [c], "n")
+    (row,) = plan.problem_table([(a, bn)], [c], "n")
     assert row[6:] == (32, 24, 24)
 
 
 def test_flops_bytes_count_only_live_weights():
-    flops, nbytes = grouped.flops_bytes([2, 0, 3], 8, 16)
+    flops, nbytes = gm.flops_bytes([2, 0, 3], 8, 16)
     assert flops == 2 * 5 * 8 * 16
     assert nbytes == 2 * (5 * 16 + 5 * 8 + 2 * 16 * 8)
 
 
 def test_store_under_next_from_256_tokens_per_expert_on_128_row_tiles():
-    assert grouped.store_under_next(grouped.LARGE, 16384, 64)  # 256 per expert
-    assert not grouped.store_under_next(grouped.LARGE, 16383, 64)
-    assert grouped.store_under_next(grouped.LARGE_C2, 4096, 8) and grouped.store_under_next(grouped.MEDIUM, 4096, 8)
-    assert not grouped.store_under_next(grouped.LARGE, 4096, 32)  # 128 per expert: waits on memory
-    assert not grouped.store_under_next(grouped.SMALL, 16384, 8)  # 64-row tiles: never
+    assert hg.store_under_next(configs.LARGE, 16384, 64)  # 256 per expert
+    assert not hg.store_under_next(configs.LARGE, 16383, 64)
+    assert hg.store_under_next(configs.LARGE_C2, 4096, 8) and hg.store_under_next(configs.MEDIUM, 4096, 8)
+    assert not hg.store_under_next(configs.LARGE, 4096, 32)  # 128 per expert: waits on memory
+    assert not hg.store_under_next(configs.SMALL, 16384, 8)  # 64-row tiles: never
 
 
 def test_store_gains_by_hand():
@@ -331,7 +334,7 @@ def test_store_gains_by_hand():
     doc = {"device": "GPU", "rows": [row("128x256 c2x1 m8 s4", 4096, 8, 1.02, 1.00, 1.1),  # 512 per expert: on
                                      row("128x256 c1x1 m8 s4", 4096, 32, 1.00, 1.01, 1.3),  # 128: off
                                      row("64x128 c1x1 m8 s8", 64, 8, 1.00, 0.99, 1.2)]}  # 64-row: neither
-    got = grouped.store_gains(doc)
+    got = mg.store_gains(doc)
     assert got["on"] == {"sets": 1, "geomean": pytest.approx(1.02), "min": pytest.approx(1.02),
                          "max": pytest.approx(1.02), "faster": 1}
     assert got["off"]["sets"] == 1 and got["off"]["faster"] == 0 and got["off"]["min"] == pytest.approx(1 / 1.01)
@@ -347,12 +350,12 @@ def test_store_gains_by_hand():
 def test_store_under_next_threshold_on_its_stored_data(gpu):
     """The stored ``overlap`` runs are the rule's data: where it turns the store under the next main loop on, that
     is faster (geomean over 1 %, at most one set of 16 not faster); where it leaves it off, no set would gain 1.5 %."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_overlap", slug)
     if doc is None:
         pytest.skip(f"no stored overlap run for the {gpu}")
-    got = grouped.store_gains(doc)
+    got = mg.store_gains(doc)
     assert got["on"]["sets"] == 16 and got["on"]["geomean"] > 1.01 and got["on"]["faster"] >= 15
     assert got["off"]["sets"] == 20 and got["off"]["max"] < 1.015
     assert got["vs_torch_rule"] > got["vs_torch_between"]
@@ -361,10 +364,10 @@ def test_store_under_next_threshold_on_its_stored_data(gpu):
 def test_expert_bounds_by_hand():
     # N = K = 1000, BF16, 1 TFLOP/s and 5 GB/s: the expert of 100 rows waits on its bytes (2.4 MB: 0.48 ms against
     # 0.256 ms of its 128 padded rows), the one of 300 on its compute (384 rows: 0.768 ms against 3.2 MB, 0.64 ms)
-    serial, overlapped = grouped.expert_bounds([0, 100, 300], 1000, 1000, tflops=1.0, tbs=0.005)
+    serial, overlapped = mg.expert_bounds([0, 100, 300], 1000, 1000, tflops=1.0, tbs=0.005)
     assert serial == pytest.approx(0.48 + 0.768)
     assert overlapped == pytest.approx(max(0.256 + 0.768, 0.48 + 0.64))
-    serial, _ = grouped.expert_bounds([300], 1000, 1000, tflops=1.0, tbs=0.005, unit_rows=256)
+    serial, _ = mg.expert_bounds([300], 1000, 1000, tflops=1.0, tbs=0.005, unit_rows=256)
     assert serial == pytest.approx(0.512 * 2)  # 512 rows in units of 256
 
 
@@ -372,11 +375,11 @@ def test_expert_bound_rows_and_lines():
     rows = [{"shape": "S", "n": 512, "k": 256, "groups": 8, "tokens": 4096, "config": cfg, "gemmlab_kernel_ms": 0.1}
             for cfg in ("128x256 c1x1 m8 s4", "128x256 c2x1 m8 s4", "64x128 c1x1 m8 s8")]
     doc = {"device": "GPU", "rows": rows, "measured": {"gemm_tflops": 700.0, "copy_tbs": 3.0}}
-    got = grouped.expert_bound_rows(doc)
+    got = mg.expert_bound_rows(doc)
     assert [g["row"]["config"] for g in got] == ["128x256 c1x1 m8 s4", "128x256 c2x1 m8 s4"]  # 128 x 256 only
-    sizes = grouped.skewed_sizes(4096, 8)
+    sizes = gm.skewed_sizes(4096, 8)
     for g, unit in zip(got, (128, 256)):
-        serial, overlapped = grouped.expert_bounds(sizes, 512, 256, 700.0, 3.0, unit_rows=unit)
+        serial, overlapped = mg.expert_bounds(sizes, 512, 256, 700.0, 3.0, unit_rows=unit)
         assert g["serial_ms"] == serial and g["overlapped_ms"] == overlapped
         assert g["measured_over_serial"] == pytest.approx(0.1 / serial)
     lines = gt.expert_bound_lines(doc, most=1).splitlines()
@@ -410,7 +413,7 @@ def test_fences_lines_by_hand():
 def test_stored_fences_run_is_wrong_and_under_its_floor():
     """Chapter 08's claim from the stored H100 run: the unfenced kernel's output is wrong on every set and on at
     least one it finished in less time than reading its bytes once takes."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     doc = load_results("grouped_gemm_fences", "nvidia-h100-80gb-hbm3")
     if doc is None:
         pytest.skip("no stored fences run for the H100")
@@ -424,15 +427,15 @@ def test_stored_fences_run_is_wrong_and_under_its_floor():
 def test_stored_mixed_runs_back_the_block_size(gpu):
     """MIXED_BURST is the fastest block size each GPU measured, and the mixed order in it beats the kernel without
     it as a geomean over the sets where mixed_rows turns it on (on the H100, on every one of them)."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_mixed", slug)
     if doc is None:
         pytest.skip(f"no stored mixed run for the {gpu}")
     rows = doc["rows"]
-    assert rows and all(grouped.mixed_rows(grouped.LARGE, r["tokens"], r["groups"]) for r in rows)
+    assert rows and all(hg.mixed_rows(configs.LARGE, r["tokens"], r["groups"]) for r in rows)
     best = max(doc["summary"], key=lambda key: doc["summary"][key] if key.endswith("_gain") else 0)
-    assert best == f"burst{grouped.MIXED_BURST}_gain" and doc["summary"][best] > 1
+    assert best == f"burst{hg.MIXED_BURST}_gain" and doc["summary"][best] > 1
     if gpu == "H100":
         assert all(r[best] > 1 for r in rows)
     assert doc["summary"]["worst_rel_err"] < 1e-2
@@ -441,7 +444,7 @@ def test_stored_mixed_runs_back_the_block_size(gpu):
 @pytest.mark.parametrize("gpu", ["H100", "H200"])
 def test_stored_kernel_runs_follow_the_rules(gpu):
     """The stored headline runs: the 64 sets, each with the tile and the mixed order the library picks today."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_kernel", slug)
     if doc is None:
@@ -449,9 +452,9 @@ def test_stored_kernel_runs_follow_the_rules(gpu):
     rows = doc["rows"]
     assert len(rows) == 64 and all(r["rel_err"] < 1e-2 for r in rows)
     for r in rows:
-        cfg = grouped.config_for_gpu(gpu, r["tokens"], r["groups"], r["n"], r["k"])
+        cfg = hg.config_for_gpu(gpu, r["tokens"], r["groups"], r["n"], r["k"])
         assert r["config"] == cfg.name
-        assert r["mixed"] == bool(grouped.mixed_rows(cfg, r["tokens"], r["groups"]))
+        assert r["mixed"] == bool(hg.mixed_rows(cfg, r["tokens"], r["groups"]))
     assert sum(r["mixed"] for r in rows) == 16
 
 
@@ -459,47 +462,47 @@ def test_stored_kernel_runs_follow_the_rules(gpu):
 def test_stored_moe_runs_the_experts_as_if_one_after_another(gpu):
     """Chapter 08's model: on every set of 128 x 256 tiles the kernel takes within 0.95-1.10x of the experts' time
     one after another, and overlapping them would be worth 20 % or more somewhere."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm", slug)
     if doc is None:
         pytest.skip(f"no stored moe run for the {gpu}")
-    got = grouped.expert_bound_rows(doc)
+    got = mg.expert_bound_rows(doc)
     assert len(got) == 32
     assert all(0.95 < g["measured_over_serial"] < 1.10 for g in got)
     assert all(g["overlapped_over_serial"] <= 1.0 for g in got) and min(g["overlapped_over_serial"] for g in got) < 0.8
 
 
 def test_choose_config_by_tokens_and_experts():
-    choose = grouped.choose_config
-    assert choose(64, 8, 4096, 7168) is grouped.SMALL  # decode: 8 per expert
-    wide = grouped.SMALL_WIDE
+    choose = hg.choose_config
+    assert choose(64, 8, 4096, 7168) is configs.SMALL  # decode: 8 per expert
+    wide = configs.SMALL_WIDE
     assert choose(512, 32, 4096, 7168, decode=wide) is wide  # 16 per expert
     assert choose(512, 32, 3072, 7168, decode=wide) is wide  # 12 tiles of 256 per expert
-    assert choose(512, 32, 2048, 7168, decode=wide) is grouped.SMALL  # too narrow for the wide tile
-    assert choose(512, 32, 2048, 7168, decode=grouped.SMALL) is grouped.SMALL
-    assert choose(512, 8, 4096, 7168) is grouped.MEDIUM  # 64 per expert, too few tokens in all
-    assert choose(1900, 8, 4096, 7168) is grouped.LARGE  # 237 per expert, too few tokens in all
-    assert choose(4096, 128, 4096, 7168) is grouped.LARGE  # 32 per expert
-    assert choose(4096, 16, 4096, 7168, pairs_from=41) is grouped.LARGE_C2
-    assert choose(4096, 64, 4096, 7168, pairs_from=41) is grouped.LARGE  # 64 experts: never pairs
-    assert choose(4096, 64, 4096, 7168, pairs_from=512) is grouped.LARGE  # 64 per expert
-    assert choose(4096, 8, 4096, 7168, pairs_from=512) is grouped.LARGE_C2  # 512 per expert, 8 experts
-    assert choose(4096 * 4, 16, 4096, 7168, pairs_from=512) is grouped.LARGE_C2  # 1024, 16 experts
-    assert choose(16384, 32, 4096, 7168, pairs_from=512) is grouped.LARGE  # 512 per expert, 32 experts
-    assert choose(16384, 8, 4096, 7168) is grouped.LARGE  # no pairs on GPUs not measured
+    assert choose(512, 32, 2048, 7168, decode=wide) is configs.SMALL  # too narrow for the wide tile
+    assert choose(512, 32, 2048, 7168, decode=configs.SMALL) is configs.SMALL
+    assert choose(512, 8, 4096, 7168) is configs.MEDIUM  # 64 per expert, too few tokens in all
+    assert choose(1900, 8, 4096, 7168) is configs.LARGE  # 237 per expert, too few tokens in all
+    assert choose(4096, 128, 4096, 7168) is configs.LARGE  # 32 per expert
+    assert choose(4096, 16, 4096, 7168, pairs_from=41) is configs.LARGE_C2
+    assert choose(4096, 64, 4096, 7168, pairs_from=41) is configs.LARGE  # 64 experts: never pairs
+    assert choose(4096, 64, 4096, 7168, pairs_from=512) is configs.LARGE  # 64 per expert
+    assert choose(4096, 8, 4096, 7168, pairs_from=512) is configs.LARGE_C2  # 512 per expert, 8 experts
+    assert choose(4096 * 4, 16, 4096, 7168, pairs_from=512) is configs.LARGE_C2  # 1024, 16 experts
+    assert choose(16384, 32, 4096, 7168, pairs_from=512) is configs.LARGE  # 512 per expert, 32 experts
+    assert choose(16384, 8, 4096, 7168) is configs.LARGE  # no pairs on GPUs not measured
 
 
 @pytest.mark.parametrize("gpu", ["H100", "H200"])
 def test_heuristic_is_near_the_best_tile_of_its_sweep(gpu):
     """The stored sweep (every tile, static and dynamic) is the heuristic's data: on it the chosen tile must be
     within 1 % of the best per set as a geomean, and within 1.2x on every set."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_sweep_sched", slug)
     if doc is None:
         pytest.skip(f"no stored sweep for the {gpu}")
-    regret = [x for x, _ in grouped.heuristic_regret(doc, gpu)]
+    regret = [x for x, _ in mg.heuristic_regret(doc, gpu)]
     assert len(regret) == 64
     assert sum(map(math.log, regret)) / len(regret) < math.log(1.01)
     assert max(regret) < 1.2
@@ -509,11 +512,11 @@ def test_best_tile_ratio_by_hand():
     doc = {"configs": {"128x128 s5": {}, "128x128 c2 s6 dyn": {}, "128x256 s4 dyn": {}, "128x256 c2 s4": {}},
            "rows": [{"128x128 s5_ms": 3.0, "128x128 c2 s6 dyn_ms": 2.5, "128x256 s4 dyn_ms": 2.0, "128x256 c2 s4_ms": 2.2},
                     {"128x128 s5_ms": 1.0, "128x128 c2 s6 dyn_ms": 1.2, "128x256 s4 dyn_ms": 1.1, "128x256 c2 s4_ms": 1.25}]}
-    got = grouped.best_tile_ratio(doc, "128x128", "128x256")
+    got = mg.best_tile_ratio(doc, "128x128", "128x256")
     assert [round(x, 6) for x, _ in got] == [1.25, round(1.0 / 1.1, 6)]
     assert got[1][1] is doc["rows"][1]
     with pytest.raises(ValueError, match="no 64x64 tile"):
-        grouped.best_tile_ratio(doc, "64x64", "128x256")
+        mg.best_tile_ratio(doc, "64x64", "128x256")
     for r, (shape, g, t) in zip(doc["rows"], [("A", 8, 4096), ("B", 32, 16384)]):
         r.update(shape=shape, groups=g, tokens=t)
     line = gt.tile_ratio_line({**doc, "device": "GPU"})
@@ -525,7 +528,7 @@ def test_ping_pong_bound_by_hand():
     doc = {"configs": {"128x128 s5": {}, "128x256 s4 dyn": {}},
            "rows": [{"k": 2048, "128x128 s5_ms": 1.2, "128x256 s4 dyn_ms": 1.0},
                     {"k": 8192, "128x128 s5_ms": 1.2, "128x256 s4 dyn_ms": 1.0}]}
-    got = [x for x, _ in grouped.ping_pong_bound(doc, store_share=0.05)]
+    got = [x for x, _ in mg.ping_pong_bound(doc, store_share=0.05)]
     assert got == pytest.approx([1.2 - 0.1, 1.2 - 0.025])
     for r, (shape, g, t) in zip(doc["rows"], [("A", 8, 4096), ("B", 32, 16384)]):
         r.update(shape=shape, groups=g, tokens=t)
@@ -539,21 +542,21 @@ def test_stored_128x128_sweep_leaves_a_ping_pong_little_to_win(gpu, ahead):
     """Chapter 08's argument against a ping-pong kernel: a 128 x 128 tile (what one of its warpgroups would own) is
     slower at its best than the 128 x 256 tile on every one of the 32 sets of 4096 and 16384 tokens, and hiding its
     stores would put it ahead of ours on at most one H100 set, by under 3 %, and on no H200 set."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_sweep_128x128", slug)
     if doc is None:
         pytest.skip(f"no stored 128 x 128 sweep for the {gpu}")
-    ratios = [x for x, _ in grouped.best_tile_ratio(doc, "128x128", "128x256")]
+    ratios = [x for x, _ in mg.best_tile_ratio(doc, "128x128", "128x256")]
     assert len(ratios) == 32 and min(ratios) > 1.07
-    bounds = [x for x, _ in grouped.ping_pong_bound(doc)]
+    bounds = [x for x, _ in mg.ping_pong_bound(doc)]
     assert sum(b < 1 for b in bounds) == ahead and min(bounds) > 0.97
 
 
 def test_order_by_tokens_by_hand():
     rows = [{"tokens": 4096, "index_over_largest": 0.98}, {"tokens": 4096, "index_over_largest": 1.02 ** 2 / 0.98},
             {"tokens": 16384, "index_over_largest": 1.05}]
-    got = grouped.order_by_tokens(rows)
+    got = mg.order_by_tokens(rows)
     assert list(got) == [4096, 16384]
     assert got[4096]["sets"] == 2 and got[4096]["largest_first_wins"] == 1
     assert got[4096]["geomean"] == pytest.approx(1.02) and got[16384]["geomean"] == pytest.approx(1.05)
@@ -563,14 +566,14 @@ def test_order_by_tokens_by_hand():
 def test_largest_first_threshold_between_the_measured_token_counts(gpu):
     """The stored ``order`` run is the threshold's data: index order faster (geomean) at every token count below
     it, largest first no slower than a 0.1 % tie from it on."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
     slug = {"H100": "nvidia-h100-80gb-hbm3", "H200": "nvidia-h200"}[gpu]
     doc = load_results("grouped_gemm_order", slug)
     if doc is None:
         pytest.skip(f"no stored order run for the {gpu}")
-    by_tokens = grouped.order_by_tokens(doc["rows"])
-    below = [v["geomean"] for t, v in by_tokens.items() if t < grouped.DYNAMIC_LARGEST_FIRST_FROM]
-    above = [v["geomean"] for t, v in by_tokens.items() if t >= grouped.DYNAMIC_LARGEST_FIRST_FROM]
+    by_tokens = mg.order_by_tokens(doc["rows"])
+    below = [v["geomean"] for t, v in by_tokens.items() if t < hg.DYNAMIC_LARGEST_FIRST_FROM]
+    above = [v["geomean"] for t, v in by_tokens.items() if t >= hg.DYNAMIC_LARGEST_FIRST_FROM]
     assert below and above
     assert max(below) < 1.0 and min(above) > 0.999
 
@@ -578,9 +581,9 @@ def test_largest_first_threshold_between_the_measured_token_counts(gpu):
 def test_sweeps_time_the_configs_the_heuristic_picks_under_the_names_it_looks_up(bench_script):
     mod = bench_script("grouped_gemm")
     assert len(mod.SWEEP_CONFIGS) == len(mod.SWEPT), "two swept entries share a column name"
-    for cfg in (grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM, grouped.LARGE, grouped.MEDIUM_C2, grouped.LARGE_C2):
-        name = grouped.sweep_column(cfg, grouped.dynamic_schedule(cfg))
-        assert mod.swept_config(mod.SWEEP_CONFIGS[name]) == (cfg, grouped.dynamic_schedule(cfg))
+    for cfg in (configs.SMALL, configs.SMALL_WIDE, configs.MEDIUM, configs.LARGE, configs.MEDIUM_C2, configs.LARGE_C2):
+        name = mg.sweep_column(cfg, hg.dynamic_schedule(cfg))
+        assert mod.swept_config(mod.SWEEP_CONFIGS[name]) == (cfg, hg.dynamic_schedule(cfg))
     for mode in mod.SWEEP_MODES.values():
         assert set(mode["configs"]) <= set(mod.SWEEP_CONFIGS)
     with pytest.raises(ValueError, match="not in SWEEP_CONFIGS"):
@@ -588,19 +591,19 @@ def test_sweeps_time_the_configs_the_heuristic_picks_under_the_names_it_looks_up
 
 
 def test_sweep_column_names():
-    assert grouped.sweep_column(grouped.LARGE_C2, False) == "128x256 c2 s4"
-    assert grouped.sweep_column(grouped.SMALL, True) == "64x128 s8 dyn"
-    assert grouped.sweep_column(grouped.SMALL_WIDE, True) == "64x256 s5 dyn"
+    assert mg.sweep_column(configs.LARGE_C2, False) == "128x256 c2 s4"
+    assert mg.sweep_column(configs.SMALL, True) == "64x128 s8 dyn"
+    assert mg.sweep_column(configs.SMALL_WIDE, True) == "64x256 s5 dyn"
 
 
 def test_decode_tile_and_pairs_by_gpu():
-    assert grouped.DECODE_TILE == {"H100": grouped.SMALL, "H200": grouped.SMALL_WIDE}
-    assert grouped.PAIRS_FROM == {"H100": 512, "H200": 512}
-    assert grouped.config_for_gpu("H200", 512, 32, 4096, 7168) is grouped.SMALL_WIDE
-    assert grouped.config_for_gpu("H100", 512, 32, 4096, 7168) is grouped.SMALL
-    assert grouped.config_for_gpu("H100", 4096, 8, 4096, 7168) is grouped.LARGE_C2
-    assert grouped.config_for_gpu(None, 4096, 8, 4096, 7168) is grouped.LARGE  # not measured: no pairs
-    assert grouped.config_for_gpu(None, 512, 32, 4096, 7168) is grouped.SMALL
+    assert hg.DECODE_TILE == {"H100": configs.SMALL, "H200": configs.SMALL_WIDE}
+    assert hg.PAIRS_FROM == {"H100": 512, "H200": 512}
+    assert hg.config_for_gpu("H200", 512, 32, 4096, 7168) is configs.SMALL_WIDE
+    assert hg.config_for_gpu("H100", 512, 32, 4096, 7168) is configs.SMALL
+    assert hg.config_for_gpu("H100", 4096, 8, 4096, 7168) is configs.LARGE_C2
+    assert hg.config_for_gpu(None, 4096, 8, 4096, 7168) is configs.LARGE  # not measured: no pairs
+    assert hg.config_for_gpu(None, 512, 32, 4096, 7168) is configs.SMALL
 
 
 # ---------------------------------------------------------------- argument checks (before any launch)
@@ -628,51 +631,51 @@ def _cpu(rows=32, g=2, k=64, n=64, dtype=torch.bfloat16):
 def test_bad_arguments_named(mutate, match):
     a, b, offs = mutate(*_cpu())
     with pytest.raises((TypeError, ValueError), match=match):
-        grouped.check_ragged(a, b, offs, None)
+        problem.check_ragged(a, b, offs, None)
 
 
 def test_offs_values_empty_groups_pass_and_the_first_bad_entry_is_named():
-    grouped.check_offs_values(torch.tensor([0, 0, 5, 5, 32], dtype=torch.int32), 32)  # empty groups are fine
+    problem.check_offs_values(torch.tensor([0, 0, 5, 5, 32], dtype=torch.int32), 32)  # empty groups are fine
     with pytest.raises(ValueError, match=r"offs\[2\] = 4 < offs\[1\] = 9"):
-        grouped.check_offs_values(torch.tensor([3, 9, 4, 32], dtype=torch.int32), 32)
+        problem.check_offs_values(torch.tensor([3, 9, 4, 32], dtype=torch.int32), 32)
     with pytest.raises(ValueError, match="offs\\[-1\\] = 33 is past the 32 rows"):
-        grouped.check_offs_values(torch.tensor([3, 9, 33], dtype=torch.int32), 32)
+        problem.check_offs_values(torch.tensor([3, 9, 33], dtype=torch.int32), 32)
 
 
 def test_bad_out_named():
     a, b, offs = _cpu()
     with pytest.raises(ValueError, match=r"out must have shape \(32, 64\)"):
-        grouped.check_ragged(a, b, offs, torch.zeros(32, 65, dtype=torch.bfloat16))
+        problem.check_ragged(a, b, offs, torch.zeros(32, 65, dtype=torch.bfloat16))
 
 
 def test_cpu_tensors_rejected_before_launch():
     a, b, offs = _cpu()
     with pytest.raises(ValueError, match="CUDA device"):
-        grouped.grouped_gemm(a, b, offs)
+        api.grouped_gemm(a, b, offs)
 
 
 def test_b_layouts_recognised():
     _, b, _ = _cpu()
-    assert grouped.b_major_of("b", b) == "k"
-    assert grouped.b_major_of("b", b.contiguous()) == "n"
+    assert problem.b_major_of("b", b) == "k"
+    assert problem.b_major_of("b", b.contiguous()) == "n"
 
 
 def test_list_form_checks():
     x = torch.zeros(8, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="K must match"):
-        grouped.grouped_gemm_list([(x, torch.zeros(8, 16, dtype=torch.bfloat16))])
+        api.grouped_gemm_list([(x, torch.zeros(8, 16, dtype=torch.bfloat16))])
     with pytest.raises(ValueError, match="same layout"):
-        grouped.grouped_gemm_list([(x, torch.zeros(16, 16, dtype=torch.bfloat16)),
-                                   (x, torch.zeros(16, 16, dtype=torch.bfloat16).t().contiguous().t()[:, :8])])
+        api.grouped_gemm_list([(x, torch.zeros(16, 16, dtype=torch.bfloat16)),
+                               (x, torch.zeros(16, 16, dtype=torch.bfloat16).t().contiguous().t()[:, :8])])
     with pytest.raises(ValueError, match="at least one"):
-        grouped.grouped_gemm_list([])
+        api.grouped_gemm_list([])
 
 
 # ---------------------------------------------------------------- the descriptor update in PTX (compile only)
 
 @pytest.fixture(scope="module")
 def ragged_ptx():
-    return ptx_of(compile_grouped(grouped.SMALL, "ragged", "k"))
+    return ptx_of(compile_grouped("sm_90a", configs.SMALL, "ragged", "k"))
 
 
 def _lines(ptx):
@@ -717,7 +720,7 @@ def test_store_waits_for_earlier_stores_before_rewriting_c(ragged_ptx):
 
 
 def test_l2_promotion_written_into_the_templates_before_the_first_rewrite(ragged_ptx):
-    from gemmlab.grouped_sm90 import L2_PROMOTION_SHIFT
+    from gemmlab.kernels.grouped_sm90 import L2_PROMOTION_SHIFT
     lines = _lines(ragged_ptx)
     value = 3 << L2_PROMOTION_SHIFT  # 256 bytes
     sets = [i for i, l in enumerate(lines) if re.match(rf"or\.b64\s.*,\s*{value};", l)]
@@ -726,18 +729,18 @@ def test_l2_promotion_written_into_the_templates_before_the_first_rewrite(ragged
     stores = [i for i, l in enumerate(lines) if re.match(r"st\.shared\.b64\s+\[%r\d+\+8\]", l)]
     first_replace = next(i for i, l in enumerate(lines) if l.startswith("tensormap.replace"))
     assert len(stores) == 2 and all(s < first_replace for s in stores) and sets[-1] < stores[-1]
-    kept = _lines(ptx_of(compile_grouped(grouped.SMALL, "ragged", "k", l2_promotion=None)))
+    kept = _lines(ptx_of(compile_grouped("sm_90a", configs.SMALL, "ragged", "k", l2_promotion=None)))
     assert not any(re.match(r"st\.shared\.b64\s+\[%r\d+\+8\]", l) for l in kept)
     with pytest.raises(ValueError, match="l2_promotion"):
-        compile_grouped(grouped.SMALL, l2_promotion=4)
+        compile_grouped("sm_90a", configs.SMALL, l2_promotion=4)
 
 
 @pytest.mark.parametrize("mode", ["ragged", "table"])
 @pytest.mark.parametrize("b_major", ["k", "n"])
-@pytest.mark.parametrize("cfg", [grouped.SMALL, grouped.SMALL_WIDE, grouped.LARGE, grouped.LARGE_C2],
+@pytest.mark.parametrize("cfg", [configs.SMALL, configs.SMALL_WIDE, configs.LARGE, configs.LARGE_C2],
                          ids=["small", "small-wide", "large", "large-c2"])
 def test_every_variant_compiles_for_sm90a(cfg, mode, b_major):
-    ptx = ptx_of(compile_grouped(cfg, mode, b_major))
+    ptx = ptx_of(compile_grouped("sm_90a", cfg, mode, b_major))
     assert "wgmma.mma_async.sync.aligned" in ptx
     assert "tensormap.cp_fenceproxy" in ptx
 
@@ -745,20 +748,20 @@ def test_every_variant_compiles_for_sm90a(cfg, mode, b_major):
 def test_kernel_fixes_its_register_count_at_entry():
     """`.minnctapersm 1` (min_blocks_per_mp=1): without it ptxas ignores setmaxnreg in the 64-row kernels and
     serialises their wgmmas. The PTX must carry it beside the setmaxnreg pair."""
-    for cfg in (grouped.SMALL, grouped.LARGE):
-        ptx = ptx_of(compile_grouped(cfg, "ragged", "k", dynamic=True))
+    for cfg in (configs.SMALL, configs.LARGE):
+        ptx = ptx_of(compile_grouped("sm_90a", cfg, "ragged", "k", dynamic=True))
         assert re.search(r"^\.minnctapersm 1$", ptx, re.M)
         assert "setmaxnreg.dec.sync.aligned.u32 \t40;" in ptx and "setmaxnreg.inc.sync.aligned.u32 \t232;" in ptx
 
 
 def test_cluster_variant_multicasts_b_and_releases_both_ctas():
-    ptx = ptx_of(compile_grouped(grouped.LARGE_C2))
+    ptx = ptx_of(compile_grouped("sm_90a", configs.LARGE_C2))
     # B's slice goes to both CTAs through the rewritten descriptor; A stays per CTA
     assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\S*multicast::cluster", ptx)) == 1
     assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == 1
     assert "barrier.cluster.wait" in ptx  # peers' barriers initialised before the first multicast
     assert "mapa.shared::cluster" in ptx  # a consumer frees the stage in the peer CTA too
-    single = ptx_of(compile_grouped(grouped.LARGE))
+    single = ptx_of(compile_grouped("sm_90a", configs.LARGE))
     assert "multicast::cluster" not in single and "mapa" not in single
 
 
@@ -767,7 +770,7 @@ def test_overlapped_store_runs_inside_the_next_main_loop(cname):
     """overlap_store: the previous tile's sub-tile stores (stmatrix + TMA store) sit between the wgmma batches
     of the next tile's main loop, one after each of its first tile_n / epi_n k-blocks; without it every store
     comes after the main loop's last batch."""
-    cfg = getattr(grouped, cname)
+    cfg = getattr(configs, cname)
     epi_count = cfg.tile_n // cfg.epi_n
 
     def between_batches(ptx):
@@ -777,21 +780,21 @@ def test_overlapped_store_runs_inside_the_next_main_loop(cname):
         inside = lines[commits[0]:commits[-1]]
         return (sum(l.startswith("cp.async.bulk.tensor") for l in inside),
                 sum(l.startswith("stmatrix") for l in inside), len(commits))
-    stores, stm, commits = between_batches(ptx_of(compile_grouped(cfg, dynamic=True, overlap_store=True)))
+    stores, stm, commits = between_batches(ptx_of(compile_grouped("sm_90a", cfg, dynamic=True, overlap_store=True)))
     assert stores == epi_count and stm > 0
     assert commits == epi_count + 2  # the peeled first k-block, one per sub-tile, the loop's
-    assert between_batches(ptx_of(compile_grouped(cfg, dynamic=True, overlap_store=False)))[:2] == (0, 0)
+    assert between_batches(ptx_of(compile_grouped("sm_90a", cfg, dynamic=True, overlap_store=False)))[:2] == (0, 0)
 
 
 def test_mixed_order_by_hand():
     # 3 heavy tiles, 5 light, blocks of 4: H(1) = floor(4 * 3 / 8) = 1 heavy tile in block 0, then 3 light ones;
     # H(2) = 3: 2 heavy in block 1, then 2 light
-    assert grouped.mixed_order(3, 8, 4) == [(False, 0), (True, 3), (True, 4), (True, 5),
-                                            (False, 1), (False, 2), (True, 6), (True, 7)]
+    assert gm.mixed_order(3, 8, 4) == [(False, 0), (True, 3), (True, 4), (True, 5),
+                                       (False, 1), (False, 2), (True, 6), (True, 7)]
     # blocks of 1: claim i is heavy when H(i + 1) > H(i), H(i) = floor(3 i / 5)
-    assert grouped.mixed_order(3, 5) == [(True, 3), (False, 0), (True, 4), (False, 1), (False, 2)]
+    assert gm.mixed_order(3, 5) == [(True, 3), (False, 0), (True, 4), (False, 1), (False, 2)]
     for heavy, total, burst in [(0, 7, 1), (7, 7, 3), (100, 164, 1), (13, 250, 16), (900, 2300, 128), (5, 64, 128)]:
-        got = grouped.mixed_order(heavy, total, burst)
+        got = gm.mixed_order(heavy, total, burst)
         assert sorted(t for _, t in got) == list(range(total))  # every tile once
         light = [t for is_light, t in got if is_light]
         assert all(t >= heavy for t in light) and light == sorted(light)
@@ -803,43 +806,43 @@ def test_mixed_order_by_hand():
 
 
 def test_mixed_rows_by_hand():
-    rows = grouped.mixed_rows
-    assert rows(grouped.LARGE, 4096, 32) == grouped.MIXED_LIGHT_ROWS == 128  # 128 tokens per expert
-    assert rows(grouped.LARGE, 4095, 32) == 0 and rows(grouped.LARGE, 4096, 64) == 0
-    assert rows(grouped.LARGE, 16384, 128) == 128
-    for cfg in (grouped.LARGE_C2, grouped.MEDIUM, grouped.SMALL, grouped.SMALL_WIDE, grouped.MEDIUM_C2):
+    rows = hg.mixed_rows
+    assert rows(configs.LARGE, 4096, 32) == hg.MIXED_LIGHT_ROWS == 128  # 128 tokens per expert
+    assert rows(configs.LARGE, 4095, 32) == 0 and rows(configs.LARGE, 4096, 64) == 0
+    assert rows(configs.LARGE, 16384, 128) == 128
+    for cfg in (configs.LARGE_C2, configs.MEDIUM, configs.SMALL, configs.SMALL_WIDE, configs.MEDIUM_C2):
         assert rows(cfg, 16384, 8) == 0  # pairs keep the static order; the others are not 128 x 256
 
 
 def test_mixed_variant_compiles_with_more_producer_registers():
-    ptx = ptx_of(compile_grouped(grouped.LARGE, dynamic=True, overlap_store=True, mixed=256))
+    ptx = ptx_of(compile_grouped("sm_90a", configs.LARGE, dynamic=True, overlap_store=True, mixed=256))
     # 8 registers move from the consumers to the producer: 128 x 48 + 256 x 224 stays within the 384 x 168 of
     # the launch (setmaxnreg.inc would wait forever for registers the CTA does not have)
     assert "setmaxnreg.dec.sync.aligned.u32 \t48;" in ptx and "setmaxnreg.inc.sync.aligned.u32 \t224;" in ptx
-    plain = ptx_of(compile_grouped(grouped.LARGE, dynamic=True))
+    plain = ptx_of(compile_grouped("sm_90a", configs.LARGE, dynamic=True))
     assert "setmaxnreg.dec.sync.aligned.u32 \t40;" in plain and "setmaxnreg.inc.sync.aligned.u32 \t232;" in plain
     with pytest.raises(ValueError, match="mixed: claiming"):
-        compile_grouped(grouped.LARGE_C2, mixed=256)
+        compile_grouped("sm_90a", configs.LARGE_C2, mixed=256)
     with pytest.raises(ValueError, match="mixed: claiming"):
-        compile_grouped(grouped.LARGE, dynamic=False, mixed=256)
+        compile_grouped("sm_90a", configs.LARGE, dynamic=False, mixed=256)
     with pytest.raises(ValueError, match="burst"):
-        compile_grouped(grouped.LARGE, dynamic=True, mixed=256, burst=0)
+        compile_grouped("sm_90a", configs.LARGE, dynamic=True, mixed=256, burst=0)
 
 
 def test_compile_rejects_other_targets_and_clusters():
     with pytest.raises(ValueError, match="sm_90a"):
-        compile_grouped(grouped.SMALL, target="sm_100a")
+        compile_grouped("sm_100a", configs.SMALL)
     from gemmlab.family.configs import Sm90Config
     with pytest.raises(ValueError, match=r"clusters of 1 or 2 CTAs along M"):
-        compile_grouped(Sm90Config(cluster=(1, 2)))
+        compile_grouped("sm_90a", Sm90Config(cluster=(1, 2)))
     with pytest.raises(ValueError, match="mode"):
-        compile_grouped(grouped.SMALL, mode="padded")
+        compile_grouped("sm_90a", configs.SMALL, mode="padded")
 
 
 # ---------------------------------------------------------------- on the GPU
 
 def _ragged(sizes, n, k, major="k", seed=0, extra=0):
-    return grouped.random_problem(sizes, n, k, b_major=major, seed=seed, extra_rows=extra)
+    return gm.random_problem(sizes, n, k, b_major=major, seed=seed, extra_rows=extra)
 
 
 GPU_CASES = [
@@ -869,23 +872,23 @@ GPU_CASES = [
 @pytest.mark.parametrize("sizes, n, k, major, cname", GPU_CASES)
 def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, variant):
     """The kernel as chosen, with the other visiting order, and with the store placed the other way
-    (between main loops or under the next one, grouped.store_under_next)."""
+    (between main loops or under the next one, hg.store_under_next)."""
     a, b, offs = _ragged(sizes, n, k, major, seed=len(sizes), extra=16)
     out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    chosen = grouped.default_config(a.shape[0], len(sizes), n, k, a.device)
+    chosen = hg.default_config(a.shape[0], len(sizes), n, k, a.device)
     dynamic, mixed, burst = None, None, None
     if cname and cname.endswith(" dynamic"):
         cname, dynamic = cname.split()[0], True
     if cname and " mixed" in cname:
         cname, tag = cname.split()
         dynamic, mixed, burst = True, 128, int(tag[5:]) if tag[5:] else None
-    cfg = getattr(grouped, cname) if cname else chosen
-    by_size = not grouped.largest_first(cfg, a.shape[0], dynamic) if variant == "other-order" else None
-    overlap = not grouped.store_under_next(cfg, a.shape[0], len(sizes)) if variant == "other-store" else None
-    grouped.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic, overlap_store=overlap,
-                         mixed=mixed, burst=burst)
+    cfg = getattr(configs, cname) if cname else chosen
+    by_size = not hg.largest_first(cfg, a.shape[0], dynamic) if variant == "other-order" else None
+    overlap = not hg.store_under_next(cfg, a.shape[0], len(sizes)) if variant == "other-store" else None
+    api.grouped_gemm(a, b, offs, out=out, config=cfg, by_size=by_size, dynamic=dynamic, overlap_store=overlap,
+                     mixed=mixed, burst=burst)
     rows = sum(sizes)
-    ref = grouped.reference(a, b, offs)
+    ref = gm.reference(a, b, offs)
     got = out[:rows].float()
     assert torch.isfinite(got).all(), "rows of a group were left unwritten"
     err = ((got - ref[:rows]).norm() / ref[:rows].norm()).item()
@@ -897,20 +900,20 @@ def test_ragged_matches_fp32_reference(sizes, n, k, major, cname, variant):
 @pytest.mark.parametrize("cname", ["SMALL", "SMALL_WIDE", "MEDIUM", "LARGE", "LARGE_C2", "MEDIUM_C2"])
 def test_dynamic_scheduling_many_launches_in_a_row(cname):
     """The tile counter must be back at 0 after every launch: 20 launches in a row, each checked."""
-    from gemmlab.grouped_sm90 import sched_slot
-    cfg = getattr(grouped, cname)
+    from gemmlab.family.configs import sched_slot
+    cfg = getattr(configs, cname)
     sizes = [1, 7, 33, 63, 65, 2] * 5
     a, b, offs = _ragged(sizes, 512, 256, seed=3, extra=16)
-    ref = grouped.reference(a, b, offs)
+    ref = gm.reference(a, b, offs)
     outs = [torch.full((a.shape[0], 512), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(20)]
     for o in outs:
-        grouped.grouped_gemm(a, b, offs, out=o, config=cfg, dynamic=True)
+        api.grouped_gemm(a, b, offs, out=o, config=cfg, dynamic=True)
     torch.cuda.synchronize()
     rows = sum(sizes)
     for o in outs:
         assert torch.isfinite(o[:rows]).all() and torch.isnan(o[rows:]).all()
         assert ((o[:rows].float() - ref[:rows]).norm() / ref[:rows].norm()).item() < 1e-2
-    (ws,) = [w for key, w in grouped._WORKSPACES.items() if key[0] == a.device and w.shape[1] == sched_slot(cfg) + 1]
+    (ws,) = [w for key, w in plan._WORKSPACES.items() if key[0] == a.device and w.shape[1] == sched_slot(cfg) + 1]
     assert ws[0, sched_slot(cfg), :2].tolist() == [0, 0]
 
 
@@ -921,14 +924,14 @@ def test_many_one_k_block_groups(cname, dynamic):
     """Hundreds of groups of one k-block (K = 64) and a few rows: a CTA changes group at almost every tile, so
     its descriptor slots are rewritten as fast as its loads are issued (the case where two A/B slots were not
     enough). Every group's rows must match the FP32 reference; rows past offs[-1] stay untouched."""
-    cfg = getattr(grouped, cname)
+    cfg = getattr(configs, cname)
     sizes = [1, 3, 0, 2, 5, 1, 4] * 60  # 420 groups (more than ORDER_MAX: index order beyond the ranked list)
     for k in (64, 128):  # one and two k-blocks per tile
         a, b, offs = _ragged(sizes, 256, k, seed=k, extra=16)
         out = torch.full((a.shape[0], 256), float("nan"), device="cuda", dtype=torch.bfloat16)
-        grouped.grouped_gemm(a, b, offs, out=out, config=cfg, dynamic=dynamic)
+        api.grouped_gemm(a, b, offs, out=out, config=cfg, dynamic=dynamic)
         rows = sum(sizes)
-        ref = grouped.reference(a, b, offs)
+        ref = gm.reference(a, b, offs)
         got = out[:rows].float()
         assert torch.isfinite(got).all(), "rows of a group were left unwritten"
         assert ((got - ref[:rows]).norm() / ref[:rows].norm()).item() < 1e-2
@@ -938,7 +941,7 @@ def test_many_one_k_block_groups(cname, dynamic):
 @pytest.mark.sm90
 def test_matches_torch_grouped_mm():
     a, b, offs = _ragged([64, 0, 128, 32], 256, 256)
-    ours = grouped.grouped_gemm(a, b, offs)
+    ours = api.grouped_gemm(a, b, offs)
     theirs = torch._grouped_mm(a, b, offs=offs)
     assert (ours.float() - theirs.float()).abs().max().item() <= 0.02 * theirs.float().abs().max().item()
 
@@ -946,10 +949,10 @@ def test_matches_torch_grouped_mm():
 @pytest.mark.sm90
 @pytest.mark.parametrize("major", ["k", "n"])
 def test_list_form_matches_reference(major):
-    pairs = grouped.random_pairs(grouped.LIST_SHAPES, b_major=major, seed=5)
+    pairs = gm.random_pairs(gm.LIST_SHAPES, b_major=major, seed=5)
     outs = [torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
             for a, b in pairs]
-    grouped.grouped_gemm_list(pairs, outs)
+    api.grouped_gemm_list(pairs, outs)
     for (a, b), c in zip(pairs, outs):
         if a.shape[0]:
             ref = a.float() @ b.float()
@@ -960,7 +963,7 @@ def test_list_form_matches_reference(major):
 def test_l2_promotion_where_the_driver_puts_it():
     """The driver's own encoding differs only in bits 17-18 of word 1; our published descriptors carry 256 B."""
     import cuda.bindings.driver as drv
-    from gemmlab.grouped_sm90 import L2_PROMOTION_SHIFT, L2_PROMOTION_WORD
+    from gemmlab.kernels.grouped_sm90 import L2_PROMOTION_SHIFT, L2_PROMOTION_WORD
     t = torch.empty((256, 256), dtype=torch.bfloat16, device="cuda")
     words = []
     for promo in range(4):
@@ -977,14 +980,15 @@ def test_l2_promotion_where_the_driver_puts_it():
         assert diff == ([L2_PROMOTION_WORD] if promo else [])
         assert (words[promo][L2_PROMOTION_WORD] >> L2_PROMOTION_SHIFT) & 3 == promo
 
-    from gemmlab.grouped_sm90 import ab_slots
+    from gemmlab.family.configs import ab_slots
     a, b, offs = _ragged([40, 0, 70], 256, 256)
-    ab = 2 * ab_slots(grouped.default_config(a.shape[0], 3, 256, 256, a.device))  # the A and B slots
-    for promo, expect in ((grouped.L2_PROMOTION, 3), (None, 2)):  # None: the DSL's template (128 B)
-        grouped._WORKSPACES.clear()
-        grouped.grouped_gemm(a, b, offs, l2_promotion=promo)
+    ab = 2 * ab_slots(hg.default_config(a.shape[0], 3, 256, 256, a.device))  # the A and B slots
+    for promo, expect in ((hg.L2_PROMOTION, 3), (None, 2)):  # None: the DSL's template (128 B)
+        plan._WORKSPACES.clear()
+        api._GROUPED.clear()  # the plans hold their workspaces: make the call build a fresh one
+        api.grouped_gemm(a, b, offs, l2_promotion=promo)
         torch.cuda.synchronize()
-        (ws,) = grouped._WORKSPACES.values()
+        (ws,) = plan._WORKSPACES.values()
         published = [w for w in ws[:, :ab, L2_PROMOTION_WORD].flatten().tolist() if w]  # A and B slots in use
         assert published and {(w >> L2_PROMOTION_SHIFT) & 3 for w in published} == {expect}
 
@@ -994,24 +998,24 @@ def test_bad_offs_clamped_without_validation():
     a, b, offs = _ragged([64, 64], 128, 128)
     bad = torch.tensor([100, 10_000], dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match="past the 128 rows"):
-        grouped.grouped_gemm(a, b, bad)
-    out = grouped.grouped_gemm(a, b, bad, validate=False)  # clamped: no fault, rows 0..127 written
+        api.grouped_gemm(a, b, bad)
+    out = api.grouped_gemm(a, b, bad, validate=False)  # clamped: no fault, rows 0..127 written
     torch.cuda.synchronize()
     assert out.shape == (128, 128)
 
 
 def test_exercise_solutions_by_hand(ragged_ptx):
     from gemmlab.compile import ptx_opcodes
-    from gemmlab.exercises import ch08
+    from gemmlab.course.exercises import ch08
 
     assert ch08.solution_tiles_and_rewrites() == (3 * 4 + 1 * 4 + 5 * 4, 3)
-    broken = ptx_of(compile_grouped(grouped.SMALL, "ragged", "k", fences=False))
+    broken = ptx_of(compile_grouped("sm_90a", configs.SMALL, "ragged", "k", fences=False))
     names = lambda ptx: {op for op in ptx_opcodes(ptx, r"^tensormap\.", r"^fence\.proxy\.tensormap")}
     vanished = names(ragged_ptx) - names(broken)
     assert {v.split(".global")[0].split(".gpu")[0] for v in vanished} == ch08.solution_fence_instructions()
     assert names(broken) and all(n.startswith("tensormap.replace") for n in names(broken))
     assert ch08.solution_decode_floor_us() == round(23 * 4096 * 7168 * 2 / 3.35e12 * 1e6)
     assert ch08.solution_pair_waste() == (1 + 1 + 1) * 4  # 520, 70 and 300 rows: an odd count of M-tiles each
-    assert sum(len(t) for t in grouped.tile_order(**ch08.PAIR_PROBLEM)) == (3 + 1 + 2) * 2 * 4
+    assert sum(len(t) for t in gm.tile_order(**ch08.PAIR_PROBLEM)) == (3 + 1 + 2) * 2 * 4
     assert ch08.solution_roofline_launch_us() == 288  # 16 + (0.85 * 16 / (1 - 0.85 / 0.9)) / 0.9, by hand
     assert ch08.check_roofline_launch_us(287) and not ch08.check_roofline_launch_us(245)

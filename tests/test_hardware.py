@@ -1,11 +1,10 @@
 """The GPU spec table, the roofline model and the figure data of chapter 00."""
 import dataclasses
-import json
 
 import numpy as np
 import pytest
 
-from gemmlab import bench, figures, hardware as hw
+from gemmlab import figures, hardware as hw
 
 # A made-up GPU with round numbers, so every expected value is worked by hand.
 TOY = dataclasses.replace(hw.H100, short="TOY", bf16_tflops=1000.0, fp8_tflops=2000.0,
@@ -176,18 +175,6 @@ def test_draw_roofline_saves_the_figure(tmp_path, monkeypatch):
     path, data = hw.draw_roofline("00_roofline_test")
     assert path == tmp_path / "00_roofline_test.png" and path.stat().st_size > 10_000
     assert len(data["lines"]) == 7
-
-
-def test_measured_copy_tbps(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
-    assert hw.measured_copy_tbps() is None
-    d = tmp_path / "nvidia-h100-80gb-hbm3"
-    d.mkdir()
-    (d / "copy_bandwidth.json").write_text(json.dumps({
-        "device": "NVIDIA H100 80GB HBM3",
-        "rows": [{"kernel": "torch copy_", "GB/s": 2900.0}, {"kernel": "v4", "GB/s": 3000.0}],
-    }))
-    assert hw.measured_copy_tbps() == {"NVIDIA H100 80GB HBM3": pytest.approx(3.0)}
 
 
 @pytest.mark.gpu

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmlab.family import ladder
+from gemmlab.measure import gemm_ladder as ladder
 from gemmlab.family.configs import Sm90Config
 
 
@@ -62,7 +62,7 @@ def test_rung_validation_and_table():
 
 def test_every_rung_compiles_for_sm90a():
     """No rung may fail on the GPU for a reason a compile shows: each compiles, with its tile and multicast."""
-    from gemmlab import gemm_sm90 as g7
+    from gemmlab.kernels import gemm_sm90 as g7
     from gemmlab import wgmma
     from gemmlab.compile import ptx_opcodes
 

@@ -128,7 +128,7 @@ def test_copy_any_dtype_and_shape():
 
 @pytest.mark.gpu
 def test_copiers_pass_copybench_check():
-    from gemmlab.copybench import check_copier
+    from gemmlab.measure.copybench import check_copier
 
     for name, prep in ldst.copiers().items():
         check_copier(name, prep, 4 << 20)
@@ -141,7 +141,7 @@ def test_dsl_copy_atom_emits_16_byte_accesses():
 
 def test_the_default_copy_is_the_fastest_measured_configuration():
     """ldst.copy's default (16-byte accesses, DEFAULT_UNROLL) is the best of the stored H200 table, within 0.5 %."""
-    from gemmlab.bench import load_results
+    from gemmlab.measure.bench import load_results
 
     doc = load_results("copy_ldst", "NVIDIA H200")
     if doc is None:

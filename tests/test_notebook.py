@@ -2,7 +2,7 @@
 import nbformat
 import pytest
 
-from gemmlab import notebook as gnb
+from gemmlab.course import notebook as gnb
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_mark_makes_markers_match_tags_and_is_idempotent(tmp_path, capsys):
     ])
     assert gnb.main(["--check", str(p)]) == 1
     out = capsys.readouterr().out
-    assert "code cell 1 does not call gemmlab.notebook.setup()" in out
+    assert "code cell 1 does not call gemmlab.course.notebook.setup()" in out
     assert "code cell 2: tagged gpu but its first line is not '# tier: gpu'" in out
     assert "code cell 3: tagged sm100 but its marker says '# tier: gpu'" in out
     assert "code cell 4: untagged but its first line is a marker ('# tier: sm90')" in out
@@ -178,7 +178,7 @@ def test_mark_inserts_setup_cell_before_a_tagged_first_cell(tmp_path):
 def test_setup_line_runs_in_a_kernel_shell(shell, capsys, monkeypatch):
     """The inserted line itself registers the transformer (no extra import needed)."""
     monkeypatch.delenv("GEMMLAB_TIER", raising=False)
-    monkeypatch.setattr("gemmlab.notebook.detect_tier", lambda: "cpu")
+    monkeypatch.setattr("gemmlab.course.notebook.detect_tier", lambda: "cpu")
     result, out = _run(shell, capsys, gnb.SETUP_LINE + "\n")
     assert result.success and out == ""
     _, out = _run(shell, capsys, "# tier: sm90\nprint('no')\n")
@@ -198,7 +198,7 @@ def test_run_all_in_a_real_kernel_goes_past_cells_for_a_missing_tier(tmp_path, m
     """What JupyterLab's Run All and `jupyter nbconvert --execute` do: send every cell, tags unseen."""
     from nbclient import NotebookClient
 
-    from gemmlab import runner
+    from gemmlab.course import runner
     from gemmlab.tiers import detect_tier, tier_satisfies
 
     monkeypatch.delenv("GEMMLAB_TIER", raising=False)
@@ -228,9 +228,7 @@ def test_setup_line_goes_after_future_imports_and_cell_magics(tmp_path):
 
 
 def test_outside_a_checkout_the_tool_says_so(tmp_path, monkeypatch, capsys):
-    from gemmlab import runner
-
-    monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path / "nowhere")
+    monkeypatch.setattr(gnb, "NOTEBOOKS", tmp_path / "nowhere")
     assert gnb.main(["--check"]) == 2
     assert "no notebooks found" in capsys.readouterr().err
 

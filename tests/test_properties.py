@@ -124,7 +124,8 @@ def check_property(fn, args: dict, name: str, kind: str, value):
 
 
 def _entry_points():
-    from gemmlab import banks, calibration, dual_gemm, hardware, nvfp4, pipeline, simulator, tcgen05, tma, wgmma
+    from gemmlab import banks, hardware, nvfp4, pipeline, simulator, tcgen05, tma, wgmma
+    from gemmlab.measure import calibration, dual_gemm
     from gemmlab.family import configs, problem
 
     def pipeline_state(**kw):
@@ -297,7 +298,8 @@ def test_compiles_refuse_bad_sizes_before_compiling(m, which, monkeypatch):
         raise AssertionError("reached the DSL with a bad size")
 
     monkeypatch.setattr(gc, "compile_for", no_compile)
-    from gemmlab import dual_gemm_sm90, gemm_sm100, tma, wgmma
+    from gemmlab import tma, wgmma
+    from gemmlab.kernels import dual_gemm_sm90, gemm_sm100
 
     for mod in (dual_gemm_sm90, gemm_sm100, tma, wgmma):
         if hasattr(mod, "compile_for"):
@@ -306,8 +308,8 @@ def test_compiles_refuse_bad_sizes_before_compiling(m, which, monkeypatch):
 
     calls = {
         "nt": lambda: wgmma.compile_gemm_nt("sm_90a", m=m),
-        "sm100": lambda: gemm_sm100.compile_gemm_sm100(Sm100Config(), m=m, n=256, k=256),
-        "dual": lambda: dual_gemm_sm90.compile_dual(m, 256, 256),
+        "sm100": lambda: gemm_sm100.compile_gemm_sm100("sm_100a", Sm100Config(), m=m, n=256, k=256),
+        "dual": lambda: dual_gemm_sm90.compile_dual("sm_90a", None, m, 256, 256),
         "multicast": lambda: tma.compile_multicast("sm_90a", clusters=m),
     }
     with pytest.raises((TypeError, ValueError)):
@@ -326,7 +328,7 @@ def test_verdict_never_raises_and_is_true_only_for_the_answer(answer):
     import contextlib
     import io
 
-    from gemmlab.exercises import verdict
+    from gemmlab.course.exercises import verdict
 
     with contextlib.redirect_stdout(io.StringIO()) as out:
         right = verdict("x", answer, 403, "hint")

@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from gemmlab import report
+from gemmlab.measure import report
 
 
 def test_readme_results_match_the_stored_json():
     text = report.README.read_text()
-    assert report.splice(text, report.render()) == text, "run: python -m gemmlab.report --write"
+    assert report.splice(text, report.render()) == text, "run: python -m gemmlab.measure.report --write"
 
 
 def test_every_copy_row_reaches_the_readme():

@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gemmlab import runner
+from gemmlab.course import runner
 
 
 def _nb(cells):
@@ -113,7 +113,7 @@ def test_timeout_must_be_positive(capsys, value, msg):
 
 def test_outside_a_checkout_the_runner_says_so(tmp_path, monkeypatch, capsys):
     """A `pip install .` copy finds no notebooks next to itself: a clear error, not an empty table."""
-    monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path / "site-packages" / "notebooks")
+    monkeypatch.setattr(runner.notebook, "NOTEBOOKS", tmp_path / "site-packages" / "notebooks")
     assert runner.main([]) == 2
     err = capsys.readouterr().err
     assert "no notebooks found" in err and "pass the notebook paths" in err
@@ -158,7 +158,7 @@ def test_a_non_editable_install_fails_clearly_and_runs_given_notebooks(tmp_path)
     keep = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
             if p and os.path.realpath(p) != os.path.realpath(root / "lib")]
     env["PYTHONPATH"] = os.pathsep.join([str(target), *keep])
-    cmd = [sys.executable, "-m", "gemmlab.runner"]
+    cmd = [sys.executable, "-m", "gemmlab.course.runner"]
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     assert done.returncode == 2, done.stdout + done.stderr
     if "gemmlab[notebooks]" in done.stderr:  # this interpreter lacks the notebook stack: said in one line
@@ -192,7 +192,7 @@ def test_the_runner_names_the_missing_notebooks_extra(tmp_path):
     nbformat.write(_nb([("print(1)", [])]), nb)
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "fake"), str(runner.REPO_ROOT / "lib")])
-    done = subprocess.run([sys.executable, "-m", "gemmlab.runner", str(nb)], cwd=tmp_path, env=env,
+    done = subprocess.run([sys.executable, "-m", "gemmlab.course.runner", str(nb)], cwd=tmp_path, env=env,
                           capture_output=True, text=True)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "needs nbformat" in done.stderr and "notebooks extra" in done.stderr
@@ -276,7 +276,7 @@ def test_the_notebook_stack_missing_is_one_clear_line(monkeypatch, capsys):
     assert runner.main(["x.ipynb"]) == 2
     err = capsys.readouterr().err
     assert "needs nbformat" in err and "gemmlab[notebooks]" in err
-    from gemmlab import notebook
+    from gemmlab.course import notebook
 
     assert notebook.main(["--check", "x.ipynb"]) == 2
     assert "gemmlab[notebooks]" in capsys.readouterr().err
@@ -305,7 +305,7 @@ def test_a_signal_stops_the_whole_run(tmp_path, sig, rc, inplace):
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
     env["PYTHONPATH"] = str(runner.REPO_ROOT / "lib") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     where = ["--inplace"] if inplace else ["--out", str(tmp_path / "out")]
-    p = subprocess.Popen([sys.executable, "-m", "gemmlab.runner", str(slow), str(after), *where, "--timeout", "300"],
+    p = subprocess.Popen([sys.executable, "-m", "gemmlab.course.runner", str(slow), str(after), *where, "--timeout", "300"],
                          env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.time()
     time.sleep(8)  # the kernel is up and in the sleep
@@ -329,7 +329,7 @@ def test_no_leftovers_and_no_tcp_warnings(tmp_path):
     nbformat.write(_nb([("print('ok')", [])]), tmp_path / "a.ipynb")
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
     env["PYTHONPATH"] = str(runner.REPO_ROOT / "lib") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    p = subprocess.Popen([sys.executable, "-m", "gemmlab.runner", "a.ipynb", "--out", "out"], cwd=tmp_path, env=env,
+    p = subprocess.Popen([sys.executable, "-m", "gemmlab.course.runner", "a.ipynb", "--out", "out"], cwd=tmp_path, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, out + err
@@ -339,9 +339,9 @@ def test_no_leftovers_and_no_tcp_warnings(tmp_path):
 
 @pytest.mark.parametrize("tags", ["gpu", None])
 def test_notebook_check_and_mark_name_tags_that_are_not_a_list(tmp_path, capsys, tags):
-    from gemmlab import notebook
+    from gemmlab.course import notebook
 
-    nb = _nb([("import gemmlab.notebook; gemmlab.notebook.setup()", []), ("# tier: gpu\nprint(1)", ["gpu"])])
+    nb = _nb([("import gemmlab.course.notebook; gemmlab.course.notebook.setup()", []), ("# tier: gpu\nprint(1)", ["gpu"])])
     nb.cells[2].metadata["tags"] = tags
     nbformat.write(nb, tmp_path / "bad.ipynb")
     before = (tmp_path / "bad.ipynb").read_bytes()

@@ -150,7 +150,7 @@ def test_tile_order_figure(tmp_path, monkeypatch):
     import gemmlab.figures as figs
 
     monkeypatch.setattr(figs, "FIGURES_DIR", tmp_path)
-    p = sc.plot_tile_order([sc.TileScheduler(6, 8, "n", 1), sc.TileScheduler(6, 8, "m", 3)], 9, "t")
+    p = sc.draw_tile_order([sc.TileScheduler(6, 8, "n", 1), sc.TileScheduler(6, 8, "m", 3)], 9, "t")
     assert p.exists() and p.stat().st_size > 1000
     assert sc.tile_order_grid(sc.TileScheduler(2, 3, "m", 1)) == [[0, 1, 2], [3, 4, 5]]
 

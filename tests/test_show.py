@@ -1,7 +1,7 @@
-"""gemmlab.show: whole sources and regions cut at existing comments."""
+"""gemmlab.course.show: whole sources and regions cut at existing comments."""
 import pytest
 
-from gemmlab import show
+from gemmlab.course import show
 
 
 def sample(x):
@@ -81,7 +81,7 @@ CH07_SECTIONS = [(None, "---- shared memory"), ("---- shared memory", "---- glob
 
 
 def test_chapter07_sections_of_the_kernel():
-    from gemmlab import gemm_sm90 as g7
+    from gemmlab.kernels import gemm_sm90 as g7
 
     ranges = [show.region_lines(g7.gemm_kernel, s, e) for s, e in CH07_SECTIONS]
     body = show.source_of(g7.gemm_kernel).splitlines()
@@ -123,8 +123,8 @@ def test_show_region_displays_file_lines(monkeypatch):
 
 def test_chapter07_barrier_exercise_matches_the_kernel():
     """The exercise asks for the counts the kernel's shared-memory piece initialises and the producer arms."""
-    from gemmlab import gemm_sm90 as g7
-    from gemmlab.exercises import ch07
+    from gemmlab.kernels import gemm_sm90 as g7
+    from gemmlab.course.exercises import ch07
 
     prologue = show.source_region(g7.gemm_kernel, "---- shared memory", "---- global tiles")
     assert "cute.arch.mbarrier_init(empty + s, 4 * consumers * CS)" in prologue

@@ -127,7 +127,7 @@ def test_drawings_are_written(tmp_path, monkeypatch):
     tls = [sm.simulate(4, (3, 5), 3, 1, design=d) for d in sm.DESIGNS]
     p = sm.draw_timeline(tls, "05_t")
     q = sm.draw_timeline(sm.simulate(2, (2, 3), 2, 1, epilogue_time=1, epilogue="overlapped"), "05_u")
-    r = sm.plot_stage_model(sm.sweep_stages((1, 2, 4), (2, 5), 3, 1), "05_v")
+    r = sm.draw_stage_model(sm.sweep_stages((1, 2, 4), (2, 5), 3, 1), "05_v")
     for path, name in ((p, "05_t"), (q, "05_u"), (r, "05_v")):
         assert path.endswith(f"{name}.png") and (tmp_path / f"{name}.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="titles must have one entry per timeline"):

@@ -192,41 +192,6 @@ def test_schedule_figure_data(tmp_path, monkeypatch):
     assert data["lanes"]["TMA: SMEM-AB stage"] == tma
 
 
-# ---------------------------------------------------------------- the prediction (not a measurement)
-
-
-def test_prediction_covers_the_part3_shapes():
-    rows = sm.prediction_table()
-    assert [(r["m"], r["n"], r["k"]) for r in rows] == sm.PART3_SHAPES
-    for r in rows:
-        assert 0 < r["low_tflops"] < r["predicted_tflops"] <= r["high_tflops"] <= r["roofline_tflops"] <= 2250 + 1e-6
-
-
-def test_prediction_waves_show():
-    big = sm.predict_tflops((8192, 8192, 8192))
-    small = sm.predict_tflops((4096, 576, 7168))
-    assert big["waves"] == 14 and small["waves"] == 1  # 1024 tiles; 48 tiles for 74 clusters
-    assert small["predicted_tflops"] < 0.5 * big["predicted_tflops"]
-    # Calibrated: the held clock is a fraction of the datasheet's, so even 14 waves stay well below the peak.
-    assert big["high_tflops"] < 2250 and 0.7 < big["clock_fraction"] < 0.9
-
-
-@pytest.mark.parametrize("shape", [(4096, 4096), (4096, 4096, 0), (4096, 4096, 4096.0), "4096", None])
-def test_prediction_rejects_bad_shapes(shape):
-    with pytest.raises(ValueError, match="shape must be"):
-        sm.predict_tflops(shape)
-
-
-def test_prediction_figure_data(tmp_path, monkeypatch):
-    from gemmlab import figures
-
-    monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
-    rows = sm.prediction_table()
-    path, data = sm.draw_prediction(rows, name="10_test_prediction")
-    assert path.exists() and data["predicted"] == [r["predicted_tflops"] for r in rows]
-    assert data["low"] == [r["low_tflops"] for r in rows]
-
-
 # ---------------------------------------------------------------- no silent wrong answers
 
 
@@ -278,7 +243,7 @@ def test_without_tails_the_peer_signals_a_finished_leader():
 
 
 def test_chapter10_exercise_solutions_by_hand():
-    from gemmlab.exercises import ch10
+    from gemmlab.course.exercises import ch10
 
     assert ch10.solution_tx_bytes() == 2 * (128 + 64) * 64 * 2 == 49152
     assert ch10.solution_late_arrival_barrier() == "tmem_empty"

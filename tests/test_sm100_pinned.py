@@ -13,7 +13,7 @@ names the working kernel that shows the same value:
 """
 import pytest
 
-from gemmlab import gemm_sm100 as g
+from gemmlab.kernels import gemm_sm100 as g
 from gemmlab import tcgen05 as t5
 from gemmlab.family.configs import ACC_STAGES, BLOCK_K, CTA_M, MMA_K, Sm100Config
 
@@ -27,7 +27,7 @@ IDS = ["bf16-bn256", "bf16-bn128", "fp16-bn256", "bf16-bn256-B-n"]
 @pytest.fixture(scope="module", params=list(zip(CONFIGS, IDS)), ids=IDS)
 def case(request):
     cfg, _ = request.param
-    return cfg, g.static_evidence(g.compile_gemm_sm100(cfg, 4096, 4096, 4096))
+    return cfg, g.static_evidence(g.compile_gemm_sm100("sm_100a", cfg, 4096, 4096, 4096))
 
 
 def test_instruction_descriptor(case):
@@ -133,7 +133,7 @@ def test_epilogue_waits_for_its_tmem_loads(cfg):
     # NVIDIA's dense_gemm_persistent example does the same (fence_view_async_tmem_load after the copy).
     from gemmlab.compile import ptx_of
 
-    lines = [ln.strip() for ln in ptx_of(g.compile_gemm_sm100(cfg, 4096, 4096, 4096)).splitlines()]
+    lines = [ln.strip() for ln in ptx_of(g.compile_gemm_sm100("sm_100a", cfg, 4096, 4096, 4096)).splitlines()]
     loads = [i for i, ln in enumerate(lines) if ln.startswith("tcgen05.ld")]
     waits = [i for i, ln in enumerate(lines) if ln.startswith("tcgen05.wait::ld")]
     assert loads and len(waits) >= 1

@@ -123,7 +123,7 @@ def test_desc_sequence_steps_inside_the_atom_then_by_panel():
 
 @pytest.mark.parametrize("m,n,k,g", [(128, 64, 64, 1), (128, 256, 128, 1), (256, 128, 128, 2)])
 def test_encoders_match_the_dsl(m, n, k, g):
-    c = t5.compile_dsl_reference(m, n, k, g)
+    c = t5.compile_dsl_reference("sm_100a", m, n, k, g)
     consts = t5.dsl_mma_constants(c)
     assert len(consts["opcodes"]) == k // 16
     assert all(op.startswith(f"tcgen05.mma.cta_group::{g}.kind::f16") for op in consts["opcodes"])
@@ -304,7 +304,7 @@ def test_cta_pair_mma():
 
 
 def test_chapter09_exercise_solutions_by_hand():
-    from gemmlab.exercises import ch09
+    from gemmlab.course.exercises import ch09
 
     assert ch09.solution_idesc() == 1 << 4 | 1 << 7 | 1 << 10 | 16 << 17 | 16 << 24 == 0x10200490
     assert ch09.solution_ld_row() == 32 * (5 % 4) + 7 == 39

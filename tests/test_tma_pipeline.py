@@ -16,6 +16,7 @@ import torch
 
 from gemmlab import figures
 from gemmlab import tma_pipeline as tp
+from gemmlab.measure import tma_pipeline as mtp
 from gemmlab.compile import ptx_lines, ptx_of, ptx_opcodes
 from gemmlab.compile import line_index as _index
 
@@ -228,11 +229,11 @@ def test_api_errors_on_any_machine():
         tp.row_scale(ok, s)
 
 
-def test_plot_stage_sweep(tmp_path, monkeypatch):
+def test_draw_stage_sweep(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
     rows = [{"stages": s, "KiB/stage": kib, "ctas/SM": c, "GB/s": 1000.0 * s, "vs torch": 0.25 * s, "ms": 1.0}
             for kib, c in ((16, 1), (16, 2), (4, 1)) for s in (1, 2, 4)]
-    p = tp.plot_stage_sweep(rows, "05_sweep_test")
+    p = mtp.draw_stage_sweep(rows, "05_sweep_test")
     assert p.endswith("05_sweep_test.png") and (tmp_path / "05_sweep_test.png").stat().st_size > 1000
 
 
@@ -335,9 +336,9 @@ def test_api_errors_on_gpu():
         tp.row_scale(buf[:64 * 1024].view(64, 1024), s, spin_cycles=-5)
 
 
-def test_plot_tail_bubble(tmp_path, monkeypatch):
+def test_draw_tail_bubble(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
     rows = [{"spin": 0, "stages": s, "k": k, "extra us": 0.3 * (k - s), "model extra us": 0.4 * (k - s),
              "net extra us": 0.3 if k > s else float("nan")} for s in (2, 4) for k in (s, s + 1)]
-    p = tp.plot_tail_bubble(rows, "05_bubble_test")
+    p = mtp.draw_tail_bubble(rows, "05_bubble_test")
     assert p.endswith("05_bubble_test.png") and (tmp_path / "05_bubble_test.png").stat().st_size > 1000

@@ -209,7 +209,7 @@ def test_predict_rejects_a_cluster_larger_than_the_machine():
     (dict(tvm_ffi="yes"), TypeError, "tvm_ffi must be a bool"),
 ])
 def test_compile_gemm_rejects_before_the_compiler(kw, exc, words):
-    from gemmlab import gemm_sm90
+    from gemmlab.kernels import gemm_sm90
 
     with pytest.raises(exc) as e:
         gemm_sm90.compile_gemm(**kw)

@@ -179,9 +179,9 @@ def test_inflight_zero_waits_for_everything_and_releases_the_current_stage():
 
 
 def test_figures_are_written():
-    for path in (wg.plot_smem_desc(wg.describe_for_layout().descriptors[0], name="06_test_desc"),
-                 wg.plot_acc_fragment(16, name="06_test_acc"), wg.plot_sw128_tile(8, name="06_test_sw"),
-                 wg.plot_gemm_roles(4, name="06_test_roles")):
+    for path in (wg.draw_smem_desc(wg.describe_for_layout().descriptors[0], name="06_test_desc"),
+                 wg.draw_acc_fragment(16, name="06_test_acc"), wg.draw_sw128_tile(8, name="06_test_sw"),
+                 wg.draw_gemm_roles(4, name="06_test_roles")):
         import os
 
         assert os.path.getsize(path) > 10_000

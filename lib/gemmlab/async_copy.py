@@ -59,7 +59,7 @@ from cutlass.memory import SmemAllocator
 from .checks import check_choice, check_int, check_real, check_same, check_tensor
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
 from .ldst import ld_shared_v4, st_global_v4  # chapter 01's wrappers
-from .hardware import sm_count
+from .hardware import H100, sm_count
 from .tiers import require_tier
 
 #: Bulk copies move whole 16-byte pieces: sizes and addresses are multiples of 16.
@@ -672,7 +672,7 @@ BENCH_KERNEL = "bulk, 4 x 16 KiB, 2 CTAs/SM"
 
 
 def copiers() -> dict:
-    """Copy kernels of this chapter for :func:`gemmlab.copybench.measure_copies` (name -> prepare)."""
+    """Copy kernels of this chapter for :func:`gemmlab.measure.copybench.measure_copies` (name -> prepare)."""
     return {
         "cp.async.cg, 4 stages": lambda s, d: prepare_cp_async_copy(s, d, cache="cg", stages=4),
         BENCH_KERNEL: lambda s, d: prepare_bulk_copy(s, d, stages=4, stage_bytes=16384, ctas_per_sm=2),
@@ -683,7 +683,7 @@ def copiers() -> dict:
 
 
 def compile_cp_async_copy(target: str, *, nbytes: int = 1 << 20, cache: str = "cg", stages: int = 4,
-                          ctas: int = 132):
+                          ctas: int = H100.sms):
     check_target(target)
     check_int("nbytes", nbytes, lo=BULK_ALIGN, multiple_of=BULK_ALIGN)
     check_choice("cache", cache, ("cg", "ca"))
@@ -694,7 +694,7 @@ def compile_cp_async_copy(target: str, *, nbytes: int = 1 << 20, cache: str = "c
 
 
 def compile_bulk_copy(target: str, *, nbytes: int = 1 << 20, stages: int = 4, stage_bytes: int = 16384,
-                      ctas: int = 132):
+                      ctas: int = H100.sms):
     check_target(target)
     check_int("nbytes", nbytes, lo=BULK_ALIGN, multiple_of=BULK_ALIGN)
     _check_ring(stages, stage_bytes, 1)
@@ -764,7 +764,7 @@ def ring_schedule(n_chunks: int, stages: int, *, latency: float = 4.0, transfer:
     return rows
 
 
-def plot_ring_timeline(stage_counts=(2, 4), n_chunks: int = 12) -> str:
+def draw_ring_timeline(stage_counts=(2, 4), n_chunks: int = 12) -> str:
     """Gantt charts of :func:`ring_schedule` for a few ring sizes; returns the figure's path."""
     from .figures import new_figure, save
 
@@ -809,7 +809,7 @@ PROXY_STEPS = (
 )
 
 
-def plot_proxies() -> str:
+def draw_proxies() -> str:
     """The two proxies and where the fence sits (the steps of :data:`PROXY_STEPS`); returns the path."""
     from .figures import new_figure, save
 
@@ -838,86 +838,3 @@ def plot_proxies() -> str:
     ax.set_ylim(-0.04, 1.1)
     ax.axis("off")
     return str(save(fig, "03_proxies"))
-
-
-def _smem_fits(stages: int, stage_bytes: int, ctas_per_sm: int, smem_per_sm: int = 228 * 1024) -> bool:
-    """Whether ``ctas_per_sm`` rings (plus the 1 KiB each CTA reserves) fit one SM's shared memory."""
-    return ctas_per_sm * (stages * stage_bytes + 8 * stages + 1024) <= smem_per_sm
-
-
-def stage_sweep(stage_counts=(2, 3, 4, 6, 8), *, stage_bytes: int = 16384, ctas_per_sm=(1, 2),
-                nbytes: int = 1 << 30, rep: int = 20, name: str | None = "copy_bulk_stages") -> list[dict]:
-    """GB/s of :func:`bulk_copy` for each ring size (and CTAs per SM) against torch's copy, same run.
-
-    Each configuration first copies fresh random bytes into a poisoned
-    ``dst`` and is checked exactly. Configurations whose rings do not fit
-    one SM are skipped. Rows: ``stages``, ``ctas/SM``, ``KiB in flight/SM``,
-    ``GB/s``, ``vs torch``; written to ``results/<device>/<name>.json``.
-    """
-    import torch
-
-    from .bench import copy_bandwidth_gbs, time_ms, write_results
-    from .copybench import POISON
-
-    check_int("stage_bytes", stage_bytes, lo=BULK_ALIGN, multiple_of=BULK_ALIGN)
-    check_int("nbytes", nbytes, lo=BULK_ALIGN, hi=MAX_COPY_BYTES, multiple_of=BULK_ALIGN)
-    for s in stage_counts:
-        check_int("stage_counts[i]", s, lo=2, hi=16)
-    for c in ctas_per_sm:
-        check_int("ctas_per_sm[i]", c, lo=1, hi=4)
-    require_tier("gpu", "gemmlab.async_copy.stage_sweep")
-    src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    base = time_ms(lambda: dst.copy_(src), rep=rep)
-    rows = []
-    for c in ctas_per_sm:
-        for s in stage_counts:
-            if not _smem_fits(s, stage_bytes, c):
-                continue
-            run = prepare_bulk_copy(src, dst, stages=s, stage_bytes=stage_bytes, ctas_per_sm=c)
-            dst.fill_(POISON)
-            run()
-            torch.cuda.synchronize()
-            if not torch.equal(src, dst):
-                raise AssertionError(f"bulk_copy with {s} stages, {c} CTAs/SM copied wrong bytes")
-            ms = time_ms(run, rep=rep)
-            base = min(base, time_ms(lambda: dst.copy_(src), rep=rep))
-            rows.append({"stages": s, "ctas/SM": c, "KiB in flight/SM": c * (s - 1) * stage_bytes // 1024,
-                         "ms": ms, "GB/s": copy_bandwidth_gbs(2 * nbytes, ms)})
-    for r in rows:
-        r["vs torch"] = base / r["ms"]
-    if name:
-        write_results(name, rows, bytes=nbytes, stage_bytes=stage_bytes, torch_ms=base,
-                      note="GB/s counts bytes read + bytes written")
-    return rows
-
-
-def sweep_table(rows: list[dict]) -> str:
-    from .bench import device_name, format_table
-
-    return f"device: {device_name()}\n" + format_table(rows, [
-        ("stages", "stages", ""), ("ctas/SM", "CTAs/SM", ""), ("KiB in flight/SM", "KiB loading/SM", ""),
-        ("ms", "ms", ".3f"), ("GB/s", "GB/s", ".0f"), ("vs torch", "vs torch", ".3f")])
-
-
-def plot_stage_sweep(rows: list[dict], *, stage_bytes: int = 16384, measured_on: str | None = None) -> str:
-    """GB/s against the number of stages, one line per CTAs/SM; returns the figure's path.
-
-    ``measured_on``: "device, date" for the title (default: this GPU, today: :func:`gemmlab.bench.measured_on`).
-    """
-    from .bench import measured_on as _measured_on
-    from .figures import new_figure, save
-
-    fig, ax = new_figure(figsize=(6.5, 3.8))
-    for c in sorted({r["ctas/SM"] for r in rows}):
-        pts = sorted((r["stages"], r["GB/s"]) for r in rows if r["ctas/SM"] == c)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{c} CTA(s)/SM")
-    if rows:
-        torch_gbs = rows[0]["GB/s"] / rows[0]["vs torch"]
-        ax.axhline(torch_gbs, color="gray", ls="--", label="torch copy_")
-    ax.set_xlabel(f"stages in the ring ({stage_bytes // 1024} KiB each)")
-    ax.set_ylabel("GB/s (read + write)")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    ax.set_title(f"cp.async.bulk copy, 1 GiB ({measured_on or _measured_on()})", fontsize=10)
-    return str(save(fig, "03_bulk_stages"))

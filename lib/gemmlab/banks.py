@@ -25,7 +25,8 @@ of a 32x32 float tile) puts all 32 lanes in bank 0, and padding each row to
 
 :func:`measure_bank_conflicts` tests the model on the GPU: 32 warps hammer
 shared memory with one stride each, and the cycles per warp-wide load are
-set against the model's degree.
+set against the model's degree (the figure:
+:func:`gemmlab.measure.banks.draw_bank_conflicts`).
 
 This adds the cost model for every shared-memory access pattern in later
 chapters: ldmatrix rows, the swizzles of chapter 04 (TMA) and the
@@ -289,26 +290,3 @@ def measure_bank_conflicts(strides=tuple(range(1, 34)), width: int = 4, repeats:
             "cycles/access": best / (loads_per_warp * warps),
         })
     return rows
-
-
-def measured_figure(rows: list[dict], name: str = "01_bank_conflicts_measured", *, measured_on: str | None = None):
-    """Measured cycles per warp-wide access against the model's wavefronts; return the path.
-
-    ``measured_on``: "device, date" for the title (default: this GPU, today: :func:`gemmlab.bench.measured_on`).
-    """
-    from .bench import measured_on as _measured_on
-    from .figures import new_figure, save
-
-    fig, ax = new_figure(figsize=(8, 3.6))
-    s = [r["stride"] for r in rows]
-    ax.plot(s, [r["model wavefronts"] for r in rows], "o-", ms=4, label="model: wavefronts per access")
-    ax.plot(s, [r["cycles/access"] for r in rows], "s--", ms=4, label="measured: cycles per warp-wide access")
-    ax.set_xlabel(f"stride (in {rows[0]['width']}-byte accesses)")
-    ax.set_ylabel("per warp-wide access")
-    ax.set_xticks(s)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.set_yscale("log", base=2)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(f"Shared-memory bank conflicts: model vs measured ({measured_on or _measured_on()})")
-    return save(fig, name)

@@ -59,20 +59,10 @@ import numpy as np
 
 from . import nvfp4 as fp4
 from .checks import check_choice, check_int
-from .family.configs import BARRIER_RESERVE, TMEM_COLUMNS
-from .hardware import SMEM_PER_BLOCK
-
-TILE_M = 128  #: rows of A and C per CTA tile (one 128-lane MMA)
-K_BLOCK = 256  #: FP4 values of K per pipeline stage: 128 bytes a row
-MMA_K = 64  #: K of one tcgen05.mma kind::mxf4nvf4 (32 bytes of FP4 a row)
-STEPS = K_BLOCK // MMA_K  #: MMAs per k-block and GEMM
-SF_PER_STEP = MMA_K // fp4.SF_VEC  #: scales per row per MMA (scale_vec::4X)
-#: Tile N the model and its tests cover. 256 does not fit: two 256-column FP32 accumulators fill TMEM's 512
-#: columns and leave none for the scales (:func:`tmem_columns`).
-TILE_N_CHOICES = (64, 128, 192)
-TMEM_LANES = 128
-EPI_N = 32  #: columns of C per epilogue store (a 128 x 32 FP16 sub-tile, 8 KiB)
-C_STAGES = 2  #: SMEM staging buffers of the epilogue's TMA store
+from .family.configs import (EPI_C_STAGES as C_STAGES, EPI_N, GATED_TILE_M as TILE_M, K_BLOCK,  # noqa: F401
+                             MMA_K_FP4 as MMA_K, SF_PER_STEP, STEPS, TILE_N_CHOICES, Budget, budget, max_stages,
+                             sf_columns, tmem_columns)
+from .hardware import TMEM_COLUMNS, TMEM_LANES
 
 #: Mistakes the model can make on purpose (``run_model(bug=...)``).
 BUGS = (
@@ -85,95 +75,6 @@ BUGS = (
     "sf_not_advanced",  # every MMA step of a k-block reads step 0's scale columns
     "sfb_not_shifted",  # tile_n 64 / 192: odd tiles read their SFB from the atom's first rows, not from row 64
 )
-
-
-# --------------------------------------------------------------------------------------
-# Budget: shared memory and tensor memory of a configuration
-# --------------------------------------------------------------------------------------
-
-
-def sf_columns(rows: int) -> int:
-    """TMEM columns the scales of ``rows`` rows take per k-block: 4 per 128 rows per MMA step."""
-    return STEPS * 4 * fp4.ceil_div(rows, fp4.ATOM_MN)
-
-
-def tmem_columns(tile_n: int, acc_stages: int = 1) -> dict:
-    """Column offsets in TMEM: accumulators first, then SFA, SFB1, SFB2; ``alloc`` is the power of two allocated.
-
-    Each accumulator is ``tile_n`` FP32 columns (128 lanes = 128 rows of C); with
-    ``acc_stages`` = 2 the pair is doubled (the epilogue of one tile overlaps the next
-    tile's main loop). The scale regions follow at offsets computed from the
-    accumulators' footprint, as the kernel computes them.
-    """
-    acc = 2 * tile_n * acc_stages
-    sfa = acc
-    sfb1 = sfa + sf_columns(TILE_M)
-    sfb2 = sfb1 + sf_columns(tile_n)
-    end = sfb2 + sf_columns(tile_n)
-    alloc = 32
-    while alloc < end:
-        alloc *= 2
-    return dict(acc1=0, acc2=tile_n, sfa=sfa, sfb1=sfb1, sfb2=sfb2, used=end, alloc=alloc)
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Shared memory (bytes) and TMEM (columns) of one configuration; ``fits`` says whether it can run."""
-
-    tile_n: int
-    ab_stages: int
-    acc_stages: int
-    smem_per_stage: dict
-    smem_stage_bytes: int
-    smem_c_bytes: int
-    smem_total: int
-    tmem: dict
-
-    @property
-    def fits(self) -> bool:
-        return self.smem_total <= SMEM_PER_BLOCK and self.tmem["used"] <= TMEM_COLUMNS
-
-    def describe(self) -> str:
-        s = self.smem_per_stage
-        parts = ", ".join(f"{k} {v / 1024:g} KiB" for k, v in s.items())
-        t = self.tmem
-        return (f"tile 128 x {self.tile_n}, {self.ab_stages} stages, {self.acc_stages} accumulator stage(s): "
-                f"SMEM {self.smem_total / 1024:.1f} of {SMEM_PER_BLOCK / 1024:g} KiB "
-                f"(per stage: {parts}; C staging {self.smem_c_bytes / 1024:g} KiB); "
-                f"TMEM columns: acc1 {t['acc1']}, acc2 {t['acc2']}, SFA {t['sfa']}, SFB1 {t['sfb1']}, "
-                f"SFB2 {t['sfb2']}, end {t['used']} of {TMEM_COLUMNS} (allocate {t['alloc']})"
-                + ("" if self.fits else "  -> does NOT fit"))
-
-
-def budget(tile_n: int, ab_stages: int, acc_stages: int = 1) -> Budget:
-    """SMEM and TMEM of a 128 x ``tile_n`` dual-GEMM tile with ``ab_stages`` pipeline stages.
-
-    Per stage: A 128 x 128 bytes, B1 and B2 ``tile_n`` x 128 bytes, SFA 4 atoms of 512
-    bytes (128 rows x 16 scales), SFB1 and SFB2 4 atoms per 128 rows of B (rounded up).
-    Plus ``C_STAGES`` FP16 staging buffers of 128 x ``EPI_N`` and ``BARRIER_RESERVE``.
-    """
-    check_int("tile_n", tile_n, lo=16, hi=256, multiple_of=16)
-    check_int("ab_stages", ab_stages, lo=1)
-    check_int("acc_stages", acc_stages, lo=1, hi=2)
-    kb = K_BLOCK // 2
-    per = dict(A=TILE_M * kb, B1=tile_n * kb, B2=tile_n * kb,
-               SFA=fp4.ceil_div(TILE_M, 128) * STEPS * fp4.ATOM_BYTES,
-               SFB1=fp4.ceil_div(tile_n, 128) * STEPS * fp4.ATOM_BYTES,
-               SFB2=fp4.ceil_div(tile_n, 128) * STEPS * fp4.ATOM_BYTES)
-    stage = sum(per.values())
-    c_bytes = C_STAGES * TILE_M * EPI_N * 2
-    total = ab_stages * stage + c_bytes + BARRIER_RESERVE
-    return Budget(tile_n, ab_stages, acc_stages, per, stage, c_bytes, total, tmem_columns(tile_n, acc_stages))
-
-
-def max_stages(tile_n: int, acc_stages: int = 1) -> int:
-    """The most pipeline stages that fit in shared memory (0 if TMEM cannot hold the configuration)."""
-    if not budget(tile_n, 1, acc_stages).fits:
-        return 0
-    s = 1
-    while budget(tile_n, s + 1, acc_stages).fits:
-        s += 1
-    return s
 
 
 # --------------------------------------------------------------------------------------

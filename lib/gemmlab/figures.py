@@ -1,8 +1,9 @@
-"""Where figures go, and how notebooks show them.
+"""Where figures go, how notebooks show them, and the fixed-width text tables printed beside them.
 
 Library code draws every figure, saves it under ``figures/`` at the repository
 root and returns the path; notebooks display the saved file, so what the reader
-sees on the web is exactly what is in ``figures/``.
+sees on the web is exactly what is in ``figures/``. Tables of numbers are text
+(:func:`format_table`), so nbval compares them.
 """
 from __future__ import annotations
 
@@ -86,3 +87,14 @@ def new_figure(*args, **kwargs):
     grid = {k: kwargs.pop(k) for k in _SUBPLOTS_KEYS if k in kwargs}
     fig = Figure(**kwargs)
     return fig, fig.subplots(*args, **grid)
+
+
+def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """A fixed-width text table. ``columns``: (key, header, format spec)."""
+    heads = [h for _, h, _ in columns]
+    cells = [[format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(heads)]
+    line = "  ".join(h.rjust(w) for h, w in zip(heads, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(out)

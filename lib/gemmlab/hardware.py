@@ -174,6 +174,11 @@ GPUS: tuple[GPUSpec, ...] = (H100, H200, B200)
 SMEM_PER_BLOCK = H100.smem_per_block_kib * 1024
 assert SMEM_PER_BLOCK == H200.smem_per_block_kib * 1024 == B200.smem_per_block_kib * 1024
 
+#: Tensor memory (sm_100) per SM: 128 lanes x 512 columns of 32-bit cells.
+TMEM_LANES = 128
+TMEM_COLUMNS = B200.tmem_per_sm_kib * 1024 // (4 * TMEM_LANES)
+assert TMEM_COLUMNS == 512
+
 #: The spec whose kernels a CuTe DSL target builds, for compile-only sizing.
 _TARGET_SPEC = {"sm_90a": H100, "sm_100a": B200}
 
@@ -324,7 +329,7 @@ def spec_rows() -> list[dict]:
 
 def spec_table() -> str:
     """A fixed-width table of the three GPUs: dense TFLOP/s, HBM, on-chip memories."""
-    from .bench import format_table
+    from .figures import format_table
 
     cols = [
         ("gpu", "GPU", ""), ("arch", "arch", ""), ("cc", "cc", ""), ("sms", "SMs", ""),
@@ -357,7 +362,7 @@ def workloads() -> list[dict]:
 
 def workload_table() -> str:
     """Each workload's intensity and the TFLOP/s the roofline allows on each GPU."""
-    from .bench import format_table
+    from .figures import format_table
 
     rows = []
     for w in workloads():
@@ -453,27 +458,9 @@ def draw_roofline(name: str = "00_roofline") -> tuple[Path, dict]:
     return save(fig, name), data
 
 
-def measured_copy_tbps() -> dict[str, float] | None:
-    """Best stored device-to-device copy bandwidth per device, TB/s, if any was measured.
-
-    Reads ``results/<device>/copy_bandwidth.json`` (written by chapters 01/03
-    via :mod:`gemmlab.copybench`); ``None`` when no results are stored.
-    """
-    from . import bench
-
-    found = {}
-    for path in sorted(bench.RESULTS_DIR.glob("*/copy_bandwidth.json")):
-        doc = bench.load_results("copy_bandwidth", path.parent.name)
-        if not doc or not doc.get("rows"):
-            continue
-        best = max(float(r["GB/s"]) for r in doc["rows"])
-        found[doc.get("device", path.parent.name)] = best / 1000
-    return found or None
-
-
 __all__ = [
     "GPUSpec", "H100", "H200", "B200", "GPUS", "DTYPES", "get", "spec_for", "roofline",
     "ridge_point", "gemm_intensity", "spec_table", "workloads", "workload_table",
-    "roofline_data", "draw_roofline", "measured_copy_tbps", "SMEM_PER_BLOCK", "spec_for_target",
+    "roofline_data", "draw_roofline", "SMEM_PER_BLOCK", "TMEM_LANES", "TMEM_COLUMNS", "spec_for_target",
     "sm_count", "device_spec",
 ]

@@ -343,7 +343,7 @@ BENCH_KERNEL = "ld/st.v4 x4"
 
 
 def copiers() -> dict:
-    """name -> ``prepare(src, dst) -> run`` for :func:`gemmlab.copybench.measure_copies`."""
+    """name -> ``prepare(src, dst) -> run`` for :func:`gemmlab.measure.copybench.measure_copies`."""
     return {name: functools.partial(_prepare_for_bench, width=w, unroll=u) for name, (w, u) in COPIERS.items()}
 
 

@@ -36,7 +36,12 @@ The code
     * :func:`device_tile`: the same arithmetic inside a kernel
       (``@cute.jit``, run-time ``Int32`` linear index, compile-time sizes).
     * :func:`tile_order_grid`: the visit order as an (m_tiles, n_tiles) grid
-      for pictures; :func:`plot_tile_order` draws it.
+      for pictures; :func:`draw_tile_order` draws it.
+    * The dynamic tile claim (chapter 08): :func:`claim_tile` / :func:`claimed_tile`
+      (a global counter instead of the static order), :func:`put_tile_of` /
+      :func:`tile_of` (the producer tells the consumers which tile a stage holds),
+      :func:`post_unit` / :func:`wait_unit` / :func:`clear_mailbox` (a CTA pair),
+      :func:`reset_counters` (ready for the next launch).
 
 Both versions call one function, :func:`_tile_math`, with a different
 ``minimum`` (Python's ``min`` or ``cutlass.min``), so they cannot drift apart.
@@ -49,7 +54,7 @@ from dataclasses import dataclass
 import cutlass
 import cutlass.cute as cute
 import cuda.bindings.driver as cuda
-from cutlass import Int32
+from cutlass import Int32, Int64
 
 from .checks import check_choice, check_int
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
@@ -133,6 +138,117 @@ def device_tile(linear: Int32, m_tiles: cutlass.Constexpr, n_tiles: cutlass.Cons
     run-time value (the last band's width), once per tile.
     """
     return _tile_math(Int32(linear), m_tiles, n_tiles, raster, group, cutlass.min)
+
+
+# --------------------------------------------------------------------------------------
+# The dynamic tile claim (chapter 08): tiles handed out from a counter, not by index
+# --------------------------------------------------------------------------------------
+#
+# The static order above gives CTA ``b`` the tiles ``b, b + grid, ...``; with dynamic scheduling each
+# CTA takes its first tile by index and then claims the next unclaimed one from a global counter, so
+# CTAs that get less bandwidth take fewer tiles. Chapter 08's grouped kernel
+# (:mod:`gemmlab.kernels.grouped_sm90`) uses it; a kernel that claims tiles the same way (a
+# CLC-scheduled Blackwell GEMM, say) reuses these pieces: the claim and its hand-over to the
+# consumers through shared memory beside each stage's barrier, a pair's mailbox, and the reset that
+# leaves the counters at 0 for the next launch.
+
+#: Dynamic scheduling claims the next tile this many k-blocks before the current tile's last load: late enough
+#: that a slow CTA does not hold a tile the others could have taken (claiming a whole tile ahead, as we first did, ran
+#: 1.00-1.04x slower on an H100's 52 dynamic sets), early enough that the atomic's round trip stays off the
+#: producer's path.
+CLAIM_LEAD = 4
+
+#: A pair's mailbox (dynamic scheduling in 2-CTA clusters): words 2..15 of the first CTA's scheduler slot
+#: (:func:`gemmlab.family.configs.sched_slot`), one
+#: unit posted per word in turn. The first CTA cannot run more than ``stages`` k-blocks ahead of its partner
+#: (each stage waits for both CTAs' consumers), so it never reuses a word the partner has not read yet as long
+#: as there are more words than stages + 1.
+MAILBOX_FIRST, MAILBOX_WORDS = 2, 14
+
+
+NO_MORE_TILES = -1  # what the producer writes in place of a tile number when the tiles have run out
+
+
+@cute.jit
+def claim_tile(counter):
+    """Dynamic scheduling: lane 0 claims the next unclaimed tile with one atomic add on a global counter.
+
+    Every CTA starts with tile ``bid``; after that a CTA that finishes early takes the next unclaimed tile,
+    so the CTAs finish within about a tile of each other whatever bandwidth each SM happens to get. The
+    claim is made :data:`CLAIM_LEAD` k-blocks before the current tile's last load and read by
+    :func:`claimed_tile` only after that load, so the atomic's round trip is off the producer's path.
+    """
+    got = Int32(0)
+    if cute.arch.lane_idx() == 0:
+        got = Int32(cute.arch.atomic_add(counter, Int64(1), sem="relaxed", scope="gpu"))
+    return got
+
+
+@cute.jit
+def claimed_tile(claim: Int32, first_round: Int32):
+    """The tile (unit) number a :func:`claim_tile` got (lane 0's), for the whole warp: the first round,
+    one unit per CTA or pair, is handed out statically. Numbers only grow, so each CTA's tiles come in
+    increasing order and :func:`gemmlab.kernels.grouped_sm90.seek` still only moves forward."""
+    return cute.arch.shuffle_sync(claim, 0) + first_round
+
+
+@cute.jit
+def post_unit(mailbox, seq: Int32, unit: Int32):
+    """A pair's first CTA tells its partner its ``seq``-th claimed unit: ``seq`` and ``unit`` in one 64-bit
+    word (the word says which post it holds, so a stale one is never taken for a new one)."""
+    if cute.arch.lane_idx() == 0:
+        word = (Int64(seq) << 32) | Int64(unit)
+        cute.arch.atomic_exch(mailbox + (MAILBOX_FIRST + seq % MAILBOX_WORDS), word, sem="relaxed", scope="gpu")
+
+
+@cute.jit
+def wait_unit(mailbox, seq: Int32):
+    """The partner's side of :func:`post_unit`: lane 0 polls the word until it holds post ``seq``; the unit,
+    for the whole warp. Only the unit number travels (each CTA rewrites its own descriptors), so a relaxed
+    read is enough."""
+    got = Int32(0)
+    if cute.arch.lane_idx() == 0:
+        where = mailbox + (MAILBOX_FIRST + seq % MAILBOX_WORDS)
+        word = cute.arch.atomic_add(where, Int64(0), sem="relaxed", scope="gpu")
+        while (word >> 32) != Int64(seq):
+            word = cute.arch.atomic_add(where, Int64(0), sem="relaxed", scope="gpu")
+        got = Int32(word & Int64(0xFFFFFFFF))
+    return cute.arch.shuffle_sync(got, 0)
+
+
+@cute.jit
+def clear_mailbox(mailbox):
+    """The partner empties the mailbox after its last read (no post can follow it), for the next launch."""
+    if cute.arch.lane_idx() == 0:
+        for w in cutlass.range_constexpr(MAILBOX_WORDS):
+            cute.arch.atomic_exch(mailbox + (MAILBOX_FIRST + w), Int64(0), sem="relaxed", scope="gpu")
+
+
+@cute.jit
+def reset_counters(counter, claimers: Int32):
+    """The last of the ``claimers`` (CTAs, or pairs' first CTAs) to stop fetching sets both counters back
+    to 0 for the next launch.
+
+    The increment is acq_rel: every other CTA's last fetch happens before it, so no fetch can land after
+    the reset.
+    """
+    if cute.arch.lane_idx() == 0:
+        done = cute.arch.atomic_add(counter + 1, Int64(1), sem="acq_rel", scope="gpu")
+        if done == Int64(claimers) - 1:
+            cute.arch.atomic_exch(counter, Int64(0), sem="relaxed", scope="gpu")
+            cute.arch.atomic_exch(counter + 1, Int64(0), sem="relaxed", scope="gpu")
+
+
+@cute.jit
+def put_tile_of(ring, stages: cutlass.Constexpr, stage: Int32, tile: Int32):
+    """Shared memory ``ring[stage] = tile``: the tile whose first k-block stage ``stage`` holds."""
+    cute.make_tensor(ring, cute.make_layout(stages))[stage] = tile
+
+
+@cute.jit
+def tile_of(ring, stages: cutlass.Constexpr, stage: Int32):
+    """``ring[stage]``: read by the consumers once stage ``stage``'s barrier has completed."""
+    return cute.make_tensor(ring, cute.make_layout(stages))[stage]
 
 
 # --------------------------------------------------------------------------------------
@@ -225,7 +341,7 @@ def wave_footprint(sched: TileScheduler, num_ctas: int) -> list[tuple[int, int]]
     return out
 
 
-def plot_tile_order(scheds: list[TileScheduler], num_ctas: int, name: str = "07_tile_order"):
+def draw_tile_order(scheds: list[TileScheduler], num_ctas: int, name: str = "07_tile_order"):
     """Draw the visit order of each scheduler; tiles of the first wave are outlined."""
     from matplotlib.patches import Rectangle
 

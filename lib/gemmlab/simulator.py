@@ -478,7 +478,7 @@ def draw_timeline(timelines, name: str, *, titles: Sequence[str] | None = None, 
     return str(save(fig, name))
 
 
-def plot_stage_model(rows: list[dict], name: str, *, title: str = "") -> str:
+def draw_stage_model(rows: list[dict], name: str, *, title: str = "") -> str:
     """Total time against stages, one line per design (rows from :func:`sweep_stages`); returns the path."""
     from .figures import new_figure, save
 

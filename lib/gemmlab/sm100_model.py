@@ -1,7 +1,7 @@
 """Chapter 10 on the CPU: the persistent 2-CTA GEMM's schedule, executed step by step.
 
 What it models
-    Everything :mod:`gemmlab.gemm_sm100` decides, with numbers instead of
+    Everything :mod:`gemmlab.kernels.gemm_sm100` decides, with numbers instead of
     hardware: which CTA pair (cluster) takes which output tile in which order,
     the k-loop, which accumulator stage and which SMEM-AB / TMEM-C / SMEM-C
     stage and phase every role uses at every step, and where the epilogue
@@ -22,10 +22,10 @@ What it models
       phase or a missing wait therefore shows up as a wrong C, a barrier
       waited on with a phase it never reaches (deadlock) or a wait that
       passed on an older phase than it needed (an aliased wait).
-    * :func:`predict_tflops`: chapter 05's timeline simulator, calibrated on the
-      chapter 07 measurements of an H100 and an H200 (:mod:`gemmlab.calibration`),
-      fed with B200's published rates: a *prediction* of the kernel's TFLOP/s as a
-      range, never a measurement.
+
+    The prediction of the kernel's TFLOP/s on a B200 (chapter 05's timeline simulator,
+    calibrated on the chapter 07 measurements of an H100 and an H200, a range, never a
+    measurement) is :func:`gemmlab.measure.calibration.predict_b200`.
 
 What it adds over chapter 07's CPU model
     Three pipelines instead of one, two CTAs sharing barriers (the leader's
@@ -40,11 +40,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .checks import check_choice
-from .family.configs import ACC_STAGES, B200_SMS as DEFAULT_NUM_SMS, BLOCK_K, C_STAGES, CTA_M, PAIR_M, Sm100Config
+from .family.configs import ACC_STAGES, BLOCK_K, C_STAGES, CTA_M, EPILOGUE_WARPS, GROUP_M, PAIR_M, RASTER, Sm100Config
 from .family.heuristic_sm100 import ceil_div
 from .family.heuristic_sm100 import choose as _choose
 from .family.problem import GemmProblem
-from .gemm_sm100 import EPILOGUE_WARPS, GROUP_M, RASTER
+from .hardware import B200
 from .mbarrier import Mbarrier
 from .pipeline import PipelineState
 from .scheduler import TileScheduler
@@ -52,7 +52,7 @@ from .scheduler import TileScheduler
 BUGS = (None, "reset_per_tile", "no_store_wait", "one_acc_phase", "no_tail")
 
 
-def choose_config(m: int, n: int, k: int, num_sms: int = DEFAULT_NUM_SMS) -> Sm100Config:
+def choose_config(m: int, n: int, k: int, num_sms: int = B200.sms) -> Sm100Config:
     """The configuration chapter 10's heuristic picks for a BF16 problem with B a weight's view."""
     return _choose(GemmProblem(m, n, k), num_sms)
 
@@ -546,57 +546,3 @@ def draw_schedule(m: int, n: int, k: int, cfg: Sm100Config, name: str = "10_sche
                  f"{ACC_STAGES} TMEM-C, {C_STAGES} SMEM-C", fontsize=9)
     path = save(fig, name)
     return path, {"owner": owner, "order": order, "acc": acc, "lanes": data}
-
-
-# --------------------------------------------------------------------------------------
-# The prediction: chapter 05's simulator, calibrated on Hopper first (gemmlab.calibration)
-# --------------------------------------------------------------------------------------
-
-PART3_SHAPES = [(4096, n, k) for n, k in ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384),
-                                          (4096, 7168), (7168, 2048))] + [(4096, 4096, 4096), (8192, 8192, 8192),
-                                                                          (2048, 2048, 8192)]
-
-
-def predict_tflops(shape, cfg: Sm100Config | None = None) -> dict:
-    """A PREDICTION of the kernel's TFLOP/s on a B200 for ``shape = (m, n, k)`` (nothing is measured).
-
-    :func:`gemmlab.calibration.predict_b200`: the pipeline simulator with the clock, epilogue and HBM
-    recipe that reproduces the chapter 07 measurements on an H100 and an H200 within 10 %, fed with
-    B200's datasheet rates. Returns ``low_tflops``, ``predicted_tflops`` and ``high_tflops`` (the range)
-    with the inputs.
-    """
-    from .calibration import predict_b200
-
-    return predict_b200(shape, cfg)
-
-
-def prediction_table(shapes=None) -> list[dict]:
-    """:func:`predict_tflops` for every shape (default: the Part III shape list)."""
-    return [predict_tflops(s) for s in (shapes or PART3_SHAPES)]
-
-
-def draw_prediction(rows: list[dict], name: str = "10_prediction"):
-    """Predicted TFLOP/s ranges against the roofline, labelled PREDICTION. Returns ``(path, data)``."""
-    from .figures import new_figure, save
-
-    labels = [f"{r['m']}x{r['n']}x{r['k']}" for r in rows]
-    pred = [r["predicted_tflops"] for r in rows]
-    low = [r["low_tflops"] for r in rows]
-    high = [r["high_tflops"] for r in rows]
-    roof = [r["roofline_tflops"] for r in rows]
-    fig, ax = new_figure(figsize=(11, 4))
-    x = np.arange(len(rows))
-    ax.bar(x - 0.2, roof, 0.4, color="#BBBBBB", label="roofline (2.25 PFLOP/s, 7.7 TB/s)")
-    ax.bar(x + 0.2, pred, 0.4, color="#4C72B0", label="PREDICTED (calibrated on H100/H200), with its range")
-    ax.errorbar(x + 0.2, pred, yerr=[np.subtract(pred, low), np.subtract(high, pred)], fmt="none", ecolor="black",
-                capsize=3, lw=1)
-    for xi, lo_, hi_ in zip(x, low, high):
-        ax.text(xi + 0.2, hi_ + 20, f"{lo_:.0f}-{hi_:.0f}", ha="center", va="bottom", fontsize=6)
-    ax.set_xticks(x)
-    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("TFLOP/s (BF16)")
-    ax.set_title("B200, persistent 2-CTA GEMM: a PREDICTION, not a measurement", fontsize=10)
-    ax.set_ylim(0, 2750)
-    ax.legend(fontsize=8, loc="upper center", ncol=2)
-    path = save(fig, name)
-    return path, {"labels": labels, "predicted": pred, "low": low, "high": high, "roofline": roof}

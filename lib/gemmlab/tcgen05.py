@@ -880,7 +880,7 @@ def _dsl_host(m: int, n: int, k: int, cta_group: int):
     return dsl_host
 
 
-def compile_dsl_reference(m: int = 128, n: int = 64, k: int = 64, cta_group: int = 1, target: str = "sm_100a"):
+def compile_dsl_reference(target: str = "sm_100a", m: int = 128, n: int = 64, k: int = 64, cta_group: int = 1):
     """Compile :func:`dsl_reference_kernel` for ``target`` (sm_100a; no GPU needed)."""
     check_target(target)
     check_mma_shape(m, n, cta_group)

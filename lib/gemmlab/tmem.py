@@ -64,11 +64,9 @@ from cutlass import Int32
 
 from .checks import check_choice, check_int
 from .compile import check_target, compile_for, fake_stream, fake_tensor, launcher
+from .hardware import TMEM_COLUMNS, TMEM_LANES  # noqa: F401  (tensor memory per SM: 128 lanes x 512 columns of 32 bits)
 from .tiers import require_tier
 
-#: Tensor memory per SM: 128 lanes x 512 columns of 32 bits.
-TMEM_LANES = 128
-TMEM_COLUMNS = 512
 #: Smallest allocation (columns); allocations are powers of two from here to 512.
 TMEM_MIN_ALLOC = 32
 #: ``tcgen05.ld/st`` shapes ``32x32b.xN``: N = registers per thread = columns read.

@@ -204,7 +204,7 @@ def sw128_chunk_map(rows: int = 8) -> list[list[int]]:
     return [[c ^ (r % 8) for c in range(8)] for r in range(rows)]
 
 
-def plot_smem_desc(value: int, name: str = "06_smem_descriptor", title: str | None = None) -> str:
+def draw_smem_desc(value: int, name: str = "06_smem_descriptor", title: str | None = None) -> str:
     """Draw the 64 bits of descriptor ``value``, field by field; return the figure's path."""
     from matplotlib.patches import Rectangle
 
@@ -238,7 +238,7 @@ def plot_smem_desc(value: int, name: str = "06_smem_descriptor", title: str | No
     return str(save(fig, name))
 
 
-def plot_sw128_tile(rows: int = 16, name: str = "06_sw128_tile") -> str:
+def draw_sw128_tile(rows: int = 16, name: str = "06_sw128_tile") -> str:
     """A K-major BF16 tile, 64 K-elements wide, as stored with the 128-byte swizzle; returns the path.
 
     Left: the logical tile (row r, 16-byte chunk c = K elements 8c..8c+7),
@@ -332,7 +332,7 @@ def expected_probe(n: int = 128):
     return out
 
 
-def plot_acc_fragment(n: int = 64, name: str = "06_acc_fragment") -> str:
+def draw_acc_fragment(n: int = 64, name: str = "06_acc_fragment") -> str:
     """The accumulator of ``m64n{n}k16``: owner of every C element, and a labelled zoom; returns the path."""
     import numpy as np
     from matplotlib.patches import Rectangle
@@ -785,7 +785,7 @@ def ptx_desc_constants(compiled) -> list[int]:
 # ---------------------------------------------------------------------------
 
 
-def plot_gemm_roles(stages: int = 6, name: str = "06_gemm_roles") -> str:
+def draw_gemm_roles(stages: int = 6, name: str = "06_gemm_roles") -> str:
     """The first GEMM's roles, ring and barriers as a diagram; returns the figure's path."""
     from matplotlib.patches import FancyBboxPatch
 
@@ -825,64 +825,6 @@ def plot_gemm_roles(stages: int = 6, name: str = "06_gemm_roles") -> str:
     ax.set_title(f"The first Hopper GEMM: one CTA = one 128 x 128 tile of C, a ring of {stages} stages "
                  "(each A + B tile 128B-swizzled)", fontsize=10)
     return str(save(fig, name))
-
-
-#: The configurations :func:`bench_gemm` times: (label, tile_m, tile_n, stages, inflight).
-BENCH_CONFIGS = (
-    ("128x128, 6 stages, wait_group 1", 128, 128, 6, 1),
-    ("128x128, 6 stages, wait_group 0", 128, 128, 6, 0),
-    ("128x128, 2 stages, wait_group 1", 128, 128, 2, 1),
-    ("64x256, 5 stages, wait_group 1", 64, 256, 5, 1),
-    ("128x64, 6 stages, wait_group 1", 128, 64, 6, 1),
-)
-
-
-def bench_gemm(size: int = 4096, configs=BENCH_CONFIGS, *, rep: int = 30, name: str | None = "gemm_wgmma_first"):
-    """TFLOP/s of :func:`gemm_nt` for each configuration and of ``torch.matmul`` (cuBLAS), in the same run.
-
-    Square ``size``^3 BF16 problem. Each configuration is first checked
-    against an FP32 reference on the same random data with a poisoned
-    output. Rows: ``kernel``, ``ms``, ``TFLOP/s``, ``vs torch``, ``rel err``;
-    written to ``results/<device>/<name>.json``.
-    """
-    import torch
-
-    from .bench import time_ms, write_results
-
-    check_int("size", size, lo=256, multiple_of=256)
-    require_tier("sm90", "gemmlab.wgmma.bench_gemm")
-    torch.manual_seed(0)
-    a = torch.randn(size, size, device="cuda").to(torch.bfloat16)
-    b = torch.randn(size, size, device="cuda").to(torch.bfloat16)
-    ref = a.float() @ b.float().T
-    flop = 2 * size ** 3
-    out = torch.empty(size, size, dtype=torch.bfloat16, device="cuda")
-    rows = []
-    for label, tm, tn, st, inf in configs:
-        run = prepare_gemm_nt(a, b, out, tile_m=tm, tile_n=tn, stages=st, inflight=inf)
-        out.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        rel = ((out.float() - ref).norm() / ref.norm()).item()
-        if not rel < 5e-3:
-            raise AssertionError(f"{label}: relative error {rel:.2e}")
-        ms = time_ms(run, rep=rep)
-        rows.append({"kernel": label, "ms": ms, "TFLOP/s": flop / ms / 1e9, "rel err": rel})
-    torch_ms = time_ms(lambda: torch.matmul(a, b.T, out=out), rep=rep)
-    rows.append({"kernel": "torch.matmul (cuBLAS)", "ms": torch_ms, "TFLOP/s": flop / torch_ms / 1e9, "rel err": 0.0})
-    for r in rows:
-        r["vs torch"] = torch_ms / r["ms"]
-    if name:
-        write_results(name, rows, size=size, dtype="bf16", note="C = A @ B.T, A and B K-major; TFLOP/s = 2*M*N*K/time")
-    return rows
-
-
-def bench_table(rows) -> str:
-    from .bench import device_name, format_table
-
-    return f"device: {device_name()}\n" + format_table(rows, [
-        ("kernel", "kernel", ""), ("ms", "ms", ".3f"), ("TFLOP/s", "TFLOP/s", ".0f"), ("vs torch", "vs torch", ".2f"),
-        ("rel err", "rel. err", ".1e")])
 
 
 def wgmma_operands(compiled) -> list[dict]:

@@ -24,9 +24,8 @@ exact product, and the emulator's to within twice it of the GPU's. An output rou
 adds one rounding of that type: where the two accumulators straddle a rounding boundary, the
 outputs differ by one unit in the last place; the check allows one ulp of the output type on top.
 
-Everything is called through the chapter modules' public ``compile_*`` and GPU functions, with
-keyword arguments, so that moving a module or reordering its positional arguments needs no
-change here beyond :func:`_kernel_module`.
+Everything is called through the chapter modules' and :mod:`gemmlab.kernels`' public ``compile_*`` functions
+(with keyword arguments) and the course's public calls (:mod:`gemmlab.family.api`, :mod:`gemmlab.family.plan`).
 """
 from __future__ import annotations
 
@@ -272,18 +271,6 @@ def _gpu_compiled(compiled, args, *, dynamic=False, aligns=None):
     conv = [((_dynamic(a, aligns.get(i, 16)) if dynamic else to_cute(a)) if isinstance(a, torch.Tensor) else a)
             for i, a in enumerate(args)]
     compiled(*conv, current_stream())
-
-
-def _kernel_module(name: str):
-    """``gemm_sm90`` / ``grouped_sm90``, wherever the layout puts them (``gemmlab`` or ``gemmlab.kernels``)."""
-    import importlib
-
-    for where in ("gemmlab.kernels.", "gemmlab."):
-        try:
-            return importlib.import_module(where + name)
-        except ImportError:
-            continue
-    raise ImportError(name)
 
 
 # ---- chapter 01 -------------------------------------------------------------------------------
@@ -801,8 +788,10 @@ def _gemm_cases():
             return {"a": a, "b": b}
 
         def compiled(cfg=cfg, b_major=b_major, tvm=False):
-            gm = _kernel_module("gemm_sm90")
-            return _compiled(("gemm", cfg, b_major), lambda: gm.compile_gemm(target=TARGET, cfg=cfg, b_major=b_major))
+            from ..kernels import gemm_sm90
+
+            return _compiled(("gemm", cfg, b_major),
+                             lambda: gemm_sm90.compile_gemm(target=TARGET, cfg=cfg, b_major=b_major))
 
         def args(x, out, ws, splits=splits, cfg=cfg, clusters=clusters):
             extra = [ws, Int32(splits)] if cfg.split_k else []
@@ -917,8 +906,10 @@ def _grouped_cases():
     import torch
     from cutlass import Int32
 
-    from .. import grouped
+    from .. import grouped_model
+    from ..family import api, heuristic_grouped, plan
     from ..family.configs import Sm90Config
+    from ..kernels import grouped_sm90 as gs
 
     out = []
     small = Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1))
@@ -949,15 +940,13 @@ def _grouped_cases():
 
         def compiled(cfg=cfg, b_major=b_major, fences=fences, dynamic=dynamic, by_size=by_size, overlap=overlap,
                      mixed=mixed, burst=burst):
-            gs = _kernel_module("grouped_sm90")
             return _compiled(("grouped", cfg, "ragged", b_major, fences, dynamic, by_size, overlap, mixed, burst),
                              lambda: gs.compile_grouped(cfg=cfg, mode="ragged", b_major=b_major, target=TARGET,
                                                         fences=fences, by_size=by_size, dynamic=dynamic,
                                                         overlap_store=overlap, mixed=mixed, burst=burst,
-                                                        l2_promotion=grouped.L2_PROMOTION))
+                                                        l2_promotion=heuristic_grouped.L2_PROMOTION))
 
         def emulate(x, seed, cfg=cfg, compiled=compiled, grid=grid, mixed=mixed):
-            gs = _kernel_module("grouped_sm90")
             o = torch.full((x["a"].shape[0], n), float("nan"), dtype=torch.bfloat16)
             table = torch.zeros((1, len(gs.TABLE_COLUMNS)), dtype=torch.int64)
             ws = torch.zeros((grid, gs.slots_per_cta(cfg, False, bool(mixed)), gs.DESC_WORDS), dtype=torch.int64)
@@ -970,8 +959,8 @@ def _grouped_cases():
                 burst=burst):
             d = _cuda(x)
             o = torch.full((d["a"].shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")
-            grouped.grouped_gemm(d["a"], d["b"], d["offs"], o, config=cfg, fences=fences, by_size=by_size,
-                                 dynamic=dynamic, overlap_store=overlap, mixed=mixed, burst=burst)
+            api.grouped_gemm(d["a"], d["b"], d["offs"], o, config=cfg, fences=fences, by_size=by_size,
+                             dynamic=dynamic, overlap_store=overlap, mixed=mixed, burst=burst)
             return _cpu({"c": o})
 
         def operands(x):
@@ -983,7 +972,7 @@ def _grouped_cases():
             return regions
 
         out.append(Case(8, "grouped_sm90 (ragged)", f"{label} ({cfg.name})", f"groups {list(sizes)}, N {n}, K {k}",
-                        make, emulate, gpu, lambda x: {"c": grouped.reference(x["a"], x["b"], x["offs"]).double()},
+                        make, emulate, gpu, lambda x: {"c": grouped_model.reference(x["a"], x["b"], x["offs"]).double()},
                         {"c": Mma(operands)}, seeds=seeds))
 
     # table mode: independent problems, the descriptors rewritten from each row's addresses, sizes and strides
@@ -1000,20 +989,19 @@ def _grouped_cases():
 
         def variant(b_major=b_major):
             tokens = sum(s[0] for s in shapes)
-            dynamic = grouped.dynamic_schedule(small)
-            return dynamic, grouped.largest_first(small, tokens, dynamic)
+            dynamic = heuristic_grouped.dynamic_schedule(small)
+            return dynamic, heuristic_grouped.largest_first(small, tokens, dynamic)
 
         def emulate_table(x, seed, b_major=b_major, variant=variant):
-            gs = _kernel_module("grouped_sm90")
             dynamic, by_size = variant()
             c = _compiled(("grouped", small, "table", b_major, dynamic, by_size),
                           lambda: gs.compile_grouped(cfg=small, mode="table", b_major=b_major, target=TARGET,
                                                      dynamic=dynamic, by_size=by_size,
-                                                     l2_promotion=grouped.L2_PROMOTION))
+                                                     l2_promotion=heuristic_grouped.L2_PROMOTION))
             pairs = [(x[f"a{i}"], x[f"b{i}"]) for i in range(len(shapes))]
             outs = [torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=torch.bfloat16) for a, b in pairs]
             live = [(p, o) for p, o in zip(pairs, outs) if p[0].shape[0] > 0]
-            table = torch.tensor(grouped.problem_table([p for p, _ in live], [o for _, o in live], b_major),
+            table = torch.tensor(plan.problem_table([p for p, _ in live], [o for _, o in live], b_major),
                                  dtype=torch.int64)
             grid = 2
             ws = torch.zeros((grid, gs.slots_per_cta(small), gs.DESC_WORDS), dtype=torch.int64)
@@ -1029,7 +1017,7 @@ def _grouped_cases():
             pairs = [(d[f"a{i}"], d[f"b{i}"]) for i in range(len(shapes))]
             outs = [torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=torch.bfloat16, device="cuda")
                     for a, b in pairs]
-            grouped.grouped_gemm_list(pairs, outs, config=small)
+            api.grouped_gemm_list(pairs, outs, config=small)
             return _cpu({f"c{i}": o for i, o in enumerate(outs)})
 
         def ops(i):
@@ -1047,18 +1035,19 @@ def unfenced_grouped_case() -> Case:
     import torch
     from cutlass import Int32
 
-    from .. import grouped
+    from ..family import api, heuristic_grouped
     from ..family.configs import Sm90Config
+    from ..kernels import grouped_sm90 as gs
 
     base = next(c for c in _grouped_cases() if c.config.startswith("static, largest first"))
     cfg = Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1))
     n = 72
 
     def emulate(x, seed):
-        gs = _kernel_module("grouped_sm90")
         c = _compiled(("grouped", cfg, "ragged", "k", False),
                       lambda: gs.compile_grouped(cfg=cfg, mode="ragged", b_major="k", target=TARGET, fences=False,
-                                                 by_size=True, dynamic=False, l2_promotion=grouped.L2_PROMOTION))
+                                                 by_size=True, dynamic=False,
+                                                 l2_promotion=heuristic_grouped.L2_PROMOTION))
         grid = 2
         o = torch.full((x["a"].shape[0], n), float("nan"), dtype=torch.bfloat16)
         table = torch.zeros((1, len(gs.TABLE_COLUMNS)), dtype=torch.int64)
@@ -1070,8 +1059,8 @@ def unfenced_grouped_case() -> Case:
     def gpu(x):
         d = _cuda(x)
         o = torch.full((d["a"].shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        grouped.grouped_gemm(d["a"], d["b"], d["offs"], o, config=cfg, fences=False, by_size=True, dynamic=False,
-                             overlap_store=False, mixed=0)
+        api.grouped_gemm(d["a"], d["b"], d["offs"], o, config=cfg, fences=False, by_size=True, dynamic=False,
+                         overlap_store=False, mixed=0)
         return _cpu({"c": o})
 
     return Case(8, "grouped_sm90 (ragged)", "fences=False: descriptors rewritten without release/acquire",

@@ -1,17 +1,18 @@
-"""The GEMM family's host side, in layers (chapters 07, 10; 08 and 11 build on it).
+"""The GEMM family's host side, in layers: the dense GEMM (chapters 07, 10), the grouped GEMM (08), the gated
+NVFP4 dual GEMM (11).
 
-Like DeepGEMM's host side, a call goes down four layers, and imports flow the
+Like DeepGEMM's host side, a call goes down the layers, and imports flow the
 same way (each module imports only the ones above it)::
 
-    problem        the contract: tensors -> a frozen GemmProblem (checks, M = 1 handling)
-    configs        one dataclass per architecture: what a compiled kernel is (sizes from the dtype)
-    heuristic_sm90 / heuristic_sm100
-                   problem + SM count -> the config to run
-    (kernels)      gemmlab.gemm_sm90 / gemmlab.gemm_sm100: kernel + @cute.jit host code
-    plan           problem -> compiled kernel (cached per config and layout) + its runtime
-                   arguments; a Plan's launch binds only the tensors and the stream
-    api            gemmlab.gemm(a, b, out=None): a dictionary lookup, then the plan's launch
+    problem        the contracts: tensors -> a frozen GemmProblem / GroupedProblem / GatedProblem (every check)
+    configs        every config dataclass: what a compiled kernel is (sizes from the dtype, fits checked)
+    heuristic_sm90 / heuristic_sm100 / heuristic_grouped / heuristic_gated
+                   problem + GPU -> the config to run (and the grouped grid and schedule)
+    (kernels)      gemmlab.kernels: the kernels, their @cute.jit host code, compile_*(target, cfg, ...)
+    plan           one compile cache for every kind; a plan per call signature: config, grid, schedule,
+                   compiled function, workspace; its launch binds only the tensors
+    api            gemmlab.gemm, grouped_gemm, grouped_gemm_list, gated_dual_gemm: a dictionary lookup
+                   keyed on the call signature, then the plan's launch
 
-``tables`` (benchmark tables and figures) and ``benchmark`` (the shape family and
-its timing) sit beside ``api``; nothing below imports them.
+What measures the family (benchmarks, tables, figures) is :mod:`gemmlab.measure`; nothing here imports it.
 """

@@ -1,23 +1,52 @@
-"""``gemmlab.gemm(a, b, out=None)``: the course's public GEMM, ``a @ b`` with torch's meaning.
+"""The family's public calls, thin: a dictionary lookup keyed on the call signature, then the plan's launch.
 
-The rules are the contract's (:mod:`gemmlab.family.problem`): ``a`` M x K
-row-major, ``b`` K x N row-major or the ``w.t()`` view of an N x K weight,
-BF16/FP16 in, FP32 accumulation, the output in ``out``'s dtype (default:
-``a``'s), every contiguous dimension a multiple of 8, 16-byte aligned starts.
-On Hopper it runs chapter 07's kernel, on Blackwell chapter 10's (compile-
-verified only: it has never run on a B200); elsewhere it raises
+* :func:`gemm` ``(a, b, out=None)``: ``a @ b`` with torch's meaning (chapter 07's kernel on Hopper, chapter 10's
+  on Blackwell, compile-verified only: it has never run on a B200).
+* :func:`grouped_gemm` ``(a, b, offs, out=None)``: ``torch._grouped_mm``'s ragged MoE meaning, and
+  :func:`grouped_gemm_list` ``(pairs, outs=None)``: independent problems in one launch (chapter 08, Hopper).
+* :func:`gated_dual_gemm` ``(a, b1, b2, sfa, sfb1, sfb2, out=None)``: ``silu(A B1^T) * (A B2^T)`` from NVFP4
+  operands (chapter 11: the fast Hopper twin, or the SM100 kernel on Blackwell).
+
+The rules of each call are its contract's (:mod:`gemmlab.family.problem`). The call path is built to cost
+no more host time than torch's own call: one dictionary lookup keyed on what a plan depends on (shapes,
+strides, dtypes, devices, the options), the per-call checks no signature can vouch for (pointer alignment;
+the grouped call's read of ``offs``, unless ``validate=False``), and the plan's launch. Everything else
+(argument checks, the heuristics, compiling) happens once per key, when the plan is made
+(:mod:`gemmlab.family.plan`). Bad input always reaches the checks: an argument that has no signature
+(not a tensor) goes down the slow path, which says what is wrong.
+
+``gemm``'s rules: ``a`` M x K row-major, ``b`` K x N row-major or the ``w.t()`` view of an N x K weight,
+BF16/FP16 in, FP32 accumulation, the output in ``out``'s dtype (default: ``a``'s), every contiguous dimension
+a multiple of 8, 16-byte aligned starts. Elsewhere than on a Hopper or Blackwell GPU it raises
 :class:`gemmlab.tiers.TierError` after checking the arguments.
-
-The call path is built to cost no more host time than ``torch.matmul``:
-one dictionary lookup keyed on what a plan depends on (shapes, strides,
-dtypes, device), the alignment check, and the plan's launch. Everything else
-(argument checks, the heuristic, compiling) happens once per key, in
-:func:`_new_plan`.
 """
 from __future__ import annotations
 
-from .plan import Plan, arch_of_machine, make_plan
-from .problem import canonical_operands, check_alignment, check_devices, problem_of
+from .heuristic_grouped import L2_PROMOTION
+from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, make_gated_plan, make_grouped_plan, make_plan,
+                   problem_table)
+from .problem import (canonical_operands, check_alignment, check_devices, check_list, check_offs_values,
+                      check_row_major, gated_problem, list_problem, problem_of, ragged_problem)
+
+
+def _signature(*tensors):
+    """Shapes, strides, dtypes and devices of ``tensors`` (None stays None); None if one is not a tensor."""
+    try:
+        return tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _cached(cache: dict, key):
+    try:
+        return None if key is None else cache.get(key)
+    except TypeError:  # an unhashable option: no plan can be keyed on it, the checks will say what is wrong
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Dense (chapters 07, 10)
+# --------------------------------------------------------------------------------------
 
 #: Plans by call signature: (a's shape and strides, b's, out's or None, dtypes, device).
 _PLANS: dict = {}
@@ -72,3 +101,145 @@ def _plan_for(problem, device) -> Plan:
 def plans() -> list[Plan]:
     """Every plan made in this process (chapter 07 lists them)."""
     return list(_BY_PROBLEM.values())
+
+
+# --------------------------------------------------------------------------------------
+# Grouped (chapter 08)
+# --------------------------------------------------------------------------------------
+
+#: Grouped plans by call signature (the tensors' shapes, strides, dtypes, devices, and the options).
+_GROUPED: dict = {}
+
+
+def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool = True, fences: bool = True,
+                 by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION, dynamic: bool | None = None,
+                 overlap_store: bool | None = None, mixed: int | None = None, burst: int | None = None):
+    """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
+
+    ``a`` (T, K) holds the tokens of every expert one after the other, ``offs`` (G,) int32 the cumulative end row
+    of each expert's tokens, ``b`` (G, K, N) the experts' weights; returns ``out`` (T, N): the meaning of
+    ``torch._grouped_mm(a, b, offs=offs)``. Rows after ``offs[-1]`` are not written. BF16 (or FP16) in, FP32
+    accumulation, the input dtype out.
+
+    ``validate=False`` skips the one check that reads ``offs`` back to the host
+    (monotonic, within ``a``): then the kernel clamps ``offs`` instead, so a bad
+    ``offs`` gives empty groups rather than a memory fault. ``fences=False``
+    runs the broken variant without the descriptor release/acquire (chapter 08
+    uses it to show what the fences are for; never use it for results).
+    The schedule's knobs, each None for its rule (:mod:`gemmlab.family.heuristic_grouped`):
+    ``by_size`` (largest first: :func:`~gemmlab.family.heuristic_grouped.largest_first`), ``dynamic``
+    (:func:`~gemmlab.family.heuristic_grouped.dynamic_schedule`), ``overlap_store``
+    (:func:`~gemmlab.family.heuristic_grouped.store_under_next`), ``mixed`` (the light experts' rows for the mixed
+    order, 0 for none: :func:`~gemmlab.family.heuristic_grouped.mixed_rows`, never for ``dynamic=False`` or
+    ``by_size=False``) and ``burst`` (its claims per block: :data:`~gemmlab.family.heuristic_grouped.MIXED_BURST`);
+    ``l2_promotion``: :data:`~gemmlab.family.heuristic_grouped.L2_PROMOTION` (None: the DSL's 128 bytes).
+    Calls on one stream at a time only: the per-CTA descriptor slots and the tile counter are shared.
+    """
+    options = (config, fences, by_size, l2_promotion, dynamic, overlap_store, mixed, burst)
+    sig = _signature(a, b, offs, out)
+    key = None if sig is None else sig + options
+    plan = _cached(_GROUPED, key)
+    if plan is None:
+        problem = ragged_problem(a, b, offs, out)
+        plan = make_grouped_plan(problem, a.device, config, fences=fences, l2_promotion=l2_promotion, by_size=by_size,
+                                 dynamic=dynamic, overlap_store=overlap_store, mixed=mixed, burst=burst)
+        if key is not None:
+            _GROUPED[key] = plan
+    else:  # the signature vouches for everything but where the tensors start
+        check_row_major("a", a)
+        if out is not None:
+            check_row_major("out", out)
+    if out is None:
+        import torch
+
+        out = torch.empty((plan.problem.tokens, plan.problem.n), dtype=a.dtype, device=a.device)
+    if validate:
+        # Last, with everything else ready: reading offs waits for the GPU to finish the work queued
+        # before this call, and the GPU idles from then until the launch below.
+        check_offs_values(offs, plan.problem.tokens)
+    if plan.problem.tokens == 0:
+        return out
+    plan.ragged(a, b, out, offs)
+    return out
+
+
+def grouped_gemm_list(pairs, outs=None, *, config=None):
+    """``[a_i @ b_i for (a_i, b_i) in pairs]`` in one launch: the pointer-array grouped GEMM.
+
+    Every ``a_i`` is (M_i, K_i) with contiguous rows, every ``b_i`` (K_i, N_i) with
+    the same layout (all K-contiguous or all N-contiguous), one dtype, one
+    device; M_i may be 0. The problem table (addresses, sizes, strides) is built
+    on the host and copied to the device with the launch.
+    """
+    import torch
+
+    pairs = list(pairs)
+    outs = None if outs is None else list(outs)
+    try:
+        key = (tuple(_signature(ai, bi) for ai, bi in pairs), None if outs is None else _signature(*outs), config)
+        if None in key[0] or (outs is not None and key[1] is None):
+            key = None
+    except (TypeError, ValueError):  # not (a, b) pairs: the checks say what is wrong
+        key = None
+    plan = _cached(_GROUPED, key)
+    if plan is None:
+        pairs, outs, major = check_list(pairs, outs)
+    else:  # the signature vouches for everything but where the tensors start
+        major = plan.problem.b_major
+        for i, (ai, _) in enumerate(pairs):
+            check_row_major(f"pairs[{i}][0]", ai)
+        for i, ci in enumerate(outs or ()):
+            check_row_major(f"outs[{i}]", ci)
+    if outs is None:
+        outs = [torch.empty((ai.shape[0], bi.shape[1]), dtype=ai.dtype, device=ai.device) for ai, bi in pairs]
+    live = [(p, c) for p, c in zip(pairs, outs) if p[0].shape[0] > 0]
+    if not live:
+        return outs
+    table = torch.tensor(problem_table([p for p, _ in live], [c for _, c in live], major), dtype=torch.int64)
+    table = table.to(pairs[0][0].device, non_blocking=True)
+    if plan is None:
+        plan = make_grouped_plan(list_problem(pairs, major), pairs[0][0].device, config,
+                                 shapes=[(p[0].shape[0], p[1].shape[1]) for p, _ in live])
+        if key is not None:
+            _GROUPED[key] = plan
+    (a_0, b_0), c_0 = live[0]
+    plan.table(table, a_0, b_0, c_0)
+    return outs
+
+
+def grouped_plans() -> list[GroupedPlan]:
+    """Every grouped plan made in this process, one per call signature."""
+    return list(_GROUPED.values())
+
+
+# --------------------------------------------------------------------------------------
+# Gated NVFP4 (chapter 11)
+# --------------------------------------------------------------------------------------
+
+#: Gated plans by call signature.
+_GATED: dict = {}
+
+
+def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
+    """``silu(A B1^T) * (A B2^T)`` in FP16 from NVFP4 operands, on the kernel of this machine's GPU.
+
+    ``a`` (M, K/2, 1), ``b1``/``b2`` (N, K/2, 1): packed FP4, two e2m1 values a byte, K-major (uint8 or
+    ``float4_e2m1fn_x2``); ``sfa`` (M, K/16, 1), ``sfb1``/``sfb2`` (N, K/16, 1): plain e4m3 scales, one per
+    16 K values; K a multiple of 256, N of 8; ``out`` (M, N, 1) FP16 or None. Returns ``out``.
+
+    Bad input raises ``TypeError`` / ``ValueError`` naming the argument, on every machine and before any
+    compile or launch; a machine without a Hopper or datacenter Blackwell GPU then raises ``TierError``.
+    """
+    key = _signature(a, b1, b2, sfa, sfb1, sfb2, out)
+    plan = _cached(_GATED, key)
+    if plan is None:
+        tensors = (a, b1, b2, sfa, sfb1, sfb2, out)
+        plan = make_gated_plan(gated_problem(*tensors), tensors)
+        if key is not None:
+            _GATED[key] = plan
+    return plan(a, b1, b2, sfa, sfb1, sfb2, out)
+
+
+def gated_plans() -> list[GatedPlan]:
+    """Every gated plan made in this process, one per call signature."""
+    return list(_GATED.values())

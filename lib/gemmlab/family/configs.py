@@ -1,19 +1,26 @@
-"""What a compiled GEMM kernel is: one frozen, validated dataclass per architecture.
+"""What a compiled GEMM kernel is: one frozen, validated dataclass per kernel of the family.
 
-Both configs follow one style: every field is checked in ``__post_init__`` (a
+* Dense (chapters 07, 10): :class:`Sm90Config`, :class:`Sm100Config`.
+* Grouped (chapter 08): the Hopper kernel's tiles are :class:`Sm90Config` too; the ones its
+  heuristic picks from are named here (:data:`SMALL` ... :data:`LARGE_C2`).
+* Gated NVFP4 (chapter 11): :class:`DualSm90Config` (the simple Hopper twin), :class:`PipelinedConfig`
+  (the fast one) and :class:`DualSm100Config` with its shared- and tensor-memory :func:`budget`.
+
+Every config follows one style: every field is checked in ``__post_init__`` (a
 ``ValueError`` naming the field and the rule), byte sizes come from the dtypes'
 bit widths (:data:`gemmlab.family.problem.DTYPE_BITS`: 16 for BF16/FP16, 4 for
 the FP4 of chapter 11), and shared memory is checked against
-:data:`gemmlab.hardware.SMEM_PER_BLOCK`. A config says nothing about M, N or K:
-one compiled kernel serves every problem size (the sm90 kernel takes sizes at
-run time; chapter 10's sm100 kernel is still compiled per shape).
+:data:`gemmlab.hardware.SMEM_PER_BLOCK`. The dense and grouped configs say nothing
+about M, N or K: one compiled kernel serves every problem size (the sm90 kernels take
+sizes at run time; chapters 10 and 11's kernels are still compiled per shape).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .. import nvfp4 as fp4
 from ..checks import check_choice, check_int
-from ..hardware import SMEM_PER_BLOCK
+from ..hardware import B200, SMEM_PER_BLOCK, TMEM_COLUMNS
 from .problem import DTYPE_BITS, IN_DTYPES, OUT_DTYPES
 
 RASTERS = ("m", "n")
@@ -28,7 +35,7 @@ def _bytes(elements: int, dtype: str) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# Hopper (chapter 07): gemmlab.gemm_sm90
+# Hopper (chapter 07): gemmlab.kernels.gemm_sm90
 # --------------------------------------------------------------------------------------
 
 
@@ -163,9 +170,29 @@ class Sm90Config:
 
     @property
     def name(self) -> str:
-        """A short name: ``128x256 c2x1 m8 s4`` (+ `` swap`` / `` split5``)."""
+        """A short name: ``128x256 c2x1 m8 s4`` (+ `` swap`` / `` split5``); :meth:`Sm90Config.parse_name` reads it
+        back."""
         return (f"{self.tile_m}x{self.tile_n} c{self.cluster[0]}x{self.cluster[1]} {self.raster}{self.group} "
                 f"s{self.stages}" + (" swap" if self.swap_ab else "") + (f" split{self.splits}" if self.split_k else ""))
+
+    @staticmethod
+    def parse_name(name: str) -> dict:
+        """The fields a :attr:`name` holds: ``tile_m``, ``tile_n``, ``cluster``, ``raster``, ``group``, ``stages``,
+        ``swap_ab``, ``splits`` (the stored benchmark results name their configs this way)."""
+        parts = str(name).split()
+        try:
+            tile_m, tile_n = (int(x) for x in parts[0].split("x"))
+            cluster = tuple(int(x) for x in parts[1][1:].split("x"))
+            raster, group = parts[2][0], int(parts[2][1:])
+            stages = int(parts[3][1:])
+            extra = parts[4:]
+            splits = [int(p[5:]) for p in extra if p.startswith("split")]
+            if any(p != "swap" and not p.startswith("split") for p in extra) or len(splits) > 1:
+                raise ValueError
+        except (IndexError, ValueError):
+            raise ValueError(f"name must look like '128x256 c2x1 m8 s4' (+ ' swap', ' split5'); got {name!r}") from None
+        return dict(tile_m=tile_m, tile_n=tile_n, cluster=cluster, raster=raster, group=group, stages=stages,
+                    swap_ab="swap" in extra, splits=splits[0] if splits else 1)
 
 
 def split_ranges(k_tiles: int, splits: int) -> list[tuple[int, int]]:
@@ -194,7 +221,7 @@ def effective_splits(k_tiles: int, splits: int) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# Blackwell (chapter 10): gemmlab.gemm_sm100
+# Blackwell (chapter 10): gemmlab.kernels.gemm_sm100
 # --------------------------------------------------------------------------------------
 
 PAIR_M = 256  # rows of C per CTA pair (one 2-CTA MMA tile)
@@ -204,9 +231,10 @@ MMA_K = 16  # K of one tcgen05.mma.kind::f16 instruction
 ACC_STAGES = 2  # TMEM-C stages: epilogue of tile i overlaps the main loop of tile i + 1
 C_STAGES = 2  # SMEM-C staging buffers for TMA stores
 BLOCK_N_CHOICES = (256, 128)  # N of the pair's tile (each CTA loads half of it from B)
-TMEM_COLUMNS = 512  # TMEM per SM: 128 lanes x 512 columns of 32 bits
 BARRIER_RESERVE = 1024  # bytes kept for mbarriers and the TMEM address (rounded up)
-B200_SMS = 148
+EPILOGUE_WARPS = 4  # warps 0-3: warp w may read TMEM lanes 32(w % 4)..+31, so they come first
+GROUP_M = 8  # the tile order: bands of 8 M-tiles (gemmlab.scheduler, chapter 07)
+RASTER = "m"
 
 
 @dataclass(frozen=True)
@@ -221,7 +249,7 @@ class Sm100Config:
     block_n: int = 256
     ab_stages: int = 6
     epi_n: int = 32
-    num_sms: int = B200_SMS
+    num_sms: int = B200.sms
     dtype: str = "bfloat16"  # of A, B and C
     b_major: str = "k"  # "k": B is N x K (K contiguous); "n": B is K x N (N contiguous)
 
@@ -289,3 +317,255 @@ def max_ab_stages(block_n: int, epi_n: int = 32, dtype: str = "bfloat16") -> int
     """The deepest SMEM-AB ring that fits next to the barriers and the C staging."""
     probe = Sm100Config(block_n=block_n, ab_stages=1, epi_n=epi_n, dtype=dtype)
     return (SMEM_PER_BLOCK - probe.smem_bytes + probe.stage_bytes) // probe.stage_bytes
+
+
+# --------------------------------------------------------------------------------------
+# Grouped (chapter 08): gemmlab.kernels.grouped_sm90's tiles, the ones its heuristic picks from
+# --------------------------------------------------------------------------------------
+
+#: 64-row tiles for decode (a few tokens per expert): the least MMA work wasted on rows past a group's end.
+SMALL = Sm90Config(tile_m=64, tile_n=128, tile_k=64, stages=8, cluster=(1, 1), epi_n=32, epi_stages=4)
+#: The decode tile twice as wide: half as many tiles, each streaming twice the weight bytes.
+SMALL_WIDE = Sm90Config(tile_m=64, tile_n=256, tile_k=64, stages=5, cluster=(1, 1), epi_n=32, epi_stages=4)
+MEDIUM = Sm90Config(tile_m=128, tile_n=192, tile_k=64, stages=4, cluster=(1, 1), epi_n=32, epi_stages=4)
+LARGE = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(1, 1), epi_n=32, epi_stages=2)
+#: The two large tiles in clusters of two CTAs along M that share each B tile (the expert's weights) by multicast.
+MEDIUM_C2 = Sm90Config(tile_m=128, tile_n=192, tile_k=64, stages=4, cluster=(2, 1), epi_n=32, epi_stages=4)
+LARGE_C2 = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(2, 1), epi_n=32, epi_stages=2)
+#: Groups the kernel ranks by size in shared memory (largest first); beyond this it visits them in index order.
+ORDER_MAX = 256
+
+
+#: The grouped kernel's workspace (allocated by the host, one row of slots per CTA) and its table of problems (the
+#: list form): their layout is the contract between :mod:`gemmlab.family.plan` and the kernel.
+DESC_BYTES = 128  # one TMA descriptor (CUtensorMap)
+DESC_WORDS = DESC_BYTES // 8
+TABLE_COLUMNS = ("a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc")  # mode "table": one int64 row per group
+
+
+def ab_slots(cfg: Sm90Config) -> int:
+    """Descriptor slots for A (and as many for B) per CTA and stream: ``stages + 1``.
+
+    At most ``stages`` TMA loads are in flight (the producer waits for a stage's release before refilling it),
+    so a slot used again ``stages + 1`` group changes later is never rewritten under a queued load
+    (:func:`gemmlab.grouped_model.slot_reuse_margin` is the CPU model of it).
+    """
+    return cfg.stages + 1
+
+
+def slots_per_cta(cfg: Sm90Config, trace: bool = False, mixed: bool = False) -> int:
+    """Slots one CTA owns in the workspace: ``stages + 1`` for A, as many for B (:func:`ab_slots`), 1 per consumer
+    warpgroup for C, then one for the tile counters (CTA 0's holds them: :func:`gemmlab.scheduler.claim_tile`).
+
+    ``mixed``: as many descriptor slots again after that, for the light experts' stream (:func:`light_base`).
+    ``trace``: one more, the CTA's timeline (:data:`gemmlab.kernels.grouped_sm90.TRACE_POINTS`).
+    """
+    return sched_slot(cfg) + 1 + (sched_slot(cfg) if mixed else 0) + int(bool(trace))
+
+
+def light_base(cfg: Sm90Config) -> int:
+    """``mixed``: the light stream's descriptor slots start here (its A, B and C slots at the heavy stream's
+    offsets), so a CTA going back and forth between the streams does not rewrite the heavy group's descriptors."""
+    return sched_slot(cfg) + 1
+
+
+def sched_slot(cfg: Sm90Config) -> int:
+    """The workspace slot after the descriptors: in CTA 0's row, word 0 counts the tiles handed out, word 1 the
+    CTAs done with fetching; in a pair's first CTA's row, words :data:`gemmlab.scheduler.MAILBOX_FIRST` on are its
+    mailbox."""
+    return 2 * ab_slots(cfg) + cfg.consumers
+
+
+# --------------------------------------------------------------------------------------
+# Gated NVFP4 (chapter 11): gemmlab.kernels.dual_gemm_sm90, .dual_gemm_sm90_pipelined, .dual_gemm_sm100
+# --------------------------------------------------------------------------------------
+
+GATED_TILE_M = 128  #: rows of A and C per CTA tile in all three kernels (one 128-lane MMA; two 64-row warpgroups)
+K_BLOCK = fp4.K_MULTIPLE  #: FP4 values of K per pipeline stage: 128 bytes a row
+KB_BYTES = K_BLOCK // 2  #: packed bytes of one k-block per row
+SF_BYTES = K_BLOCK // fp4.SF_VEC  #: scale bytes of one k-block per row (16)
+SLICE_K = 64  #: Hopper: K values per dequantized 16-bit slice (128 bytes: one 128B-swizzle row)
+SLICES = K_BLOCK // SLICE_K  #: slices per k-block
+PIPELINED_TILE_NS = (32, 48, 64)  #: N of each GEMM per CTA of the fast Hopper twin
+PROBES = ("full", "no_mma", "no_convert")  #: the fast twin's timing probes (all but "full" compute wrong results)
+MMA_K_FP4 = 64  #: K of one tcgen05.mma kind::mxf4nvf4 (32 bytes of FP4 a row)
+STEPS = K_BLOCK // MMA_K_FP4  #: MMAs per k-block and GEMM
+SF_PER_STEP = MMA_K_FP4 // fp4.SF_VEC  #: scales per row per MMA (scale_vec::4X)
+#: Tile N chapter 11's CPU model and its tests cover. 256 does not fit: two 256-column FP32 accumulators fill
+#: TMEM's 512 columns and leave none for the scales (:func:`tmem_columns`).
+TILE_N_CHOICES = (64, 128, 192)
+#: Tile N the SM100 kernel supports (192 needs SFB atoms split over two tiles, not implemented).
+DUAL_SM100_TILE_NS = (64, 128)
+EPI_N = 32  #: SM100: columns of C per epilogue store (a 128 x 32 FP16 sub-tile, 8 KiB)
+EPI_C_STAGES = 2  #: SM100: shared-memory staging buffers of the epilogue's TMA store
+
+
+@dataclass(frozen=True)
+class DualSm90Config:
+    """The simple Hopper twin: ``tile_n``: N of the CTA tile (64 or 128); ``stages``: depth of the packed-FP4 TMA ring."""
+
+    tile_n: int = 128
+    stages: int = 2
+
+    def __post_init__(self):
+        if self.tile_n not in (64, 128):
+            raise ValueError(f"tile_n must be 64 or 128; got {self.tile_n}")
+        check_int("stages", self.stages, lo=1)
+        if self.smem_bytes() > SMEM_PER_BLOCK:
+            raise ValueError(f"tile_n={self.tile_n} with stages={self.stages} needs {self.smem_bytes()} bytes of "
+                             f"shared memory; a block has {SMEM_PER_BLOCK}")
+
+    def smem_bytes(self) -> int:
+        """Shared memory: the packed ring, the three BF16 slices, the barriers."""
+        n, tm = self.tile_n, GATED_TILE_M
+        ring = self.stages * (tm * KB_BYTES + 2 * n * KB_BYTES + tm * SF_BYTES + 2 * n * SF_BYTES)
+        bf16 = (tm + 2 * n) * SLICE_K * 2
+        return ring + bf16 + 1024
+
+
+@dataclass(frozen=True)
+class PipelinedConfig:
+    """The fast Hopper twin: ``tile_n``: N of each GEMM per CTA (32, 48 or 64); ``stages``: packed k-blocks in flight."""
+
+    tile_n: int = 64
+    stages: int = 4
+    #: True: warpgroup 0 converts B (and its warp 0 issues the TMA loads); False: the MMA warpgroups convert both
+    split: bool = True
+    #: "full", or a timing probe that returns wrong results: "no_mma" (convert only), "no_convert" (MMAs only)
+    probe: str = "full"
+
+    def __post_init__(self):
+        if self.probe not in PROBES:
+            raise ValueError(f"probe must be one of {PROBES}; got {self.probe!r}")
+        if self.tile_n not in PIPELINED_TILE_NS:
+            raise ValueError(f"tile_n must be one of {PIPELINED_TILE_NS}; got {self.tile_n}")
+        check_int("stages", self.stages, lo=3 if self.split else 2)
+        if not isinstance(self.split, bool):
+            raise TypeError(f"split must be a bool; got {type(self.split).__name__}")
+        if self.smem_bytes() > SMEM_PER_BLOCK:
+            raise ValueError(f"tile_n={self.tile_n} with stages={self.stages} needs {self.smem_bytes()} bytes of "
+                             f"shared memory; a block has {SMEM_PER_BLOCK}")
+
+    def stage_bytes(self) -> int:
+        """Bytes TMA writes per k-block: packed A, B1, B2 and their scales."""
+        return (GATED_TILE_M + 2 * self.tile_n) * (KB_BYTES + SF_BYTES)
+
+    def smem_bytes(self) -> int:
+        """The packed ring, the four FP16 B buffers, alignment and barriers."""
+        return self.stages * self.stage_bytes() + SLICES * 2 * self.tile_n * SLICE_K * 2 + 1024 + 256
+
+
+def sf_columns(rows: int) -> int:
+    """TMEM columns the scales of ``rows`` rows take per k-block: 4 per 128 rows per MMA step."""
+    return STEPS * 4 * fp4.ceil_div(rows, fp4.ATOM_MN)
+
+
+def tmem_columns(tile_n: int, acc_stages: int = 1) -> dict:
+    """Column offsets in TMEM: accumulators first, then SFA, SFB1, SFB2; ``alloc`` is the power of two allocated.
+
+    Each accumulator is ``tile_n`` FP32 columns (128 lanes = 128 rows of C); with
+    ``acc_stages`` = 2 the pair is doubled (the epilogue of one tile overlaps the next
+    tile's main loop). The scale regions follow at offsets computed from the
+    accumulators' footprint, as the kernel computes them.
+    """
+    acc = 2 * tile_n * acc_stages
+    sfa = acc
+    sfb1 = sfa + sf_columns(GATED_TILE_M)
+    sfb2 = sfb1 + sf_columns(tile_n)
+    end = sfb2 + sf_columns(tile_n)
+    alloc = 32
+    while alloc < end:
+        alloc *= 2
+    return dict(acc1=0, acc2=tile_n, sfa=sfa, sfb1=sfb1, sfb2=sfb2, used=end, alloc=alloc)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Shared memory (bytes) and TMEM (columns) of one configuration; ``fits`` says whether it can run."""
+
+    tile_n: int
+    ab_stages: int
+    acc_stages: int
+    smem_per_stage: dict
+    smem_stage_bytes: int
+    smem_c_bytes: int
+    smem_total: int
+    tmem: dict
+
+    @property
+    def fits(self) -> bool:
+        return self.smem_total <= SMEM_PER_BLOCK and self.tmem["used"] <= TMEM_COLUMNS
+
+    def describe(self) -> str:
+        s = self.smem_per_stage
+        parts = ", ".join(f"{k} {v / 1024:g} KiB" for k, v in s.items())
+        t = self.tmem
+        return (f"tile 128 x {self.tile_n}, {self.ab_stages} stages, {self.acc_stages} accumulator stage(s): "
+                f"SMEM {self.smem_total / 1024:.1f} of {SMEM_PER_BLOCK / 1024:g} KiB "
+                f"(per stage: {parts}; C staging {self.smem_c_bytes / 1024:g} KiB); "
+                f"TMEM columns: acc1 {t['acc1']}, acc2 {t['acc2']}, SFA {t['sfa']}, SFB1 {t['sfb1']}, "
+                f"SFB2 {t['sfb2']}, end {t['used']} of {TMEM_COLUMNS} (allocate {t['alloc']})"
+                + ("" if self.fits else "  -> does NOT fit"))
+
+
+def budget(tile_n: int, ab_stages: int, acc_stages: int = 1) -> Budget:
+    """SMEM and TMEM of a 128 x ``tile_n`` dual-GEMM tile with ``ab_stages`` pipeline stages.
+
+    Per stage: A 128 x 128 bytes, B1 and B2 ``tile_n`` x 128 bytes, SFA 4 atoms of 512
+    bytes (128 rows x 16 scales), SFB1 and SFB2 4 atoms per 128 rows of B (rounded up).
+    Plus ``EPI_C_STAGES`` FP16 staging buffers of 128 x ``EPI_N`` and ``BARRIER_RESERVE``.
+    """
+    check_int("tile_n", tile_n, lo=16, hi=256, multiple_of=16)
+    check_int("ab_stages", ab_stages, lo=1)
+    check_int("acc_stages", acc_stages, lo=1, hi=2)
+    kb = KB_BYTES
+    per = dict(A=GATED_TILE_M * kb, B1=tile_n * kb, B2=tile_n * kb,
+               SFA=fp4.ceil_div(GATED_TILE_M, 128) * STEPS * fp4.ATOM_BYTES,
+               SFB1=fp4.ceil_div(tile_n, 128) * STEPS * fp4.ATOM_BYTES,
+               SFB2=fp4.ceil_div(tile_n, 128) * STEPS * fp4.ATOM_BYTES)
+    stage = sum(per.values())
+    c_bytes = EPI_C_STAGES * GATED_TILE_M * EPI_N * 2
+    total = ab_stages * stage + c_bytes + BARRIER_RESERVE
+    return Budget(tile_n, ab_stages, acc_stages, per, stage, c_bytes, total, tmem_columns(tile_n, acc_stages))
+
+
+def max_stages(tile_n: int, acc_stages: int = 1) -> int:
+    """The most pipeline stages that fit in shared memory (0 if TMEM cannot hold the configuration)."""
+    if not budget(tile_n, 1, acc_stages).fits:
+        return 0
+    s = 1
+    while budget(tile_n, s + 1, acc_stages).fits:
+        s += 1
+    return s
+
+
+@dataclass(frozen=True)
+class DualSm100Config:
+    """The tcgen05 kernel: ``tile_n``: N of the CTA tile (128 or 64); ``stages``: depth of the TMA ring
+    (1 .. :func:`max_stages`); ``num_ctas``: persistent CTAs (at most the number of tiles are launched)."""
+
+    tile_n: int = 128
+    stages: int = 3
+    num_ctas: int = B200.sms  #: one persistent CTA per SM of a B200
+
+    def __post_init__(self):
+        check_int("tile_n", self.tile_n, lo=16, hi=256, multiple_of=16)
+        if self.tile_n not in DUAL_SM100_TILE_NS:
+            raise ValueError(f"tile_n must be one of {DUAL_SM100_TILE_NS} (192 needs SFB atoms split over two tiles, "
+                             f"not implemented; 256 leaves no TMEM for the scales); got {self.tile_n}")
+        check_int("stages", self.stages, lo=1)
+        most = max_stages(self.tile_n)
+        if self.stages > most:
+            raise ValueError(f"stages must be at most {most} for tile_n={self.tile_n} (shared memory: "
+                             f"{budget(self.tile_n, self.stages).describe()}); got {self.stages}")
+        check_int("num_ctas", self.num_ctas, lo=1)
+
+    @property
+    def tmem(self) -> dict:
+        """The TMEM column plan (:func:`tmem_columns`)."""
+        return tmem_columns(self.tile_n)
+
+    @property
+    def tx_bytes(self) -> int:
+        """Bytes the six TMA loads of one stage bring (what ``ab_full[s]`` expects)."""
+        return budget(self.tile_n, self.stages).smem_stage_bytes

@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 
 from ..checks import check_int
-from .configs import B200_SMS, PAIR_M, Sm100Config, max_ab_stages
+from ..hardware import B200
+from .configs import PAIR_M, Sm100Config, max_ab_stages
 from .problem import GemmProblem
 
 #: block_n = 128 must cut the padded work to <= this fraction of block_n = 256's.
@@ -23,14 +24,14 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def padded_work(m: int, n: int, block_n: int, num_sms: int = B200_SMS) -> int:
+def padded_work(m: int, n: int, block_n: int, num_sms: int = B200.sms) -> int:
     """Waves x ``block_n``: the N-columns one cluster computes, partial tiles and idle clusters included."""
     tiles = ceil_div(m, PAIR_M) * ceil_div(n, block_n)
     return ceil_div(tiles, num_sms // 2) * block_n
 
 
 @functools.lru_cache(maxsize=4096)
-def choose(problem: GemmProblem, num_sms: int = B200_SMS) -> Sm100Config:
+def choose(problem: GemmProblem, num_sms: int = B200.sms) -> Sm100Config:
     """The configuration chapter 10's kernel runs for ``problem`` on ``num_sms`` SMs."""
     if not isinstance(problem, GemmProblem):
         raise TypeError(f"problem must be a GemmProblem; got {type(problem).__name__}")
@@ -42,7 +43,7 @@ def choose(problem: GemmProblem, num_sms: int = B200_SMS) -> Sm100Config:
                        dtype=problem.dtype, b_major=problem.b_major)
 
 
-def heuristic_configs(shapes, *, num_sms: int = B200_SMS, dtypes=("bfloat16",), b_majors=("k",)):
+def heuristic_configs(shapes, *, num_sms: int = B200.sms, dtypes=("bfloat16",), b_majors=("k",)):
     """The distinct configurations :func:`choose` returns for ``shapes`` ((m, n, k) triples)."""
     seen = {}
     for dt in dtypes:

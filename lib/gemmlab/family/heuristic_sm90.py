@@ -1,6 +1,6 @@
 """Chapter 07: choosing the Hopper kernel's configuration for a problem.
 
-The persistent kernel of :mod:`gemmlab.gemm_sm90` has knobs that depend on
+The persistent kernel of :mod:`gemmlab.kernels.gemm_sm90` has knobs that depend on
 (M, N, K). The heuristic enumerates the variants worth considering, predicts
 each one's time with a small model of the machine, and keeps the fastest.
 The model is what the notebook prints next to the choice, so every decision

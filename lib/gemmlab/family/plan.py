@@ -1,11 +1,21 @@
-"""The plan layer: a problem's compiled kernel and run-time arguments, cached; a launch binds tensors only.
+"""The plan layer: one compile cache for the family, and a plan per call signature that binds only tensors.
 
-A :class:`Plan` is made once per problem (sizes, dtypes, B's layout, device):
-the architecture's heuristic picks a config, the config's kernel is compiled
-(once per config and layout: the Hopper kernel takes M, N, K at run time, so
-every problem size shares it) and the run-time scalars are fixed. Calling
-the plan then does only what cannot be cached: it hands the tensors to the
-compiled function, which launches on torch's current stream.
+A plan is made once per problem (sizes, dtypes, layouts, device) and resolves
+everything a call signature decides: the heuristic's config, the grid, the
+schedule and store choices, the compiled function, the workspace. Calling it
+then does only what cannot be cached: it hands the tensors to the compiled
+function, which launches on torch's current stream.
+
+* :class:`Plan`: ``gemmlab.gemm`` (chapters 07, 10). The Hopper kernel is compiled
+  once per config and layout (it takes M, N, K at run time, so every problem size
+  shares it); chapter 10's per shape.
+* :class:`GroupedPlan`: ``gemmlab.grouped_gemm`` and ``grouped_gemm_list`` (chapter 08),
+  one compiled variant per (tile, mode, B's layout, schedule) for every size and group
+  count; the descriptor workspace is shared per device.
+* :class:`GatedPlan`: ``gemmlab.gated_dual_gemm`` (chapter 11), compiled per shape.
+
+Every kernel goes through :func:`compiled`, the one cache (:data:`_KERNELS`; the seconds
+each compile took in :data:`COMPILE_SECONDS`).
 
 Why the call is cheap: the kernels are compiled with TVM-FFI
 (``--enable-tvm-ffi``, package ``apache-tvm-ffi``). The compiled function
@@ -24,12 +34,15 @@ from __future__ import annotations
 import functools
 import time
 
-from .. import tiers
-from ..hardware import spec_of as _spec_of
-from .configs import Sm90Config, Sm100Config, effective_splits
-from .problem import GemmProblem, canonical_operands, check_devices, pad_rows, problem_of
+from .. import hardware, tiers
+from . import heuristic_gated, heuristic_grouped
+from .configs import (DESC_WORDS, TABLE_COLUMNS, PipelinedConfig, Sm90Config, Sm100Config, effective_splits,
+                      slots_per_cta)
+from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
+from .problem import GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, pad_rows, problem_of
 
-#: Compiled kernels, by (architecture, kernel key, B's layout): shared by every problem size (sm90).
+#: Every compiled kernel of the family, by what it was compiled for (the kernel's module and its compile-time
+#: choices): the dense Hopper kernel shared by every problem size, the grouped one by every size and group count.
 _KERNELS: dict = {}
 #: Seconds each compile took, by the same key (chapter 07 prints them).
 COMPILE_SECONDS: dict = {}
@@ -61,28 +74,40 @@ def require_tvm_ffi(what: str) -> None:
                           f"interpreter cannot import: pip install {TVM_FFI_PACKAGE} (it is in requirements.lock)")
 
 
-def compiled_kernel(problem: GemmProblem, cfg, arch: str):
-    """The compiled function of ``cfg`` for ``problem``'s layout (compiled on first use, then cached)."""
-    if arch == "sm90":
-        key = ("sm90", cfg.kernel_key, problem.b_major)
-    else:
-        key = ("sm100", cfg, problem.m, problem.n, problem.k)
+def compiled(key: tuple, build):
+    """The compiled function under ``key`` (``key[0]``: the kernel's module): ``build()`` on first use, then cached."""
     fn = _KERNELS.get(key)
     if fn is None:
         t0 = time.perf_counter()
-        if arch == "sm90":
-            from ..gemm_sm90 import compile_gemm
-
-            require_tvm_ffi("gemmlab.gemm")
-            fn = compile_gemm("sm_90a", cfg, problem.b_major, tvm_ffi=True)
-        else:
-            from ..gemm_sm100 import compile_gemm_sm100
-
-            m = max(problem.m, 2)  # static shapes: M = 1 runs padded to two rows (problem.pad_rows)
-            fn = compile_gemm_sm100(cfg, m, problem.n, problem.k, tvm_ffi=_have_tvm_ffi())
+        fn = build()
         COMPILE_SECONDS[key] = time.perf_counter() - t0
         _KERNELS[key] = fn
     return fn
+
+
+def raw_function(fn):
+    """With TVM-FFI, the compiled function's raw ``tvm_ffi.Function`` (no Python wrapper): what plans call."""
+    return fn.__tvm_ffi_object__() if _have_tvm_ffi() and hasattr(fn, "__tvm_ffi_object__") else fn
+
+
+def compiled_kernel(problem: GemmProblem, cfg, arch: str):
+    """The compiled function of ``cfg`` for ``problem``'s layout (compiled on first use, then cached)."""
+    if arch == "sm90":
+        def build():
+            from ..kernels.gemm_sm90 import compile_gemm
+
+            require_tvm_ffi("gemmlab.gemm")
+            return compile_gemm("sm_90a", cfg, problem.b_major, tvm_ffi=True)
+
+        return compiled(("gemm_sm90", cfg.kernel_key, problem.b_major), build)
+
+    def build_sm100():
+        from ..kernels.gemm_sm100 import compile_gemm_sm100
+
+        m = max(problem.m, 2)  # static shapes: M = 1 runs padded to two rows (problem.pad_rows)
+        return compile_gemm_sm100("sm_100a", cfg, m, problem.n, problem.k, tvm_ffi=_have_tvm_ffi())
+
+    return compiled(("gemm_sm100", cfg, problem.m, problem.n, problem.k), build_sm100)
 
 
 class Plan:
@@ -98,9 +123,7 @@ class Plan:
 
     def __init__(self, problem: GemmProblem, config, arch: str, num_sms: int):
         self.problem, self.config, self.arch, self.num_sms = problem, config, arch, num_sms
-        fn = compiled_kernel(problem, config, arch)
-        if _have_tvm_ffi():
-            fn = fn.__tvm_ffi_object__() if hasattr(fn, "__tvm_ffi_object__") else fn
+        fn = raw_function(compiled_kernel(problem, config, arch))
         self.launch = _bind(fn, problem, config, arch, num_sms)
 
     def __call__(self, a, b, out):
@@ -150,12 +173,12 @@ def _call(fn, *tensors):
     return fn(*(to_cute(t) for t in tensors), current_stream())  # pragma: no cover
 
 
-def arch_of_machine() -> str:
+def arch_of_machine(caller: str = "gemmlab.gemm") -> str:
     """``"sm90"`` or ``"sm100"``: the architecture whose kernels this machine launches (TierError on cpu)."""
     tier = tiers.detect_tier()
     if tier in ("sm90", "sm100"):
         return tier
-    return tiers.require_tier("gpu", "gemmlab.gemm")  # raises TierError: no GPU of a course tier
+    return tiers.require_tier("gpu", caller)  # raises TierError: no GPU of a course tier
 
 
 def choose_config(problem: GemmProblem, arch: str, num_sms: int, spec=None):
@@ -171,11 +194,9 @@ def choose_config(problem: GemmProblem, arch: str, num_sms: int, spec=None):
 
 def make_plan(problem: GemmProblem, device=None, config=None) -> Plan:
     """The plan for ``problem`` on ``device`` (default: the current one); ``config`` overrides the heuristic."""
-    from .. import hardware
-
     arch = arch_of_machine()
     sms = hardware.sm_count(device)
-    cfg = config or choose_config(problem, arch, sms, _spec_of(device))
+    cfg = config or choose_config(problem, arch, sms, hardware.spec_of(device))
     want = Sm90Config if arch == "sm90" else Sm100Config
     if not isinstance(cfg, want):
         raise TypeError(f"config must be an {want.__name__} on this {arch} machine; got {type(cfg).__name__}")
@@ -204,3 +225,249 @@ def prepare(a, b, out, config=None):
 
     run.plan = plan
     return run
+
+
+# --------------------------------------------------------------------------------------
+# Grouped (chapter 08)
+# --------------------------------------------------------------------------------------
+
+#: Descriptor workspaces by (device, grid, slots per CTA), and placeholder offs / table tensors by device.
+_WORKSPACES: dict = {}
+_DUMMIES: dict = {}
+
+
+def grouped_kernel(cfg: Sm90Config, mode: str, b_major: str, sched: GroupedSchedule, *, fences: bool = True,
+                   l2_promotion: int | None = L2_PROMOTION, trace: bool = False):
+    """The grouped kernel of tile ``cfg`` for ``mode``, B's layout and ``sched`` (compiled on first use, then
+    cached; the raw function: torch tensors in, torch's current stream)."""
+    def build():
+        from ..kernels.grouped_sm90 import compile_grouped
+
+        require_tvm_ffi("gemmlab.grouped_gemm")  # called with torch tensors: there is no other call path
+        return compile_grouped("sm_90a", cfg, mode, b_major, tvm_ffi=True, fences=fences,
+                               by_size=sched.by_size, l2_promotion=l2_promotion, trace=trace, dynamic=sched.dynamic,
+                               overlap_store=sched.overlap_store, mixed=sched.mixed, burst=sched.burst)
+
+    key = ("grouped_sm90", cfg, mode, b_major, fences, sched.by_size, l2_promotion, trace, sched.dynamic,
+           sched.overlap_store, sched.mixed, sched.burst)
+    return raw_function(compiled(key, build))
+
+
+def workspace(device, grid: int, cfg: Sm90Config, mixed: bool = False):
+    """The descriptor slots: (grid, slots, 16) int64, one set per CTA, cached per device.
+
+    Calls on one stream reuse it safely (a launch starts after the previous one
+    ended). Calls that run at the same time on two streams of one device would
+    rewrite each other's descriptors: that is not supported.
+    """
+    key = (device, grid, slots_per_cta(cfg, mixed=mixed))
+    ws = _WORKSPACES.get(key)
+    if ws is None:
+        ws = _WORKSPACES[key] = new_workspace(device, grid, cfg, mixed=mixed)
+    return ws
+
+
+def new_workspace(device, grid: int, cfg: Sm90Config, trace: bool = False, mixed: bool = False):
+    """A zeroed workspace: (grid, slots, 16) int64 (the tile counters at 0), one more slot with ``trace``, the
+    light stream's descriptor slots with ``mixed``."""
+    import torch
+
+    return torch.zeros((grid, slots_per_cta(cfg, trace, mixed), DESC_WORDS), dtype=torch.int64, device=device)
+
+
+def dummies(device):
+    """Placeholder offs / table tensors for the mode that does not use them."""
+    d = _DUMMIES.get(device)
+    if d is None:
+        import torch
+
+        d = _DUMMIES[device] = (torch.zeros(1, dtype=torch.int32, device=device),
+                                torch.zeros((1, len(TABLE_COLUMNS)), dtype=torch.int64, device=device))
+    return d
+
+
+def problem_table(pairs, outs, b_major: str):
+    """The (G, 9) int64 rows of :data:`gemmlab.family.configs.TABLE_COLUMNS` for independent problems.
+
+    ``b_major``: the layout every ``b`` has (checked by the caller): B's leading
+    dimension is its row stride when N-contiguous, its column stride when K-contiguous.
+    """
+    ldb = 0 if b_major == "n" else 1
+    return [(ai.data_ptr(), bi.data_ptr(), ci.data_ptr(), ai.shape[0], bi.shape[1], ai.shape[1],
+             ai.stride(0), bi.stride(ldb), ci.stride(0)) for (ai, bi), ci in zip(pairs, outs)]
+
+
+class GroupedPlan:
+    """A grouped GEMM for one call signature: :meth:`GroupedPlan.ragged` or :meth:`GroupedPlan.table` launch it on
+    tensors of that signature.
+
+    ``config`` (the tile), ``schedule`` (:class:`~gemmlab.family.heuristic_grouped.GroupedSchedule`) and ``grid``
+    are the heuristic's (or what the caller forced); ``workspace`` holds every CTA's descriptor slots.
+    """
+
+    __slots__ = ("problem", "config", "schedule", "grid", "fn", "workspace", "offs", "table_rows")
+
+    def __init__(self, problem: GroupedProblem, config: Sm90Config, schedule: GroupedSchedule, grid: int, fn,
+                 workspace, dummy_offs, dummy_table):
+        self.problem, self.config, self.schedule, self.grid, self.fn = problem, config, schedule, grid, fn
+        self.workspace, self.offs, self.table_rows = workspace, dummy_offs, dummy_table
+
+    def ragged(self, a, b, out, offs):
+        """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]``: the ragged form's launch."""
+        self.fn(a, b, out, offs, self.table_rows, self.workspace, self.problem.groups, self.grid)
+
+    def table(self, table, a0, b0, c0):
+        """The list form's launch: ``table`` (G, 9) on the device, ``a0, b0, c0`` the first problem's tensors (the
+        template every group's descriptors are rewritten from)."""
+        self.fn(a0, b0, c0, self.offs, table, self.workspace, self.problem.groups, self.grid)
+
+    def __repr__(self) -> str:
+        p, s = self.problem, self.schedule
+        return (f"GroupedPlan({p.mode}, {p.tokens} tokens in {p.groups} groups, N={p.n}, K={p.k}: {self.config.name}, "
+                f"grid {self.grid}, dynamic={s.dynamic}, by_size={s.by_size}, overlap_store={s.overlap_store}, "
+                f"mixed={s.mixed})")
+
+
+def make_grouped_plan(problem: GroupedProblem, device, config: Sm90Config | None = None, *, shapes=None,
+                      fences: bool = True, l2_promotion: int | None = L2_PROMOTION, **overrides) -> GroupedPlan:
+    """The plan of ``problem`` on CUDA ``device``: the tile (``config``, else the heuristic's for this GPU), the
+    schedule (``overrides``: ``dynamic``, ``by_size``, ``overlap_store``, ``mixed``, ``burst``; None lets the rule
+    decide), the grid (the list form needs the problems' ``(M, N)`` ``shapes``), the compiled kernel, the workspace."""
+    cfg = config or heuristic_grouped.default_config(problem.tokens, problem.groups, problem.n, problem.k, device)
+    sms = hardware.sm_count(device)
+    if problem.mode == "ragged":
+        grid = heuristic_grouped.ragged_grid(cfg, sms, problem.tokens, problem.groups, problem.n)
+    else:
+        grid = heuristic_grouped.table_grid(cfg, sms, shapes)
+    sched = heuristic_grouped.schedule(cfg, problem, **overrides)
+    fn = grouped_kernel(cfg, problem.mode, problem.b_major, sched, fences=fences, l2_promotion=l2_promotion)
+    offs, table = dummies(device)
+    return GroupedPlan(problem, cfg, sched, grid, fn, workspace(device, sms, cfg, mixed=bool(sched.mixed)), offs, table)
+
+
+# --------------------------------------------------------------------------------------
+# Gated NVFP4 (chapter 11)
+# --------------------------------------------------------------------------------------
+
+
+def sm100_kernels():
+    """:mod:`gemmlab.kernels.dual_gemm_sm100`, or None where this checkout does not have it (imported on first use)."""
+    import importlib
+
+    name = "gemmlab.kernels.dual_gemm_sm100"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name != name:
+            raise  # the module exists but something it imports is missing: say so
+        return None
+
+
+def pipelined_kernel(cfg: PipelinedConfig, m: int, n: int, k: int):
+    """The fast Hopper twin compiled for M x N x K (static shapes; cached)."""
+    def build():
+        from ..kernels.dual_gemm_sm90_pipelined import compile_pipelined
+
+        return compile_pipelined("sm_90a", cfg, m, n, k, tvm_ffi=_have_tvm_ffi())
+
+    return compiled(("dual_gemm_sm90_pipelined", cfg, m, n, k), build)
+
+
+class GatedPlan:
+    """``gated_dual_gemm`` for one call signature: ``plan(a, b1, b2, sfa, sfb1, sfb2, out)`` returns ``out``.
+
+    On Hopper the fast twin's compiled kernel (``config``: a :class:`~gemmlab.family.configs.PipelinedConfig`);
+    on Blackwell the SM100 kernel's own call (compile-verified only: it permutes the scales on every call).
+    """
+
+    __slots__ = ("problem", "config", "arch", "fn")
+
+    def __init__(self, problem: GatedProblem, config, arch: str):
+        self.problem, self.config, self.arch = problem, config, arch
+        if arch == "sm100":
+            mod = sm100_kernels()
+            if mod is None:
+                raise RuntimeError("gemmlab.gated_dual_gemm on a B200 needs gemmlab.kernels.dual_gemm_sm100, which "
+                                   "this checkout does not have")
+            self.fn = mod.gated_dual_gemm_sm100
+        else:
+            self.fn = raw_function(pipelined_kernel(config, problem.m, problem.n, problem.k))
+
+    def bind(self, a, b1, b2, sfa, sfb1, sfb2, out):
+        """A zero-argument launch on these tensors, their kernel operands made once (a prepared launch)."""
+        fn = self.fn
+        if self.arch == "sm100":
+            return lambda: fn(a, b1, b2, sfa, sfb1, sfb2, out=out)
+        from ..kernels.dual_gemm_sm90 import operands_2d
+
+        args = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
+        if _have_tvm_ffi():
+            return lambda: fn(*args)
+        from ..compile import current_stream, to_cute  # pragma: no cover - without apache-tvm-ffi
+
+        conv = [to_cute(t) for t in args]  # pragma: no cover
+        return lambda: fn(*conv, current_stream())  # pragma: no cover
+
+    def __call__(self, a, b1, b2, sfa, sfb1, sfb2, out=None):
+        if self.arch == "sm100":
+            return self.fn(a, b1, b2, sfa, sfb1, sfb2, out=out)
+        if out is None:
+            import torch
+
+            out = torch.empty((self.problem.m, self.problem.n, 1), dtype=torch.float16, device=a.device)
+        self.bind(a, b1, b2, sfa, sfb1, sfb2, out)()
+        return out
+
+    def __repr__(self) -> str:
+        p = self.problem
+        return f"GatedPlan({p.m}x{p.n}x{p.k}, {self.arch}: {self.config})"
+
+
+def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
+    """The plan of ``problem`` for ``tensors`` (a, b1, b2, sfa, sfb1, sfb2, out, as
+    :func:`~gemmlab.family.problem.gated_problem` accepted them) on this machine: the architecture's heuristic
+    config (or ``config``), the compiled kernel. A machine without a Hopper or datacenter Blackwell GPU raises
+    ``TierError``."""
+    tier = tiers.detect_tier()
+    if tier == "sm100":
+        return GatedPlan(problem, config or heuristic_gated.choose_sm100(problem), "sm100")
+    if tier != "sm90":
+        tiers.require_tier("gpu", "gemmlab.gated_dual_gemm")  # raises TierError on this machine
+        raise AssertionError("unreachable: require_tier accepted a cpu tier")  # pragma: no cover
+    from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
+    from ..kernels.dual_gemm_sm90_pipelined import check_compact_out
+
+    check_compact_out(tensors[6], problem.n)
+    cfg = config or heuristic_gated.choose_sm90(problem)
+    if not isinstance(cfg, PipelinedConfig):
+        raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")
+    check_cuda(*tensors)
+    return GatedPlan(problem, cfg, "sm90")
+
+
+def prepare_gated(a, b1, b2, sfa, sfb1, sfb2, out, config=None):
+    """``gated_dual_gemm`` as a zero-argument launch on these tensors: checked, compiled and converted once.
+
+    On Hopper the fast twin's compiled kernel bound to these tensors (what the public call launches, without its
+    per-call work); on a B200, a closure around the SM100 call. ``config`` forces a configuration (probes, sweeps).
+    """
+    from .problem import gated_problem
+
+    problem = gated_problem(a, b1, b2, sfa, sfb1, sfb2, out)
+    if out is None:
+        raise ValueError("out must be a tensor for a prepared launch (it binds the output's pointer)")
+    tier = tiers.detect_tier()
+    if tier == "sm90":
+        from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
+
+        check_cuda(a, b1, b2, sfa, sfb1, sfb2, out)
+        plan = GatedPlan(problem, config or heuristic_gated.choose_sm90(problem), "sm90")
+        run = plan.bind(a, b1, b2, sfa, sfb1, sfb2, out)
+        run.plan = plan
+        return run
+    if tier == "sm100":
+        plan = make_gated_plan(problem, (a, b1, b2, sfa, sfb1, sfb2, out), config)
+        plan(a, b1, b2, sfa, sfb1, sfb2, out)  # compile now, not in the first timed launch
+        return plan.bind(a, b1, b2, sfa, sfb1, sfb2, out)
+    tiers.require_tier("gpu", "gemmlab.family.plan.prepare_gated")
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,6 +1,18 @@
-"""The GEMM contract: what ``gemmlab.gemm`` accepts, checked once, as a frozen problem.
+"""The contracts of the family's four calls: tensors in, checked once, a frozen problem out.
 
-``C = A @ B`` with the meaning of ``torch.matmul``, on both architectures:
+One problem kind per call, each built once per call signature (the plans cache them):
+
+* :class:`GemmProblem` (``gemmlab.gemm``, chapters 07 and 10): :func:`problem_of`.
+* :class:`GroupedProblem` (``gemmlab.grouped_gemm`` / ``grouped_gemm_list``, chapter 08):
+  :func:`ragged_problem` (torch's ragged MoE convention) and :func:`list_problem` (independent problems).
+* :class:`GatedProblem` (``gemmlab.gated_dual_gemm``, chapter 11): :func:`gated_problem`.
+
+Everything here runs on the CPU tier: bad input gets a ``TypeError`` or ``ValueError``
+naming the argument and the rule before anything compiles or launches. What a
+signature cannot vouch for, the alignment of the data pointers, is checked on every
+call (:func:`check_alignment`, :func:`check_row_major`).
+
+The dense contract, ``C = A @ B`` with the meaning of ``torch.matmul``, on both architectures:
 
 * ``a``: M x K, K-contiguous (row-major, rows packed: stride (K, 1)).
 * ``b``: K x N, either N-contiguous (row-major K x N) or K-contiguous (the
@@ -11,11 +23,6 @@
 * Any M, N, K >= 1, as long as every contiguous dimension (K of ``a``, the
   contiguous one of ``b``, N of ``out``) is a multiple of 8 elements (16 bytes:
   TMA's rule for global strides) and every tensor starts 16-byte aligned.
-
-Everything here runs on the CPU tier: bad input gets a ``TypeError`` or
-``ValueError`` naming the argument and the rule before anything compiles or
-launches. The only per-call work that cannot be cached by shape, the
-alignment of the data pointers, is :func:`check_alignment`.
 
 M = 1 (and any size-1 dimension): torch may give a size-1 dimension any
 stride (``torch.randn(k, 1).t()`` has strides (1, 1)); the stride of a
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import nvfp4 as fp4
 from ..checks import check_choice, check_int
 
 #: TMA's alignment rule: tensor starts and every stride but the innermost a multiple of 16 bytes.
@@ -187,3 +195,254 @@ def pad_rows(a, out):
     a2[:1].copy_(a)
     out2 = torch.empty((2, out.shape[1]), dtype=out.dtype, device=out.device)
     return a2, out2
+
+
+# --------------------------------------------------------------------------------------
+# Grouped (chapter 08): torch's ragged MoE convention, and a list of independent problems
+# --------------------------------------------------------------------------------------
+
+GROUPED_MODES = ("ragged", "table")
+
+
+@dataclass(frozen=True)
+class GroupedProblem:
+    """One grouped GEMM as its heuristic and plan see it (the host never reads ``offs``: group sizes stay on the GPU).
+
+    ``mode``: ``"ragged"`` (``a`` (T, K) holds every group's rows, ``b`` (G, K, N)) or ``"table"`` (independent
+    problems, one row of a table each). ``tokens``: the rows of ``a`` (ragged) or of all problems together
+    (table); ``groups``: G (ragged) or the problems with rows (table); ``n``: N (table: the widest); ``k``: K
+    (table: 0, every problem has its own); ``b_major``: ``"k"`` or ``"n"``, the same for every group.
+    """
+
+    mode: str
+    tokens: int
+    groups: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    b_major: str = "k"
+
+    def __post_init__(self):
+        check_choice("mode", self.mode, GROUPED_MODES)
+        for name in ("tokens", "groups", "n", "k"):  # stored as Python ints, as GemmProblem's
+            object.__setattr__(self, name, check_int(name, getattr(self, name), lo=0))
+        check_choice("dtype", self.dtype, IN_DTYPES)
+        check_choice("b_major", self.b_major, ("k", "n"))
+
+
+def _check_matrix(name: str, t, dtype: str):
+    import torch
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if dtype_name(t.dtype) != dtype:
+        raise TypeError(f"{name} must be {dtype} like a; got {dtype_name(t.dtype)}")
+
+
+def check_row_major(name: str, t):
+    """Rows contiguous (stride 1 along the last dimension), the row stride a multiple of 16 bytes, the start
+    16-byte aligned (the one part of it a call signature cannot vouch for)."""
+    rows, cols = t.shape[-2], t.shape[-1]
+    if t.stride(-1) != 1 and cols > 1:
+        raise ValueError(f"{name} must have contiguous rows (stride 1 along its last dimension); "
+                         f"got strides {tuple(t.stride())}")
+    if rows > 1 and (t.stride(-2) * t.element_size()) % 16:
+        raise ValueError(f"{name}'s row stride must be a multiple of 16 bytes (TMA); got "
+                         f"{t.stride(-2)} elements of {t.element_size()} bytes")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start at a 16-byte-aligned address (TMA); it starts at {t.data_ptr():#x}")
+
+
+def b_major_of(name: str, b) -> str:
+    """``"n"`` when the weights' rows (N) are contiguous, ``"k"`` when each column of K is; else an error."""
+    k, n = b.shape[-2], b.shape[-1]
+    if b.stride(-1) == 1 and (b.stride(-2) == n or k == 1):
+        return "n"
+    if b.stride(-2) == 1 and (b.stride(-1) == k or n == 1):
+        return "k"
+    raise ValueError(f"{name} must be dense along K or along N in its last two dimensions (K x N, either "
+                     f"contiguous order); got shape {tuple(b.shape)} with strides {tuple(b.stride())}")
+
+
+def check_offs(offs, groups: int, rows: int, *, validate: bool = True) -> None:
+    """``offs``: int32, shape (G,), same device; with ``validate`` (one device-to-host copy) also
+    non-decreasing and at most T."""
+    import torch
+    if not isinstance(offs, torch.Tensor):
+        raise TypeError(f"offs must be a torch.Tensor of int32; got {type(offs).__name__}")
+    if offs.dtype != torch.int32:
+        raise TypeError(f"offs must be int32 (cumulative end row of each group); got {dtype_name(offs.dtype)}")
+    if offs.dim() != 1 or offs.shape[0] != groups:
+        raise ValueError(f"offs must have shape ({groups},): one end row per group of b; got {tuple(offs.shape)}")
+    if offs.stride(0) != 1 and groups > 1:
+        raise ValueError("offs must be contiguous")
+    if validate and groups:
+        check_offs_values(offs, rows)
+
+
+def check_offs_values(offs, rows: int) -> None:
+    """``offs`` non-decreasing from 0 and at most ``rows``: one device-to-host copy, which waits for the GPU."""
+    host = offs.tolist()
+    if not host or (host[0] >= 0 and host[-1] <= rows and host == sorted(host)):
+        return  # the common case, at C speed (a Python loop over 128 groups costs a few microseconds)
+    prev = 0
+    for g, end in enumerate(host):
+        if end < prev:
+            raise ValueError(f"offs must be non-decreasing from 0: offs[{g}] = {end} < "
+                             f"{'offs[%d] = %d' % (g - 1, prev) if g else 0}")
+        prev = end
+    if prev > rows:
+        raise ValueError(f"offs[-1] = {prev} is past the {rows} rows of a")
+
+
+def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
+    """Every rule of ``grouped_gemm``'s arguments; returns B's layout ("k" or "n")."""
+    import torch
+    if not isinstance(a, torch.Tensor):
+        raise TypeError(f"a must be a torch.Tensor; got {type(a).__name__}")
+    dtype = dtype_name(a.dtype)
+    if dtype not in ("bfloat16", "float16"):
+        raise TypeError(f"a must be bfloat16 or float16; got {dtype}")
+    _check_matrix("b", b, dtype)
+    if a.dim() != 2:
+        raise ValueError(f"a must be 2-D (tokens x K); got shape {tuple(a.shape)}")
+    if b.dim() != 3:
+        raise ValueError(f"b must be 3-D (groups x K x N); got shape {tuple(b.shape)}")
+    rows, k = a.shape
+    groups, kb, n = b.shape
+    if kb != k:
+        raise ValueError(f"a is {rows} x {k} but b is {groups} x {kb} x {n}: K must match")
+    if k % 8 or n % 8:
+        raise ValueError(f"K and N must be multiples of 8 (16-byte TMA rows); got K = {k}, N = {n}")
+    if k == 0 or n == 0 or groups == 0:
+        raise ValueError(f"K, N and the group count must be positive; got K = {k}, N = {n}, G = {groups}")
+    check_row_major("a", a)
+    major = b_major_of("b", b)
+    if groups > 1 and (b.stride(0) * b.element_size()) % 16:
+        raise ValueError(f"b's group stride must be a multiple of 16 bytes; got {b.stride(0)} elements")
+    if out is not None:
+        _check_matrix("out", out, dtype)
+        if tuple(out.shape) != (rows, n):
+            raise ValueError(f"out must have shape ({rows}, {n}); got {tuple(out.shape)}")
+        check_row_major("out", out)
+    devices = {t.device for t in (a, b, offs) + ((out,) if out is not None else ())}
+    if len(devices) != 1:
+        raise ValueError(f"a, b, offs and out must be on one device; got {sorted(map(str, devices))}")
+    check_offs(offs, groups, rows, validate=validate)
+    if a.device.type != "cuda":
+        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {a.device}")
+    return major
+
+
+def ragged_problem(a, b, offs, out=None, *, validate: bool = False) -> GroupedProblem:
+    """:func:`check_ragged` and the problem it describes; ``offs`` is read back (waiting for the GPU) only with
+    ``validate``."""
+    major = check_ragged(a, b, offs, out, validate=validate)
+    (rows, k), (groups, _, n) = a.shape, b.shape
+    return GroupedProblem("ragged", rows, groups, n, k, dtype_name(a.dtype), major)
+
+
+def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
+    """Every rule of ``grouped_gemm_list``'s arguments; returns ``(pairs, outs, b_major)`` (lists; ``outs`` None
+    when not given)."""
+    import torch
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("pairs must hold at least one (a, b) problem")
+    a0 = pairs[0][0]
+    if not isinstance(a0, torch.Tensor):
+        raise TypeError(f"pairs[0][0] must be a torch.Tensor; got {type(a0).__name__}")
+    dtype = dtype_name(a0.dtype)
+    if dtype not in ("bfloat16", "float16"):
+        raise TypeError(f"pairs[0][0] must be bfloat16 or float16; got {dtype}")
+    majors = set()
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise ValueError(f"pairs[{i}] must be an (a, b) pair")
+        ai, bi = pair
+        _check_matrix(f"pairs[{i}][0]", ai, dtype)
+        _check_matrix(f"pairs[{i}][1]", bi, dtype)
+        if ai.dim() != 2 or bi.dim() != 2:
+            raise ValueError(f"pairs[{i}] must hold 2-D matrices; got {tuple(ai.shape)} and {tuple(bi.shape)}")
+        if ai.shape[1] != bi.shape[0]:
+            raise ValueError(f"pairs[{i}]: a is {tuple(ai.shape)}, b is {tuple(bi.shape)}: K must match")
+        kk, nn = bi.shape
+        if kk % 8 or nn % 8 or kk == 0 or nn == 0:
+            raise ValueError(f"pairs[{i}]: K and N must be positive multiples of 8; got K = {kk}, N = {nn}")
+        check_row_major(f"pairs[{i}][0]", ai)
+        majors.add(b_major_of(f"pairs[{i}][1]", bi))
+        if ai.device != a0.device or bi.device != a0.device:
+            raise ValueError(f"pairs[{i}] is not on {a0.device} like pairs[0][0]")
+    if len(majors) > 1:
+        raise ValueError("every b must have the same layout (all K-contiguous or all N-contiguous); got both")
+    if a0.device.type != "cuda":
+        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {a0.device}")
+    if outs is not None:
+        outs = list(outs)
+        if len(outs) != len(pairs):
+            raise ValueError(f"outs must hold one matrix per pair: {len(pairs)}; got {len(outs)}")
+        for i, ((ai, bi), ci) in enumerate(zip(pairs, outs)):
+            _check_matrix(f"outs[{i}]", ci, dtype)
+            if tuple(ci.shape) != (ai.shape[0], bi.shape[1]):
+                raise ValueError(f"outs[{i}] must have shape ({ai.shape[0]}, {bi.shape[1]}); got {tuple(ci.shape)}")
+            check_row_major(f"outs[{i}]", ci)
+    return pairs, outs, majors.pop()
+
+
+def list_problem(pairs, b_major: str) -> GroupedProblem:
+    """The table-mode problem of checked ``pairs`` (:func:`check_list`): the problems with rows, their rows
+    together, the widest N."""
+    live = [(a, b) for a, b in pairs if a.shape[0] > 0]
+    return GroupedProblem("table", sum(a.shape[0] for a, _ in live), len(live),
+                          max((b.shape[1] for _, b in live), default=0), 0, dtype_name(pairs[0][0].dtype), b_major)
+
+
+# --------------------------------------------------------------------------------------
+# Gated NVFP4 (chapter 11): silu(A B1^T) * (A B2^T)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GatedProblem:
+    """``C = silu(A B1^T) * (A B2^T)`` in FP16 from NVFP4 operands (GPU MODE's layouts, L = 1): M, N, K."""
+
+    m: int
+    n: int
+    k: int
+
+    def __post_init__(self):
+        m, n, k, _ = fp4.check_problem(self.m, self.n, self.k)  # stored as Python ints, as GemmProblem's
+        for name, v in (("m", m), ("n", n), ("k", k)):
+            object.__setattr__(self, name, v)
+
+
+def check_gated_output(out, m: int, n: int):
+    """``out`` must be None or an FP16 ``(M, N, 1)`` tensor, N-major (stride 1 along N)."""
+    import torch
+
+    from ..checks import check_tensor
+
+    if out is None:
+        return
+    check_tensor("out", out, dtypes=(torch.float16,), ndim=3, contiguous=False, device=None)
+    if tuple(out.shape) != (m, n, 1):
+        raise ValueError(f"out must have shape {(m, n, 1)} (M, N, L); got {tuple(out.shape)}")
+    if out[..., 0].stride(1) != 1:
+        raise ValueError(f"out must be N-major (stride 1 along N); got strides {out.stride()}")
+
+
+def check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
+    """Everything ``gated_dual_gemm`` checks before it looks at the hardware; returns ``(M, N, K)``."""
+    m, n, k, l = fp4.check_operands(a, b1, b2, sfa, sfb1, sfb2)
+    if l != 1:
+        raise ValueError(f"L must be 1 (the kernels' batch is one problem); got L={l}")
+    if n % 8:
+        raise ValueError(f"N must be a multiple of 8 (each FP16 row of C is stored in 16-byte pieces); got N={n}")
+    check_gated_output(out, m, n)
+    if out is not None and out.device != a.device:
+        raise ValueError(f"out must be on a's device {a.device}; got {out.device}")
+    return m, n, k
+
+
+def gated_problem(a, b1, b2, sfa, sfb1, sfb2, out=None) -> GatedProblem:
+    """:func:`check_gated_arguments` and the problem it describes. No GPU needed."""
+    return GatedProblem(*check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out))

@@ -1,0 +1,93 @@
+"""Chapter 07's exercises (persistent Hopper GEMM, the GEMM family): checkers and worked solutions."""
+from __future__ import annotations
+
+from . import verdict
+
+
+def check_units_and_waves(answer) -> bool:
+    """Predict, then run: ``(units, waves)`` of the 128 x 256 kernel, cluster 2 x 1, on 2048 x 2112 x 7168, 132 SMs."""
+    return verdict("units and waves", answer, solution_units_and_waves(),
+                   "A work unit is a cluster tile: count 128-row tiles along M and 256-column tiles along N "
+                   "(partial tiles count), pair the M tiles, then divide by the 66 clusters and round up.")
+
+
+def solution_units_and_waves():
+    # M: 2048 / 128 = 16 tiles -> 8 cluster rows; N: ceil(2112 / 256) = 9 tiles (the last 64 wide).
+    # 8 x 9 = 72 units on 132 / 2 = 66 clusters: 2 waves, the second with 6 units (91 % of the SMs idle).
+    return (72, 2)
+
+
+def explain_units_and_waves() -> str:
+    """Why the heuristic prefers 128 x 144 tiles for 2048 x 2112 x 7168."""
+    return ("With 128 x 256 tiles the 72 units fill the 66 clusters once and then 6 more: the second wave leaves "
+            "60 of 66 clusters idle, so only half of the two waves' capacity does work (h.predict: useful 0.50, "
+            "about 150 us). 128 x 144 tiles cut N into 15 tiles (14 x 144 + 96): 8 x 15 = 120 units, still two "
+            "waves, but each unit is about 144 / 256 of the work, and the second wave is 54 of 66 clusters full "
+            "(useful 0.89). The heuristic's model then predicts about 98 us, bound by L2 traffic rather than by "
+            "the idle second wave; the narrower tile also leaves room for 6 stages instead of 4.")
+
+
+def check_slices(answer) -> bool:
+    """Predict: 112 k-blocks asked to split into 15 slices. How many slices does the kernel get, and how long is the last?"""
+    return verdict("split-K slices", answer, solution_slices(),
+                   "Slices are ceil(112 / 15) k-blocks long and the last takes what is left; a slice with "
+                   "nothing left is dropped (gemmlab.family.configs.effective_splits).")
+
+
+def solution_slices():
+    # ceil(112 / 15) = 8 k-blocks a slice: 14 slices cover all 112 exactly, the 15th would be empty.
+    from ...family.configs import effective_splits, split_ranges
+
+    s = effective_splits(112, 15)
+    return (s, split_ranges(112, s)[-1][1])  # (14, 8)
+
+
+def explain_slices() -> str:
+    """Why 15 slices become 14, and what an empty slice would break."""
+    return ("Each slice gets ceil(112 / 15) = 8 k-blocks; 14 slices of 8 cover all 112, so the 15th would have "
+            "none. The consumer's main loop (gemm_sm90.mma_tile) peels the first k-block of its range: it waits "
+            "on full[s] and issues that k-block's wgmmas before the loop over the rest, so it consumes at least "
+            "one stage per unit. The producer loads nothing for an empty range, so that consumer would take the "
+            "next unit's first stage: from then on the two roles would be one stage out of step (wrong partial "
+            "sums, and at the end a wait nobody satisfies). gemmlab.family.configs.effective_splits prevents "
+            "it: it lowers the slice count until no slice is empty (15 -> 14), and the last slice gets 8 "
+            "k-blocks.")
+
+
+def check_l2_megabytes(answer) -> bool:
+    """Count: MB (1e6 bytes) that L2 delivers to the SMs for 4096 x 576 x 7168 with 128 x 144 tiles, cluster 2 x 1."""
+    return verdict("L2 traffic", answer, solution_l2_megabytes(),
+                   "Per k-block each CTA reads 128 rows of A' and half of B''s 144 rows (its peer multicasts the "
+                   "other half), 128 bytes a row; multiply by the tiles and the k-blocks, round to whole MB.")
+
+
+def solution_l2_megabytes():
+    # 32 x 4 tiles, 112 k-blocks, (128 + 144 / 2) rows x 128 bytes per k-block per CTA.
+    return round(32 * 4 * 112 * (128 + 72) * 128 / 1e6)  # 367
+
+
+def check_barrier_counts(answer) -> bool:
+    """Read the kernel: ``(arrivals, bytes)`` one phase of ``empty[s]`` and of ``full[s]`` waits for, in ``Sm90Config()``."""
+    return verdict("barrier counts", answer, solution_barrier_counts(),
+                   "empty[s] is initialised with one arrival per consumer warp of every CTA of the cluster; "
+                   "full[s] is armed with the bytes of a whole stage (an A' block and a B' block of one "
+                   "k-block), including the half its peer multicasts.")
+
+
+def solution_barrier_counts():
+    # 128 x 256 tile: 2 consumer warpgroups = 8 warps, in each of the cluster's 2 CTAs: 16 arrivals.
+    # A stage: (128 + 256) rows x 64 BF16 = 49152 bytes, whoever loaded which half.
+    from ...family.configs import Sm90Config
+
+    cfg = Sm90Config()
+    return (4 * cfg.consumers * cfg.cluster_size, cfg.stage_bytes())  # (16, 49152)
+
+
+def explain_barrier_counts() -> str:
+    """Which barrier count changes without the cluster, and why the other does not."""
+    return ("empty[s] waits for one arrival per consumer warp of every CTA that reads the stage: 8 warps in each "
+            "of the pair's 2 CTAs, 16. With cluster=(1, 1) only the CTA's own 8 warps read it: 8. full[s] expects "
+            "the bytes that land in *this* CTA's stage, and those do not change: each CTA of a pair loads only half "
+            "of B', but the multicast writes that half into both CTAs and performs complete-tx on the barrier at "
+            "the same offset in each, so every CTA still receives its A' block and all of B': 49152 bytes, "
+            "whoever issued which load.")

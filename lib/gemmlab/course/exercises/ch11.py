@@ -1,0 +1,101 @@
+"""Chapter 11's exercises (NVFP4, the permuted scales, the baselines, the CPU model): checkers and solutions."""
+from __future__ import annotations
+
+from . import verdict
+
+
+def check_sol_megabytes(answer) -> bool:
+    """Predict: how many megabytes (1e6 bytes, two decimals) must cross HBM at least once for
+    M x N x K = 256 x 4096 x 7168 (packed A, B1, B2, their scales, FP16 C)?"""
+    return verdict("bytes at least once", answer, solution_sol_megabytes(),
+                   "Half a byte per FP4 value of A (M x K) and of B1, B2 (N x K each); one byte per 16 values of "
+                   "every row of all three for the scales; two bytes per element of C (M x N). Check with "
+                   "dual_gemm.problem_bytes.")
+
+
+def solution_sol_megabytes():
+    from ...measure.dual_gemm import problem_bytes
+
+    return round(problem_bytes(256, 4096, 7168)["total"] / 1e6, 2)  # 36.16
+
+
+def check_permuted_offset(answer) -> bool:
+    """Predict: at which byte of the permuted scales of a 256-row operand with K = 7168 (448 scales a row)
+    does plain scale ``[200, 5]`` (row 200, k-block 5) sit?"""
+    return verdict("permuted offset", answer, solution_permuted_offset(),
+                   "Find its 512-byte atom first: row block 200 // 128 and k block 5 // 4, blocks ordered rows "
+                   "outer, k inner (448 / 4 = 112 k blocks a row block). Inside the atom: line 200 % 32 of 16 "
+                   "bytes, then 4 bytes per row quarter (200 % 128) // 32, then 5 % 4. Check with "
+                   "nvfp4.permuted_offset.")
+
+
+def solution_permuted_offset():
+    from ...nvfp4 import permuted_offset
+
+    return permuted_offset(200, 5, 256, 448)  # (1 * 112 + 1) * 512 + 8 * 16 + 2 * 4 + 1 = 57993
+
+
+def check_stock_weight_ratio(answer) -> bool:
+    """Predict, then run: how many times the bytes of the NVFP4 weights (values and scales) do baseline (b)'s
+    BF16 weights take (two decimals)? What does that mean for a decode-sized M?"""
+    return verdict("BF16 over NVFP4 bytes", answer, solution_stock_weight_ratio(),
+                   "BF16 is 2 bytes a value; NVFP4 is half a byte a value plus one e4m3 byte per 16 values. "
+                   "Check with dual_gemm.prepare_stock(...).nbytes on a small problem.")
+
+
+def solution_stock_weight_ratio():
+    from ...measure.dual_gemm import prepare_stock
+    from ...nvfp4 import SF_VEC, generate
+
+    n, k = 256, 512
+    ops = generate(128, n, k)
+    w = prepare_stock(ops.b1, ops.b2, ops.sfb1, ops.sfb2)
+    return round(w.nbytes / (2 * (n * k // 2 + n * k // SF_VEC)), 2)  # 2 / (0.5 + 1/16) = 3.56
+
+
+def check_unshifted_tiles(answer) -> bool:
+    """Break it, then explain: run ``dual_gemm_model.run_model`` on a 128 x 256 x 256 problem with
+    ``tile_n=64`` and ``bug="sfb_not_shifted"``. Which 64-column tiles of C (indices 0..3, as a tuple) come out
+    wrong, and why exactly those?"""
+    return verdict("tiles without the SFB shift", answer, solution_unshifted_tiles(),
+                   "A 128-row atom of B's scales serves two 64-column tiles. Compare each 64-column block of "
+                   "run.c with nvfp4.reference(...) using nvfp4.check_close; which tiles start in the middle "
+                   "of an atom?")
+
+
+def solution_unshifted_tiles():
+    import torch
+
+    from ...dual_gemm_model import run_model
+    from ...nvfp4 import check_close, generate, reference
+
+    ops = generate(128, 256, 256, seed=0)
+    ref = reference(*ops.inputs())[..., 0]
+    c = torch.from_numpy(run_model(ops, tile_n=64, bug="sfb_not_shifted").c)
+    return tuple(j for j in range(4) if not check_close(c[:, 64 * j:64 * j + 64], ref[:, 64 * j:64 * j + 64]).ok)
+
+
+def explain_unshifted_tiles() -> str:
+    """Why tiles 1 and 3 go wrong without the SFB shift, and why tile_n = 128 never shows it."""
+    return ("B's scales come in 128-row atoms (the permuted 128 x 4 layout). A 64-column tile of C uses 64 rows "
+            "of B: tiles 0 and 2 start at the first row of an atom, tiles 1 and 3 at row 64 of one. The kernel "
+            "loads whole atoms, so an odd tile must start reading the loaded scales 64 rows in (the shift). "
+            "Without it, tiles 1 and 3 use the scales of rows 0-63 of their atom, those of tiles 0 and 2: "
+            "wrong, while tiles 0 and 2 are right. With tile_n = 128 every tile starts at an atom's first row, "
+            "so the shift is always 0 and the bug cannot show.")
+
+
+def check_e4m3_byte(answer) -> bool:
+    """Predict: which e4m3 byte (an int, 0..255) does the fast Hopper twin's bit move make of the e2m1 code
+    ``0b1011`` (-1.5), and what value does ``cvt.rn.f16x2.e4m3x2`` then give (so what must the scale
+    multiplier be)? Answer the byte."""
+    return verdict("e4m3 byte of code 0b1011", answer, solution_e4m3_byte(),
+                   "The sign goes to bit 7 and the three bits e1 e0 m to bits 4..2 (exponent field 0 0 e1 e0, "
+                   "mantissa m 0 0); the byte then means the e2m1 value times 2^-6. Check with "
+                   "fp4_dequant.e4m3_byte_of_code.")
+
+
+def solution_e4m3_byte():
+    from ...fp4_dequant import e4m3_byte_of_code
+
+    return e4m3_byte_of_code(0b1011)  # 0x8C = 140: -1.5 x 2^-6, so the multiplier is 64 x scale

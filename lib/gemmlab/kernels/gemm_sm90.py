@@ -1,0 +1,544 @@
+"""Chapter 07: the persistent, warp-specialized Hopper GEMM (the production kernel).
+
+What it adds over chapter 06
+    Chapter 06 built the first TMA + WGMMA GEMM: one CTA per output tile, one
+    consumer warpgroup, a k-loop fed by a TMA ring. This kernel keeps that
+    core and adds what the fast Hopper GEMMs (CUTLASS, DeepGEMM) add:
+
+    * **Warp specialization with register reallocation.** Warpgroup 0 is the
+      *producer*: one warp issues every TMA load. The other warpgroups (one or
+      two: ``tile_m`` = 64 or 128) are the *consumers*: each owns 64 rows of the
+      tile and runs WGMMA. The producer needs almost no registers, so
+      ``setmaxnreg`` gives 40 of its per-thread registers back and the consumers
+      take 232: room for a 64 x 256 FP32 accumulator (128 registers per thread).
+    * **A persistent grid.** One CTA per SM (one cluster per SM pair); each
+      walks work units ``cluster, cluster + num_clusters, ...`` in the grouped
+      order of :class:`gemmlab.scheduler.TileScheduler`.
+    * **One pipeline across all tiles.** The ring of ``stages`` shared-memory
+      stages (``full`` / ``empty`` mbarriers) is walked with
+      :class:`gemmlab.pipeline.DevicePipelineState`, created once and never
+      reset: the producer runs ahead into the next tile's k-blocks while the
+      consumers still finish the current one.
+    * **Clusters with TMA multicast.** Two CTAs of a cluster compute
+      neighbouring tiles that share an operand panel. Each loads half of the
+      shared panel and multicasts it to both, halving that operand's L2 -> SM
+      traffic. A consumer then frees a stage in *both* CTAs (a remote mbarrier
+      arrive), because the peer's producer writes into its shared memory.
+    * **A TMA-store epilogue that overlaps the next tile.** Each consumer
+      warpgroup converts its 64 rows to BF16/FP16, writes them with
+      ``stmatrix`` into its own ring of shared-memory sub-tiles and stores them
+      by TMA, meeting only its own 128 threads at a named barrier. It waits for a
+      sub-tile buffer to be *read* before reusing it, so a tile's last stores
+      drain while the next tile's k-loop already runs.
+
+    And, for the shapes real models use (the heuristic in
+    :mod:`gemmlab.family.heuristic_sm90` picks among them):
+
+    * **Sizes at run time.** M, N, K are arguments of the compiled kernel, not
+      constants baked into it: one compiled kernel per configuration serves
+      every problem size, and a call only binds tensors (see
+      :mod:`gemmlab.family.plan`).
+    * **Swap A/B** (host-side views, no copies): ``C^T = B^T A^T``, so a small M
+      (a decode batch) becomes WGMMA's N, which may be any multiple of 8, while
+      the weight fills the 64-row M side. The output is then written M-major
+      (the TMA store and ``stmatrix ... .trans`` handle it).
+    * **Split-K.** When the output has too few tiles to fill the SMs, K is cut
+      into ``splits`` slices; each (tile, slice) is a work unit that writes its
+      FP32 partial sum straight from the accumulator registers to a workspace,
+      and :func:`gemmlab.splitk.reduce_host` sums the slices into the output.
+
+Roles at a glance (128 threads per warpgroup)::
+
+    warpgroup 0  warp 0     producer: for each work unit, for each of its k-blocks:
+                              wait empty[s] -> expect_tx(full[s]) -> TMA A', TMA B' (multicast)
+                 warps 1-3  idle (they give their registers away and wait at the end)
+    warpgroup 1(, 2)        consumers, 64 rows each: for each work unit: for each k-block:
+                              wait full[s] -> 4 x wgmma 64xNx16 -> release stage s-1 (all CTAs of the cluster)
+                            then the epilogue: acc -> bf16 -> stmatrix -> TMA store (own 64 rows)
+                            or, split-K: acc -> FP32 workspace slice (plain stores)
+
+Pipelines, named after what they carry
+    * ``full[s]`` / ``empty[s]`` (stage ring, ``stages`` deep): A' and B' k-blocks.
+    * per consumer warpgroup, the bulk-async group of its TMA stores
+      (``epi_stages`` deep): C sub-tiles.
+
+Partial tiles need no code in the main loop: TMA loads fill out-of-bounds
+elements with zero and TMA stores drop them (the split-K stores are predicated).
+"""
+from __future__ import annotations
+
+import functools
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+import cuda.bindings.driver as cuda
+from cutlass import Float32, Int32, Int64
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.memory import SmemAllocator
+
+from ..family.configs import Sm90Config
+from ..pipeline import DevicePipelineState
+from ..scheduler import device_tile
+from ..splitk import launch_reduce
+
+PRODUCER_REGS = 40  # setmaxnreg.dec: TMA issue needs a handful of registers
+CONSUMER_REGS = 232  # setmaxnreg.inc: 128 accumulator registers + operands; 128*40 + 256*232 <= 64K
+EPI_BARRIER = 1  # named barrier ids: 1 + consumer warpgroup index; 0 is __syncthreads
+WG_ROWS = 64  # rows of C one consumer warpgroup owns (WGMMA's M)
+
+
+# --------------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------------
+
+
+@cute.jit
+def release_stage(empty_bar, stage: Int32, cluster_size: cutlass.Constexpr):
+    """A consumer warp frees ring stage ``stage`` in every CTA of its cluster.
+
+    One lane per destination CTA arrives (``mapa`` + remote ``mbarrier.arrive``
+    when the cluster has 2 CTAs): the peer's producer multicasts into our
+    shared memory, so it must hear from us too. ``empty`` counts
+    ``consumer warps x cluster_size`` arrivals per phase.
+    """
+    lane = cute.arch.lane_idx()
+    if cutlass.const_expr(cluster_size == 1):
+        if lane == 0:
+            cute.arch.mbarrier_arrive(empty_bar + stage)
+    else:
+        if lane < cluster_size:
+            cute.arch.mbarrier_arrive(empty_bar + stage, lane)
+
+
+@cute.jit
+def unit_coords(linear: Int32, m_ctiles: Int32, n_ctiles: Int32, k_tiles: Int32, splits: Int32,
+                raster: cutlass.Constexpr, group: cutlass.Constexpr):
+    """Work unit ``linear`` -> ``(mc, nc, first k-block, k-blocks)``.
+
+    Units are numbered slice-major: unit ``s * tiles + t`` is tile ``t`` (in
+    the grouped raster order) of K slice ``s``, so the clusters running together
+    share a slice's panels. A slice is ``ceil(k_tiles / splits)`` k-blocks, the
+    last one what is left; the host passes a ``splits`` that leaves none empty
+    (:func:`gemmlab.family.configs.effective_splits`).
+    """
+    tiles = m_ctiles * n_ctiles
+    split = linear // tiles
+    mc, nc = device_tile(linear - split * tiles, m_ctiles, n_ctiles, raster, group)
+    per = (k_tiles + splits - 1) // splits
+    k0 = split * per
+    return mc, nc, k0, cutlass.min(per, k_tiles - k0)
+
+
+@cute.jit
+def mma_tile(tiled_mma: cute.TiledMma, acc: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor, full, empty,
+             read: DevicePipelineState, release: DevicePipelineState, kc: Int32, cluster_size: cutlass.Constexpr):
+    """One tile's main loop: ``kc`` k-blocks into ``acc``; returns the advanced ``(read, release)`` states.
+
+    The caller zeroes ``acc`` and sets ``ACCUMULATE`` first: a helper may not
+    change ``tiled_mma``'s fields (the DSL then builds invalid IR), and must
+    rebind, not mutate, the pipeline states its loop carries.
+
+    One wgmma batch stays in flight: after issuing k-block ``i`` the warpgroup
+    waits for batch ``i - 1`` only, then frees that k-block's stage (in every
+    CTA of the cluster). The first k-block is peeled so that the loop body
+    always has a previous batch to wait for.
+    """
+    k_blocks = cute.size(tCrA, mode=[2])
+    warpgroup.fence()
+    cute.arch.mbarrier_wait(full + read.index, read.phase)
+    for kb in cutlass.range_constexpr(k_blocks):
+        cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc)
+    warpgroup.commit_group()
+    read.advance()
+    for k in cutlass.range(1, kc, unroll=1):
+        cute.arch.mbarrier_wait(full + read.index, read.phase)
+        for kb in cutlass.range_constexpr(k_blocks):
+            cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc)
+        warpgroup.commit_group()
+        warpgroup.wait_group(1)  # the previous k-block's wgmmas are done...
+        release_stage(empty, release.index, cluster_size)  # ...so its stage may be refilled
+        release = release.next()
+        read = read.next()
+    warpgroup.wait_group(0)
+    release_stage(empty, release.index, cluster_size)
+    release.advance()
+    return read, release
+
+
+def mma_operands(tiled_mma: cute.TiledMma, sA: cute.Tensor, sB: cute.Tensor, ctid, bm: int, bn: int):
+    """A consumer thread's view of the MMA: its slice, its A/B fragments of every stage, its accumulator."""
+    thr_mma = tiled_mma.get_slice(ctid)
+    tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+    tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+    acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((bm, bn)), Float32)
+    return thr_mma, tCrA, tCrB, acc
+
+
+def epilogue_operands(epi_mma: cute.TiledMma, acc: cute.Tensor, sC: cute.Tensor, ctid, c_type, c_major_m: bool):
+    """What :func:`store_tile` moves: registers -> shared (stmatrix) copies of a warpgroup's slab.
+
+    A warpgroup's accumulator fragment is laid out as in a single 64-row MMA,
+    so the 64-row ``epi_mma`` partitions its own slab of the output. Returns
+    ``(r2s, tRS_acc, tRS_sC, sub_f32, sub_out)``: the copy, the accumulator and
+    the ring buffers as it sees them (``tRS_sC``: (R2S, R2S_M, R2S_N, consumers *
+    epi_stages)), and the registers of one sub-tile in FP32 and in ``c_type``.
+    """
+    st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(c_major_m, 4), c_type)
+    r2s = cute.make_tiled_copy_S(st_atom, cute.make_tiled_copy_C_atom(st_atom, epi_mma))
+    thr_r2s = r2s.get_slice(ctid % 128)
+    tRS_sC = thr_r2s.partition_D(sC)
+    tRS_acc = r2s.retile(acc)
+    sub_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+    return r2s, tRS_acc, tRS_sC, cute.make_rmem_tensor(sub_shape, Float32), cute.make_rmem_tensor(sub_shape, c_type)
+
+
+@cute.jit
+def store_tile(tma_c: cute.CopyAtom, sC: cute.Tensor, gC_tile: cute.Tensor, r2s: cute.TiledCopy, tRS_acc: cute.Tensor,
+               tRS_sC: cute.Tensor, sub_f32: cute.Tensor, sub_out: cute.Tensor, half, store_warp,
+               cfg: cutlass.Constexpr, c_type: cutlass.Constexpr, desc=None):
+    """The TMA-store epilogue of one warpgroup: its 64 rows of the tile, sub-tile by sub-tile through its ring.
+
+    ``desc``: a descriptor in global memory to store through (chapter 08's
+    rewritten descriptors) instead of the kernel parameter's.
+    """
+    sub_size = cute.size(sub_f32)
+    gC_epi = cute.zipped_divide(gC_tile, (WG_ROWS, cfg.epi_n))
+    bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_epi)
+    epi_count = cfg.tile_n // cfg.epi_n
+    for e in cutlass.range_constexpr(epi_count):
+        buf = half * cfg.epi_stages + e % cfg.epi_stages
+        for v in cutlass.range_constexpr(sub_size):
+            sub_f32[v] = tRS_acc[e * sub_size + v]
+        sub_out.store(sub_f32.load().to(c_type))
+        cute.copy(r2s, sub_out, tRS_sC[(None, None, None, buf)])
+        # Generic-proxy writes must be visible to the TMA (async proxy) read.
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+        if store_warp:
+            if cutlass.const_expr(desc is None):
+                cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))])
+            else:
+                cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))], tma_desc_ptr=desc)
+            cute.arch.cp_async_bulk_commit_group()
+            # Buffer reuse: the store issued epi_stages-1 ago must have *read*
+            # its buffer; the newer ones stay in flight (and drain during the
+            # next tile's main loop).
+            cute.arch.cp_async_bulk_wait_group(cfg.epi_stages - 1, read=True)
+            if cutlass.const_expr(e == epi_count - 1 and not cfg.epi_ring_aligned):
+                # The next tile restarts at buffer 0, which a store still in
+                # flight may be reading: drain (only for unaligned rings).
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
+
+
+@cute.kernel
+def gemm_kernel(
+    tma_a: cute.CopyAtom, mA: cute.Tensor,
+    tma_b: cute.CopyAtom, mB: cute.Tensor,
+    tma_c: cute.CopyAtom, mC: cute.Tensor,
+    mW: cute.Tensor,
+    tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
+    a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
+    m_ctiles: Int32, n_ctiles: Int32, k_tiles: Int32, splits: Int32,
+    cfg: cutlass.Constexpr, ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr,
+    c_major_m: cutlass.Constexpr,
+):
+    BM, BN, BK = cfg.tile_m, cfg.tile_n, cfg.tile_k
+    CM, CN = cfg.cluster
+    CS = CM * CN
+    stages = cfg.stages
+    consumers = cfg.consumers
+    num_units = m_ctiles * n_ctiles * splits
+
+    tidx, _, _ = cute.arch.thread_idx()
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    wg = warp // 4
+    bid, _, _ = cute.arch.block_idx()
+    grid, _, _ = cute.arch.grid_dim()
+    cluster_id = bid // CS
+    num_clusters = grid // CS
+    rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+    # Which neighbour this CTA is inside its cluster: along M or along N.
+    rank_m = rank if cutlass.const_expr(CM > 1) else 0
+    rank_n = rank if cutlass.const_expr(CN > 1) else 0
+
+    # ---------------------------------------------------------------- shared memory
+    smem = SmemAllocator()
+    sA = smem.allocate_tensor(ab_type, a_smem.outer, byte_alignment=1024, swizzle=a_smem.inner)
+    sB = smem.allocate_tensor(ab_type, b_smem.outer, byte_alignment=1024, swizzle=b_smem.inner)
+    if cutlass.const_expr(not cfg.split_k):
+        # One ring of epi_stages sub-tiles per consumer warpgroup: buffer wg*epi_stages + i.
+        sC = smem.allocate_tensor(c_type, c_smem.outer, byte_alignment=1024, swizzle=c_smem.inner)
+    full = smem.allocate_array(Int64, stages, byte_alignment=8)  # "stage s holds A and B": TMA bytes
+    empty = smem.allocate_array(Int64, stages, byte_alignment=8)  # "stage s may be refilled": consumer warps
+
+    if warp == 0:
+        cpasync.prefetch_descriptor(tma_a)
+        cpasync.prefetch_descriptor(tma_b)
+        if cutlass.const_expr(not cfg.split_k):
+            cpasync.prefetch_descriptor(tma_c)
+        with cute.arch.elect_one():
+            for s in cutlass.range_constexpr(stages):
+                cute.arch.mbarrier_init(full + s, 1)
+                cute.arch.mbarrier_init(empty + s, 4 * consumers * CS)
+            cute.arch.mbarrier_init_fence()
+    # Every CTA of the cluster must see its peers' barriers initialised before
+    # a multicast or a remote arrive can touch them.
+    if cutlass.const_expr(CS > 1):
+        cute.arch.cluster_arrive_relaxed()
+        cute.arch.cluster_wait()
+    else:
+        cute.arch.sync_threads()
+
+    # ---------------------------------------------------------------- global tiles
+    gA = cute.local_tile(mA, (BM, BK), (None, None))  # (BM, BK, m_tiles, k_tiles)
+    gB = cute.local_tile(mB, (BN, BK), (None, None))  # (BN, BK, n_tiles, k_tiles)
+
+    # The multicast operand is split across the CTAs that share it: each loads
+    # its slice and sends it to all of them (mask 0b11).
+    a_parts = CN  # CTAs sharing an A panel (cluster along N)
+    b_parts = CM  # CTAs sharing a B panel (cluster along M)
+    tAsA, tAgA = cpasync.tma_partition(tma_a, rank_n, cute.make_layout(a_parts),
+                                       cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+    tBsB, tBgB = cpasync.tma_partition(tma_b, rank_m, cute.make_layout(b_parts),
+                                       cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+    mcast_mask = cutlass.Int16((1 << CS) - 1)  # every CTA of the cluster receives the slice
+    stage_bytes = cute.size_in_bytes(ab_type, cute.slice_(a_smem, (None, None, 0))) + \
+        cute.size_in_bytes(ab_type, cute.slice_(b_smem, (None, None, 0)))
+
+    if wg == 0:
+        # ============================================================ producer warpgroup
+        cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
+        if warp == 0:
+            state = DevicePipelineState.producer(stages)  # carried across all work units
+            linear = cluster_id
+            while linear < num_units:
+                mc, nc, k0, kc = unit_coords(linear, m_ctiles, n_ctiles, k_tiles, splits, cfg.raster, cfg.group)
+                m_tile = mc * CM + rank_m
+                n_tile = nc * CN + rank_n
+                for k in cutlass.range(kc, unroll=1):
+                    cute.arch.mbarrier_wait(empty + state.index, state.phase)
+                    with cute.arch.elect_one():
+                        # Our barrier expects the whole stage: our own loads plus
+                        # the slices the peer multicasts to us.
+                        cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)
+                    if cutlass.const_expr(a_parts > 1):
+                        cute.copy(tma_a, tAgA[(None, m_tile, k0 + k)], tAsA[(None, state.index)],
+                                  tma_bar_ptr=full + state.index, mcast_mask=mcast_mask)
+                    else:
+                        cute.copy(tma_a, tAgA[(None, m_tile, k0 + k)], tAsA[(None, state.index)],
+                                  tma_bar_ptr=full + state.index)
+                    if cutlass.const_expr(b_parts > 1):
+                        cute.copy(tma_b, tBgB[(None, n_tile, k0 + k)], tBsB[(None, state.index)],
+                                  tma_bar_ptr=full + state.index, mcast_mask=mcast_mask)
+                    else:
+                        cute.copy(tma_b, tBgB[(None, n_tile, k0 + k)], tBsB[(None, state.index)],
+                                  tma_bar_ptr=full + state.index)
+                    state.advance()
+                linear = linear + num_clusters
+            # Tail: before this CTA may exit, every consumer of the cluster must
+            # have released every stage (their remote arrives target our barriers).
+            for _ in cutlass.range_constexpr(stages):
+                cute.arch.mbarrier_wait(empty + state.index, state.phase)
+                state.advance()
+    else:
+        # ============================================================ consumer warpgroups
+        cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
+        ctid = tidx - 128  # 0 .. 128 * consumers - 1
+        half = wg - 1  # which 64-row slab of the tile this warpgroup owns
+        thr_mma, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
+
+        if cutlass.const_expr(not cfg.split_k):
+            # Epilogue copies: registers -> shared (stmatrix), shared -> global (TMA).
+            # A warpgroup's accumulator fragment is laid out as in a single 64-row
+            # MMA, so the 64-row epi_mma partitions its own slab of the output.
+            r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, c_major_m)
+            gC = cute.local_tile(mC, (BM, BN), (None, None))  # (BM, BN, m_tiles, n_tiles)
+        else:
+            # Split-K: partial sums go from registers straight to the FP32 workspace,
+            # predicated on the coordinates (partial tiles must not write past M', N').
+            shape_w = (cute.size(mW, mode=[0]), cute.size(mW, mode=[1]))
+            idW = cute.make_identity_tensor(shape_w)
+
+        read = DevicePipelineState.consumer(stages)  # next stage to compute on
+        release = DevicePipelineState.consumer(stages)  # next stage to hand back
+        linear = cluster_id
+        while linear < num_units:
+            mc, nc, k0, kc = unit_coords(linear, m_ctiles, n_ctiles, k_tiles, splits, cfg.raster, cfg.group)
+            m_tile = mc * CM + rank_m
+            n_tile = nc * CN + rank_n
+
+            # ---- main loop: keep one wgmma batch in flight, free the stage before it
+            acc.fill(0.0)
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CS)
+
+            if cutlass.const_expr(not cfg.split_k):
+                # ---- epilogue: this warpgroup's 64 rows, sub-tiles of 64 x epi_n through its ring
+                store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
+                           half, warp % 4 == 0, cfg, c_type)
+            else:
+                # ---- split-K epilogue: FP32 partial sums of this K slice to workspace slice k0 / per
+                split = linear // (m_ctiles * n_ctiles)
+                gW = cute.local_tile(mW[(None, None, split)], (BM, BN), (m_tile, n_tile))
+                cW = cute.local_tile(idW, (BM, BN), (m_tile, n_tile))
+                tCgW = thr_mma.partition_C(gW)
+                tCcW = thr_mma.partition_C(cW)
+                for i in cutlass.range(cute.size(acc), unroll_full=True):
+                    if cute.elem_less(tCcW[i], shape_w):
+                        tCgW[i] = acc[i]
+            linear = linear + num_clusters
+        if cutlass.const_expr(not cfg.split_k):
+            if warp % 4 == 0:  # each warpgroup's store warp drains its stores before the CTA exits
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+
+# --------------------------------------------------------------------------------------
+# The host side: views, TMA descriptors, the launch (all sizes are run-time values)
+# --------------------------------------------------------------------------------------
+
+
+def mma_and_smem_layouts(kA: cute.Tensor, kB: cute.Tensor, kC: cute.Tensor, cfg: Sm90Config):
+    """The WGMMA tilings and the shared-memory layouts for A' (M' x K), B' (N' x K) and C' (M' x N').
+
+    ``tiled_mma``: one 64-row WGMMA atom per consumer warpgroup, stacked along M;
+    ``epi_mma``: one atom, to partition a warpgroup's own 64-row slab in the
+    epilogue. Also returns C's layout enum (the epilogue's stmatrix needs it).
+    """
+    ab_type = kA.element_type
+    a_layout = utils.LayoutEnum.from_tensor(kA)
+    b_layout = utils.LayoutEnum.from_tensor(kB)
+    c_layout = utils.LayoutEnum.from_tensor(kC)
+    tile = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+    tiled_mma = sm90_utils.make_trivial_tiled_mma(
+        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
+        Float32, (cfg.consumers, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
+    epi_mma = sm90_utils.make_trivial_tiled_mma(
+        ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
+        Float32, (1, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
+    a_smem = sm90_utils.make_smem_layout_a(a_layout, tile, ab_type, cfg.stages)
+    b_smem = sm90_utils.make_smem_layout_b(b_layout, tile, ab_type, cfg.stages)
+    c_smem = sm90_utils.make_smem_layout_epi(kC.element_type, c_layout, (WG_ROWS, cfg.epi_n),
+                                             cfg.consumers * cfg.epi_stages)
+    return tiled_mma, epi_mma, a_smem, b_smem, c_smem, c_layout
+
+
+@cute.jit
+def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, splits: Int32, max_clusters: Int32,
+                stream: cuda.CUstream, cfg: cutlass.Constexpr):
+    """Build the kernel's views and TMA descriptors for ``c = a @ b`` and launch the persistent grid.
+
+    ``a`` is M x K (row-major), ``b`` K x N (either major), ``c`` M x N
+    (row-major), ``ws`` the (splits, M, N) FP32 workspace or None. The kernel
+    computes ``C' = A' @ B'^T`` (B' is N' x K); with ``cfg.swap_ab`` the roles of
+    a and b are exchanged and C' is the transposed view of c.
+    """
+    ab_type = a.element_type
+    b_nk = cute.make_tensor(b.iterator, cute.select(b.layout, mode=[1, 0]))  # N x K view of b
+    if cutlass.const_expr(cfg.swap_ab):
+        kA, kB = b_nk, a
+        kC = cute.make_tensor(c.iterator, cute.select(c.layout, mode=[1, 0]))  # N x M, M-major
+    else:
+        kA, kB, kC = a, b_nk, c
+    tiled_mma, epi_mma, a_smem, b_smem, c_smem, c_layout = mma_and_smem_layouts(kA, kB, kC, cfg)
+    epi_tile = (WG_ROWS, cfg.epi_n)
+
+    cm, cn = cfg.cluster
+    a_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1 else cpasync.CopyBulkTensorTileG2SOp()
+    b_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1 else cpasync.CopyBulkTensorTileG2SOp()
+    tma_a, tA = cpasync.make_tiled_tma_atom(a_op, kA, cute.slice_(a_smem, (None, None, 0)),
+                                            (cfg.tile_m, cfg.tile_k), num_multicast=cn)
+    tma_b, tB = cpasync.make_tiled_tma_atom(b_op, kB, cute.slice_(b_smem, (None, None, 0)),
+                                            (cfg.tile_n, cfg.tile_k), num_multicast=cm)
+    if cutlass.const_expr(cfg.split_k):
+        tma_c, tC = tma_a, tA  # the reduction writes c: no store descriptor to build (the kernel ignores these)
+    else:
+        tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), kC,
+                                                cute.slice_(c_smem, (None, None, 0)), epi_tile)
+
+    rows, cols = cute.size(kC, mode=[0]), cute.size(kC, mode=[1])
+    k = cute.size(kA, mode=[1])
+    m_ctiles = ((rows + cfg.tile_m - 1) // cfg.tile_m + cm - 1) // cm
+    n_ctiles = ((cols + cfg.tile_n - 1) // cfg.tile_n + cn - 1) // cn
+    k_tiles = (k + cfg.tile_k - 1) // cfg.tile_k
+    if cutlass.const_expr(cfg.split_k):
+        # Workspace slice s of the user's (M, N) in the kernel's (M', N') coordinates.
+        order = [2, 1, 0] if cutlass.const_expr(cfg.swap_ab) else [1, 2, 0]
+        kW = cute.make_tensor(ws.iterator, cute.select(ws.layout, mode=order))  # (M', N', splits)
+    else:
+        kW = kC  # unused by the kernel in this mode
+    clusters = cutlass.min(m_ctiles * n_ctiles * splits, max_clusters)
+    gemm_kernel(tma_a, tA, tma_b, tB, tma_c, tC, kW, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
+                m_ctiles, n_ctiles, k_tiles, splits, cfg, ab_type, c.element_type,
+                c_layout.is_m_major_c()).launch(
+        grid=(clusters * cfg.cluster_size, 1, 1), block=(cfg.threads, 1, 1),
+        cluster=(cfg.cluster_size, 1, 1), stream=stream)
+    if cutlass.const_expr(cfg.split_k):
+        launch_reduce(ws, c, splits, stream)
+
+
+@functools.lru_cache(maxsize=None)
+def gemm_host(cfg: Sm90Config):
+    """The ``@cute.jit`` host function of ``cfg.kernel_key`` (one per compiled variant).
+
+    Arguments (all sizes are read from the tensors at run time): ``a`` (M, K),
+    ``b`` (K, N), ``c`` (M, N), with split-K the FP32 workspace ``ws``
+    (splits, M, N) and the run-time ``splits``; then ``max_clusters`` (the
+    persistent grid: SMs / cluster size) and the stream.
+    """
+    cfg = cfg.kernel_key
+    if cfg.split_k:
+        @cute.jit
+        def gemm_sm90_split_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws: cute.Tensor, splits: Int32,
+                                 max_clusters: Int32, stream: cuda.CUstream):
+            launch_gemm(a, b, c, ws, splits, max_clusters, stream, cfg)
+
+        return gemm_sm90_split_host
+
+    @cute.jit
+    def gemm_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, max_clusters: Int32,
+                       stream: cuda.CUstream):
+        launch_gemm(a, b, c, None, Int32(1), max_clusters, stream, cfg)
+
+    return gemm_sm90_host
+
+
+# --------------------------------------------------------------------------------------
+# Compiling (any machine)
+# --------------------------------------------------------------------------------------
+
+_CUTLASS_TYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+
+
+def compile_gemm(target: str = "sm_90a", cfg: Sm90Config | None = None, b_major: str = "k", *,
+                 tvm_ffi: bool = False):
+    """Compile the kernel of ``cfg`` for ``target`` without a GPU; returns the compiled function.
+
+    M, N and K are symbolic (N and K multiples of 8, the contract's alignment),
+    so the result serves every problem size; ``b_major`` ("k" or "n") is B's
+    layout. ``tvm_ffi=True`` compiles the plans' call path (torch tensors in,
+    torch's current stream implied); the PTX is the same either way.
+    """
+    from ..checks import check_choice
+    from ..compile import check_target, compile_for, fake_stream, fake_tensor
+
+    check_target(target)
+    if target != "sm_90a":
+        raise ValueError(f"the Hopper GEMM needs target sm_90a (wgmma, setmaxnreg); got {target!r}")
+    cfg = cfg or Sm90Config()
+    if not isinstance(cfg, Sm90Config):
+        raise TypeError(f"cfg must be an Sm90Config; got {type(cfg).__name__}")
+    check_choice("b_major", b_major, ("k", "n"))
+    if not isinstance(tvm_ffi, bool):
+        raise TypeError(f"tvm_ffi must be a bool; got {type(tvm_ffi).__name__}")
+    dt, ct = _CUTLASS_TYPES[cfg.dtype], _CUTLASS_TYPES[cfg.out_dtype]
+    m, n, k = cute.sym_int(), cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
+    a = fake_tensor(dt, (m, k), stride_order=(1, 0))
+    b = fake_tensor(dt, (k, n), stride_order=(1, 0) if b_major == "n" else (0, 1))
+    c = fake_tensor(ct, (m, n), stride_order=(1, 0))
+    args = [a, b, c]
+    if cfg.split_k:
+        args += [fake_tensor(Float32, (cute.sym_int(), m, n), stride_order=(2, 1, 0)), Int32(2)]
+    return compile_for(target, gemm_host(cfg), *args, Int32(1), fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)

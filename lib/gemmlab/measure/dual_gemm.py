@@ -1,0 +1,404 @@
+"""Chapter 11's measurements: the baselines, the bounds, a B200 prediction, and timing one shape.
+
+The public call, :func:`gemmlab.gated_dual_gemm`, is :mod:`gemmlab.family.api`'s (its prepared launch
+:func:`gemmlab.family.plan.prepare_gated`); this module is what every number of chapter 11 is measured with.
+
+What it holds
+    * The two baselines every measurement of chapter 11 stands next to:
+
+      (a) :func:`reference_pipeline`: what a first attempt does: dequantize A, B1 and B2 to FP32 on every
+          call, two FP32 ``torch.matmul``, ``silu(x) * y``, FP16. It is :func:`gemmlab.nvfp4.reference`
+          with an output buffer.
+      (b) the best stock path: :func:`prepare_stock` dequantizes the *weights* B1, B2 to BF16 once, ahead
+          of time (exact: an e2m1 value times an e4m3 scale has at most 6 significant bits, BF16 has 8);
+          :func:`stock_path` then, per call, dequantizes A only (it changes every call) to BF16, runs two
+          cuBLAS BF16 GEMMs with FP32 output (``torch.mm(..., out_dtype=torch.float32)``: a BF16 result
+          would round the products to 8 bits, 0.4 %, more than the checker's 0.1 %), and the gate as two
+          elementwise kernels, ``silu`` in place and one ``torch.mul`` writing FP16 (no ``torch.compile``:
+          it is not reliably available offline, so nothing fuses them further).
+
+    * :func:`roofline`: the least time any kernel can take on a GPU: the packed FP4 bytes of A, B1, B2, their
+      e4m3 scales and the FP16 C over the HBM bandwidth, or the FLOPs over the dense tensor-core peak,
+      whichever is larger. The peak is FP4's on a B200 (what the SM100 kernel uses) and BF16's on Hopper
+      (no FP4 tensor cores: the twin multiplies BF16). On a B200 the bytes decide the two 256-row shapes, and
+      there they reproduce GPU MODE's speed-of-light figures (:data:`gemmlab.nvfp4.SOL_US`) to 0.3 %; the
+      FLOPs decide the two 512-row shapes, where GPU MODE's figures imply 6.9 PFLOP/s
+      (:func:`roofline_table` shows both).
+    * :func:`predict_b200`: a PREDICTION of the SM100 kernel's time from chapter 05's pipeline simulator
+      with chapter 10's calibration (never a measurement: no Blackwell GPU was used).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import nvfp4 as fp4
+from .. import tiers
+from ..checks import check_choice, check_int
+from ..family.api import gated_dual_gemm
+from ..family.configs import GATED_TILE_M as TILE_M
+from ..family.plan import prepare_gated
+from ..family.problem import check_gated_arguments, check_gated_output
+
+#: The best public result for GPU MODE's nvfp4_dual_gemm on a B200 (geomean of the four shapes), microseconds.
+BEST_PUBLIC_US = 13.3
+
+
+# --------------------------------------------------------------------------------------
+# Baseline (a): the reference pipeline, dequantizing everything on every call
+# --------------------------------------------------------------------------------------
+
+
+def reference_pipeline(a, b1, b2, sfa, sfb1, sfb2, out=None):
+    """Baseline (a): dequantize A, B1, B2 to FP32 on every call, two FP32 ``torch.matmul``, ``silu(x) * y``, FP16.
+
+    Any device (the CPU too). Returns ``out`` ((M, N, 1) FP16), allocated when None.
+    """
+    import torch
+
+    m, n, _ = check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    fa, f1, f2 = (fp4.dequantize(p[..., 0], s[..., 0]) for p, s in ((a, sfa), (b1, sfb1), (b2, sfb2)))
+    y1 = torch.matmul(fa, f1.T)
+    y2 = torch.matmul(fa, f2.T)
+    if out is None:
+        out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
+    out[..., 0] = fp4.silu_mul(y1, y2)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Baseline (b): weights dequantized to BF16 once, then cuBLAS
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StockWeights:
+    """B1 and B2 dequantized to BF16 ahead of time and stacked, (2N, K): what :func:`stock_path` multiplies by.
+
+    One (2N, K) matrix instead of two (N, K) ones is what a serving stack does with gate and up
+    projections: one cuBLAS call over 2N columns fills the GPU better than two over N.
+    """
+
+    w12: object
+
+    @property
+    def n(self) -> int:
+        return self.w12.shape[0] // 2
+
+    @property
+    def w1(self):
+        return self.w12[: self.n]
+
+    @property
+    def w2(self):
+        return self.w12[self.n:]
+
+    @property
+    def nbytes(self) -> int:
+        return self.w12.numel() * self.w12.element_size()
+
+
+_PAIR_TABLES: dict = {}
+
+
+def _pair_table(device):
+    """BF16 (256, 2): the two e2m1 values of every byte (low nibble first), one table per device."""
+    import torch
+
+    key = str(device)
+    if key not in _PAIR_TABLES:
+        vals = torch.tensor(fp4.E2M1_VALUES, dtype=torch.float32)
+        idx = torch.arange(256)
+        _PAIR_TABLES[key] = torch.stack([vals[idx & 15], vals[idx >> 4]], dim=1).to(torch.bfloat16).to(device)
+    return _PAIR_TABLES[key]
+
+
+def dequantize_bf16(packed, sf):
+    """Packed FP4 ``(rows, K/2, 1)`` with plain scales ``(rows, K/16, 1)`` as BF16 ``(rows, K)``: exact.
+
+    Four torch operations (a byte-pair table lookup, the scales to BF16, one multiply): the fastest stock
+    way we found, used per call by baseline (b). Every product is exact in BF16 (2 + 4 significant bits).
+    """
+    import torch
+
+    p = fp4.as_bytes(packed)[..., 0]
+    rows = p.shape[0]
+    pairs = _pair_table(p.device)[p.long()]  # (rows, K/2, 2)
+    s = sf[..., 0].view(torch.float8_e4m3fn).to(torch.bfloat16)
+    return (pairs.view(rows, -1, fp4.SF_VEC) * s[..., None]).view(rows, -1)
+
+
+def prepare_stock(b1, b2, sfb1, sfb2) -> StockWeights:
+    """Baseline (b)'s one-time step: B1 and B2 as one BF16 ``(2N, K)`` matrix (exact, 3.6x the NVFP4 bytes)."""
+    import torch
+
+    for name, t in (("b1", b1), ("b2", b2)):
+        fp4._check_packed(name, t, torch)
+    if tuple(b2.shape) != tuple(b1.shape):
+        raise ValueError(f"b1 and b2 must have the same shape; got {tuple(b1.shape)} and {tuple(b2.shape)}")
+    n, k, l = b1.shape[0], 2 * b1.shape[1], b1.shape[2]
+    fp4.check_problem(n, n, k, l)
+    if l != 1:
+        raise ValueError(f"L must be 1; got L={l}")
+    fp4._check_sf("sfb1", sfb1, n, k, l, torch)
+    fp4._check_sf("sfb2", sfb2, n, k, l, torch)
+    return StockWeights(torch.cat([dequantize_bf16(b1, sfb1), dequantize_bf16(b2, sfb2)], dim=0))
+
+
+def bf16_gemm_fp32(x, w):
+    """``x @ w.T`` for BF16 ``x`` (M, K) and ``w`` (N, K), FP32 out: one cuBLAS BF16 GEMM on a GPU.
+
+    ``torch.mm(..., out_dtype=torch.float32)`` keeps the FP32 accumulator instead of rounding it to BF16.
+    Where that overload is missing (torch's CPU build has no BF16 -> FP32 ``mm``), the FP32 product of the
+    same BF16 values: the same numbers, computed differently.
+    """
+    import torch
+
+    if x.device.type == "cuda":
+        return torch.mm(x, w.T, out_dtype=torch.float32)
+    return torch.mm(x.float(), w.float().T)
+
+
+def stock_path(a, sfa, weights: StockWeights, out=None):
+    """Baseline (b), per call: A to BF16, one cuBLAS BF16 GEMM over [B1; B2] (FP32 out), ``silu`` in place, one
+    ``mul`` to FP16.
+
+    ``a`` (M, K/2, 1) packed FP4 with ``sfa`` (M, K/16, 1); ``weights`` from :func:`prepare_stock`.
+    Returns ``out`` ((M, N, 1) FP16), allocated when None.
+    """
+    import torch
+
+    if not isinstance(weights, StockWeights):
+        raise TypeError(f"weights must be a StockWeights (from prepare_stock); got {type(weights).__name__}")
+    fp4._check_packed("a", a, torch)
+    m, k = a.shape[0], 2 * a.shape[1]
+    n = weights.n
+    if tuple(weights.w12.shape) != (2 * n, k):
+        raise ValueError(f"weights must be one (2N, K={k}) tensor, K as a's; got {tuple(weights.w12.shape)}")
+    fp4._check_sf("sfa", sfa, m, k, 1, torch)
+    check_gated_output(out, m, n)
+    for name, t in (("sfa", sfa), ("weights", weights.w12), ("out", out)):
+        if t is not None and t.device != a.device:
+            raise ValueError(f"{name} must be on a's device {a.device}; got {t.device}")
+    x = dequantize_bf16(a, sfa)
+    y = bf16_gemm_fp32(x, weights.w12)  # (M, 2N) FP32: [A B1^T | A B2^T]
+    if out is None:
+        out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
+    y1 = y[:, :n]
+    torch.nn.functional.silu(y1, inplace=True)
+    torch.mul(y1, y[:, n:], out=out[..., 0])
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Bounds: the roofline and a B200 prediction
+# --------------------------------------------------------------------------------------
+
+
+def problem_bytes(m: int, n: int, k: int) -> dict:
+    """Bytes that must cross HBM at least once: packed A, B1, B2 (half a byte a value), their e4m3 scales
+    (one byte per 16 values of every row), and C in FP16."""
+    m, n, k, _ = fp4.check_problem(m, n, k)
+    d = dict(a=m * k // 2, b1=n * k // 2, b2=n * k // 2, scales=(m + 2 * n) * (k // fp4.SF_VEC), c=2 * m * n)
+    d["total"] = sum(d.values())
+    return d
+
+
+def problem_flops(m: int, n: int, k: int) -> int:
+    """Multiply-adds of both products, two FLOPs each: ``2 * 2 * M * N * K`` (the gate is negligible)."""
+    m, n, k, _ = fp4.check_problem(m, n, k)
+    return 4 * m * n * k
+
+
+def roofline(m: int, n: int, k: int, spec=None) -> dict:
+    """The least time for M x N x K on ``spec`` (a :class:`gemmlab.hardware.GPUSpec`, default B200), microseconds.
+
+    ``memory_us``: :func:`problem_bytes` over the HBM bandwidth; ``compute_us``: :func:`problem_flops` over
+    the dense FP4 peak where the GPU has FP4 tensor cores, else the dense BF16 peak (``peak``: which one).
+    ``bound_us`` is the larger, ``bound`` names it.
+    """
+    from ..hardware import B200, GPUSpec
+
+    spec = B200 if spec is None else spec
+    if not isinstance(spec, GPUSpec):
+        raise TypeError(f"spec must be a gemmlab.hardware.GPUSpec; got {type(spec).__name__}")
+    nbytes = problem_bytes(m, n, k)["total"]
+    flops = problem_flops(m, n, k)
+    peak = "fp4" if spec.fp4_tflops else "bf16"
+    memory_us = nbytes / (spec.hbm_tbps * 1e12) * 1e6
+    compute_us = flops / (spec.peak_tflops(peak) * 1e12) * 1e6
+    bound = "memory" if memory_us >= compute_us else "compute"
+    return dict(m=m, n=n, k=k, gpu=spec.short, bytes=nbytes, flops=flops, peak=peak, memory_us=memory_us,
+                compute_us=compute_us, bound_us=max(memory_us, compute_us), bound=bound)
+
+
+def roofline_table(spec=None, shapes=fp4.BENCHMARK_SHAPES) -> list[dict]:
+    """:func:`roofline` for each shape, with GPU MODE's speed of light beside it where the shape is theirs.
+
+    ``sol_tbps`` and ``sol_pflops``: the bandwidth and the FLOP rate GPU MODE's figure implies if it is all
+    bytes or all FLOPs (the one that matches a datasheet-like number tells which bound they used).
+    """
+    sol = dict(zip(fp4.BENCHMARK_SHAPES, fp4.SOL_US))
+    rows = []
+    for m, n, k in shapes:
+        r = {**roofline(m, n, k, spec), "sol_us": sol.get((m, n, k)), "sol_tbps": None, "sol_pflops": None}
+        if r["sol_us"]:
+            r["sol_tbps"] = r["bytes"] / (r["sol_us"] * 1e-6) / 1e12
+            r["sol_pflops"] = r["flops"] / (r["sol_us"] * 1e-6) / 1e15
+        rows.append(r)
+    return rows
+
+
+def _subtile_cycles(cal) -> float:
+    """The calibration's epilogue cost per 32-column sub-tile (older calibrations hold it per 8 sub-tiles)."""
+    if hasattr(cal, "subtile_cycles"):
+        return cal.subtile_cycles
+    return cal.epilogue_cycles / 8
+
+
+def predict_b200(shape, tile_n: int = 128, stages: int | None = None, cal=None) -> dict:
+    """A PREDICTION (not a measurement) of the SM100 dual GEMM on a B200 for ``shape = (m, n, k)``, microseconds.
+
+    Chapter 10's recipe, through chapter 05's simulator: the busiest CTA's tiles, one CTA per 128 x
+    ``tile_n`` tile (``ctas`` of them, at most one per SM), each k-block (256 values of K) holding a stage
+    while the tensor pipe does both GEMMs' ``2 x 2 x 128 x tile_n x 256`` FLOPs at the SM's share of the
+    dense FP4 peak, scaled by the clock fraction the calibration found on Hopper
+    (:func:`gemmlab.measure.calibration.b200_clock_fraction`); loads in flight for the calibration's latency, all
+    CTAs together at 85 % of HBM; ``stages`` as many as shared memory holds
+    (:func:`gemmlab.dual_gemm_model.max_stages`); the calibration's launch time. One accumulator stage (at
+    ``tile_n`` = 128 a second stage of both FP32 accumulators would take all 512 TMEM columns and leave none
+    for the scales), so the epilogue (the calibration's cycles per 32-column sub-tile) runs after each tile.
+    Returns ``low_us`` / ``predicted_us`` / ``high_us`` (the calibration's +-10 %, never below the roofline)
+    and the numbers behind them: ``kblock_us`` (tensor work per k-block), ``ring_kblock_us`` (what a ring of
+    ``stages`` can sustain per k-block when every load waits ``latency_us``), ``transfer_us`` (a k-block's
+    share of the bandwidth).
+    """
+    from .calibration import CALIBRATION, SM90_SPEC_GHZ, TOLERANCE, Calibration, b200_clock_fraction
+    from ..dual_gemm_model import EPI_N, TILE_N_CHOICES, budget, max_stages
+    from ..hardware import B200
+    from ..simulator import check_work, simulate
+
+    if not isinstance(shape, (tuple, list)) or len(shape) != 3:
+        raise ValueError(f"shape must be (m, n, k); got {shape!r}")
+    m, n, k, _ = fp4.check_problem(*shape)
+    tile_n = check_choice("tile_n", tile_n, TILE_N_CHOICES)
+    cal = CALIBRATION if cal is None else cal
+    if not isinstance(cal, Calibration):
+        raise TypeError(f"cal must be a gemmlab.measure.calibration.Calibration; got {type(cal).__name__}")
+    most = max_stages(tile_n)
+    stages = most if stages is None else stages
+    stages = check_int("stages", stages, lo=1, hi=most)
+    tiles = fp4.ceil_div(m, TILE_M) * fp4.ceil_div(n, tile_n)
+    ctas = min(B200.sms, tiles)
+    waves = fp4.ceil_div(tiles, ctas)
+    k_blocks = k // fp4.K_MULTIPLE
+    check_work(waves, k_blocks)  # the busiest CTA's k-blocks, refused before the list of them is built
+    frac = b200_clock_fraction(cal)
+    sm_flops = B200.fp4_tflops * 1e12 * frac / B200.sms
+    kblock_s = 2 * 2 * TILE_M * tile_n * fp4.K_MULTIPLE / sm_flops
+    roof = roofline(m, n, k, B200)
+    transfer_s = roof["bytes"] / (tiles * k_blocks) / (B200.hbm_tbps * 1e12 * cal.hbm_efficiency / ctas)
+    epi_s = _subtile_cycles(cal) * (tile_n // EPI_N) / (SM90_SPEC_GHZ * frac * 1e9)
+    tl = simulate(stages, [k_blocks] * waves, cal.load_latency_s, kblock_s, transfer_time=transfer_s,
+                  epilogue_time=epi_s, epilogue="inline")
+    mid = (tl.total + cal.launch_s) * 1e6
+    return dict(m=m, n=n, k=k, tile_n=tile_n, stages=stages, tiles=tiles, ctas=ctas, waves=waves,
+                k_blocks=k_blocks, clock_fraction=frac, smem_bytes=budget(tile_n, stages).smem_total,
+                kblock_us=kblock_s * 1e6, transfer_us=transfer_s * 1e6, latency_us=cal.load_latency_s * 1e6,
+                ring_kblock_us=(cal.load_latency_s + kblock_s) / stages * 1e6, epilogue_us=epi_s * 1e6,
+                launch_us=cal.launch_s * 1e6,
+                low_us=max(roof["bound_us"], mid * (1 - TOLERANCE)), predicted_us=mid,
+                high_us=mid * (1 + TOLERANCE), roofline_us=roof["bound_us"])
+
+
+def prediction_table(shapes=fp4.BENCHMARK_SHAPES, tile_ns=(64, 128)) -> list[dict]:
+    """:func:`predict_b200` for each shape and tile width, with GPU MODE's speed of light: PREDICTIONS."""
+    sol = dict(zip(fp4.BENCHMARK_SHAPES, fp4.SOL_US))
+    return [{**predict_b200(s, tile_n), "sol_us": sol.get(tuple(s))} for s in shapes for tile_n in tile_ns]
+
+
+# --------------------------------------------------------------------------------------
+# Timing one shape (the benchmark script and the notebook use the same function)
+# --------------------------------------------------------------------------------------
+
+
+def _copy_operands(ops):
+    """Another copy of the same problem in other memory (FP4 copied as bytes)."""
+    def cp(t):
+        return fp4.as_fp4x2(fp4.as_bytes(t).clone()) if t.dtype in fp4.fp4_packed_dtypes() else t.clone()
+
+    return fp4.DualGemmOperands(*(cp(t) for t in (ops.a, ops.b1, ops.b2, ops.sfa, ops.sfb1, ops.sfb2)),
+                                None, None, None, cp(ops.c))
+
+
+def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
+    """The simple (first-draft) Hopper twin as a zero-argument launch on these tensors (sm90 only)."""
+    from ..kernels import dual_gemm_sm90
+    from ..compile import launcher
+
+    check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    tiers.require_tier("sm90", "gemmlab.measure.dual_gemm.prepare_simple")
+    return launcher(dual_gemm_sm90.dual_host(dual_gemm_sm90.DualSm90Config()),
+                    *dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))
+
+
+def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, seed: int = 0,
+              simple: bool = False) -> dict:
+    """Time M x N x K on this GPU: the public call, its prepared launch, baselines (a) and (b), side by side.
+
+    Inputs are rotated over enough copies to span 4x the L2 (:func:`gemmlab.measure.bench.input_sets`), the same
+    copies for every competitor; :func:`gemmlab.measure.bench.time_interleaved` times the four in rotating rounds
+    (what a caller waits for, Python included), then the prepared launch and (b) again with the queue
+    primed (``*_kernel*``: the kernels alone). (b)'s BF16 weights are made before timing, once per copy.
+    Both outputs are checked against the FP32 reference first. Returns one row (microseconds, speed-ups).
+    """
+    import torch
+
+    from . import bench
+    from .. import hardware
+
+    m, n, k, _ = fp4.check_problem(m, n, k)
+    check_int("rounds", rounds, lo=1)
+    check_int("per_round", per_round, lo=1)
+    tiers.require_tier("gpu", "gemmlab.measure.dual_gemm.time_case")
+    spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
+    base = fp4.generate(m, n, k, seed=seed, device="cuda")
+    nsets = bench.input_sets(problem_bytes(m, n, k)["total"], spec.l2_mib * 2 ** 20)
+    sets = [base] + [_copy_operands(base) for _ in range(nsets - 1)]
+    weights = [prepare_stock(s.b1, s.b2, s.sfb1, s.sfb2) for s in sets]  # ahead of time: not timed
+    out_a = [torch.empty_like(s.c) for s in sets]
+    out_b = [torch.empty_like(s.c) for s in sets]
+    ref = fp4.reference(*base.inputs())
+    gated_dual_gemm(*base.inputs(), out=base.c)  # compiles
+    torch.cuda.synchronize()
+    res = fp4.check_close(base.c, ref)
+    res_b = fp4.check_close(stock_path(base.a, base.sfa, weights[0], out=out_b[0]), ref)
+    del ref
+    launches = {
+        "gemmlab": [lambda s=s: gated_dual_gemm(*s.inputs(), out=s.c) for s in sets],
+        "prepared": [prepare_gated(*s.inputs(), out=s.c) for s in sets],
+        "reference_a": [lambda s=s, o=o: reference_pipeline(*s.inputs(), out=o) for s, o in zip(sets, out_a)],
+        "stock_b": [lambda s=s, w=w, o=o: stock_path(s.a, s.sfa, w, out=o) for s, w, o in zip(sets, weights, out_b)],
+    }
+    t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=3)
+    kernels = {"prepared_kernel": launches["prepared"], "stock_b_kernels": launches["stock_b"]}
+    if simple:  # chapter 11's first draft, for the ladder: correct, but the tensor cores wait on every slice
+        kernels["simple_kernel"] = [prepare_simple(*s.inputs(), out=o) for s, o in zip(sets, out_a)]
+    tk = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
+    roof = roofline(m, n, k, spec)
+    row = dict(m=m, n=n, k=k, sets=nsets, ok=res.ok, max_abs_err=res.max_abs_err, stock_ok=res_b.ok,
+               stock_max_abs_err=res_b.max_abs_err, roofline_us=roof["bound_us"], roofline_bound=roof["bound"],
+               b200_sol_us=dict(zip(fp4.BENCHMARK_SHAPES, fp4.SOL_US)).get((m, n, k)),
+               stock_weight_bytes=weights[0].nbytes, nvfp4_bytes=roof["bytes"])
+    flops = problem_flops(m, n, k)
+    for name, v in list(t.items()) + list(tk.items()):
+        row[f"{name}_us"] = v["median_ms"] * 1e3
+        row[f"{name}_round_us"] = [x * 1e3 for x in v["round_ms"]]
+        row[f"{name}_tflops"] = flops / (v["median_ms"] * 1e-3) / 1e12
+    row["vs_a"] = row["reference_a_us"] / row["gemmlab_us"]
+    row["vs_b"] = row["stock_b_us"] / row["gemmlab_us"]
+    row["vs_b_prepared"] = row["stock_b_us"] / row["prepared_us"]
+    row["vs_b_kernel"] = row["stock_b_kernels_us"] / row["prepared_kernel_us"]
+    row["of_roofline"] = row["roofline_us"] / row["prepared_kernel_us"]
+    if simple:
+        row["vs_simple_kernel"] = row["simple_kernel_us"] / row["prepared_kernel_us"]
+    return row

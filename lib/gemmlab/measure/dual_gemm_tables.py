@@ -1,0 +1,213 @@
+"""Chapter 11's tables and figures: the benchmark against both baselines, the roofline, the B200 prediction.
+
+Kept apart from :mod:`gemmlab.measure.dual_gemm` (what measures) as chapter 08 keeps :mod:`.grouped_tables`:
+these functions read rows (``benchmarks/dual_gemm.py`` writes them to ``results/<device>/dual_gemm.json``;
+:func:`gemmlab.measure.dual_gemm.prediction_table` computes the prediction) and never launch anything.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import nvfp4 as fp4
+from ..figures import format_table, new_figure, save
+from .dual_gemm import BEST_PUBLIC_US
+
+#: The goals the Hopper twin is held to: geomean speed-up over baseline (b) and over baseline (a).
+GOAL_VS_B = 1.10
+GOAL_VS_A = 3.0
+
+BENCH_COLUMNS = [
+    ("shape", "M x N x K", ""),
+    ("ok", "correct", ""),
+    ("gemmlab_us", "gemmlab us", ".1f"),
+    ("prepared_us", "prepared us", ".1f"),
+    ("stock_b_us", "(b) us", ".1f"),
+    ("reference_a_us", "(a) us", ".1f"),
+    ("vs_b", "x (b)", ".2f"),
+    ("vs_a", "x (a)", ".1f"),
+    ("prepared_kernel_us", "kernel us", ".1f"),
+    ("stock_b_kernels_us", "(b) kernels us", ".1f"),
+    ("vs_b_kernel", "x (b) kernels", ".2f"),
+    ("roofline_us", "roofline us", ".1f"),
+    ("of_roofline", "of roofline", ".2f"),
+]
+#: Shown when the run also timed chapter 11's simple (first-draft) twin.
+SIMPLE_COLUMNS = [("simple_kernel_us", "simple twin us", ".1f"), ("vs_simple_kernel", "x simple", ".1f")]
+
+
+def _geomean(values):
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Geomeans over the rows that ran: the public call's speed-up over (a) and (b), the kernels' over (b)."""
+    good = [r for r in rows if "error" not in r]
+    out = {"shapes": len(rows), "ran": len(good), "all_correct": all(r.get("ok") for r in rows) and bool(rows)}
+    for key in ("vs_a", "vs_b", "vs_b_prepared", "vs_b_kernel", "of_roofline"):
+        out[f"geomean_{key}"] = _geomean([r.get(key) for r in good])
+    for key in ("gemmlab_us", "prepared_kernel_us", "stock_b_us", "reference_a_us"):
+        out[f"geomean_{key}"] = _geomean([r.get(key) for r in good])
+    vb, va = out["geomean_vs_b"], out["geomean_vs_a"]
+    out["goal_vs_b"] = None if vb is None else vb >= GOAL_VS_B
+    out["goal_vs_a"] = None if va is None else va >= GOAL_VS_A
+    return out
+
+
+def format_bench(doc: dict) -> str:
+    """The benchmark's rows as a fixed-width table (failed rows say so), its device and geomeans after it."""
+
+    rows = doc.get("rows", [])
+    lines = [f"{doc.get('device', '?')}: NVFP4 gated dual GEMM, microseconds (median of interleaved rounds)"]
+    ok_rows, bad = [], []
+    for r in rows:
+        shape = f"{r['m']}x{r['n']}x{r['k']}"
+        if "error" in r:
+            bad.append(f"{shape}: FAILED: {r['error'].strip().splitlines()[-1]}")
+        else:
+            ok_rows.append({**r, "shape": shape})
+    if ok_rows:
+        cols = BENCH_COLUMNS + (SIMPLE_COLUMNS if all("simple_kernel_us" in r for r in ok_rows) else [])
+        lines.append(format_table(ok_rows, cols))
+    lines += bad
+    s = doc.get("summary") or summarize(rows)
+    if s.get("geomean_vs_b") is not None:
+        lines.append(f"geomean: x{s['geomean_vs_b']:.2f} over (b) (goal {GOAL_VS_B}: "
+                     f"{'met' if s['goal_vs_b'] else 'NOT met'}), x{s['geomean_vs_a']:.1f} over (a) (goal {GOAL_VS_A}: "
+                     f"{'met' if s['goal_vs_a'] else 'NOT met'}); kernels alone x{s['geomean_vs_b_kernel']:.2f} over "
+                     f"(b)'s; {s['geomean_of_roofline']:.2f} of the roofline")
+    return "\n".join(lines)
+
+
+PROBE_COLUMNS = ["chosen", "joint roles", "3 stages", "convert only (no_mma)", "MMA only (no_convert)"]
+
+
+def format_probe(doc: dict) -> str:
+    """``benchmarks/dual_gemm.py probe``'s rows: the fast twin's variants, kernel microseconds per launch."""
+
+    rows = [{**r, "shape": f"{r['m']}x{r['n']}x{r['k']}"} for r in doc.get("rows", [])]
+    widths = sorted({k for r in rows for k in r if k.startswith("tile_n ")}, key=lambda k: int(k.split()[1]))
+    cols = ([("shape", "M x N x K", ""), ("tile_n", "tile_n", "")] + [(c, c, ".1f") for c in PROBE_COLUMNS]
+            + [(w, w, ".1f") for w in widths])
+    return (f"{doc.get('device', '?')}: the fast twin's kernel, microseconds per launch (CUDA graph)\n"
+            + format_table(rows, cols))
+
+
+def format_check(doc: dict) -> str:
+    """The correctness sweep as text: one line per shape."""
+    lines = []
+    for r in doc.get("rows", []):
+        shape = f"{r['m']}x{r['n']}x{r['k']}"
+        if "error" in r:
+            lines.append(f"{shape:>16}: FAILED: {r['error'].strip().splitlines()[-1]}")
+        else:
+            lines.append(f"{shape:>16}: {'OK' if r['ok'] else 'MISMATCH'}, max |err| = {r['max_abs_err']:.3g}, "
+                         f"{r['bad']} of {r['total']} outside rtol = atol = {fp4.RTOL:g}; "
+                         f"baseline (b) {'OK' if r.get('stock_ok') else 'MISMATCH'}")
+    lines.append(f"{doc.get('passed')} / {doc.get('total')} shapes passed on {doc.get('device', '?')}")
+    return "\n".join(lines)
+
+
+def format_roofline(rows: list[dict]) -> str:
+    """:func:`gemmlab.measure.dual_gemm.roofline_table` as text."""
+    out = [f"{'M x N x K':>16} {'GPU':>5} {'MB':>7} {'GFLOP':>7} {'bytes us':>9} {'FLOPs us':>9} {'bound':>8}"
+           f" {'B200 SOL (GPU MODE)':>19}"]
+    for r in rows:
+        sol = f"{r['sol_us']:19.3f}" if r.get("sol_us") else ""
+        out.append(f"{r['m']:>5}x{r['n']}x{r['k']:<5} {r['gpu']:>5} {r['bytes'] / 1e6:7.2f} {r['flops'] / 1e9:7.2f} "
+                   f"{r['memory_us']:9.3f} {r['compute_us']:9.3f} {r['bound']:>8} {sol}")
+    return "\n".join(out)
+
+
+def format_prediction(rows: list[dict]) -> str:
+    """:func:`gemmlab.measure.dual_gemm.prediction_table` as text, every line labelled a prediction."""
+    out = ["PREDICTED (not measured) on a B200, microseconds:",
+           f"{'M x N x K':>16} {'tile':>8} {'stages':>6} {'CTAs':>5} {'predicted range':>17} {'roofline':>9} "
+           f"{'GPU MODE SOL':>12}"]
+    for r in rows:
+        out.append(f"{r['m']:>5}x{r['n']}x{r['k']:<5} {'128x' + str(r['tile_n']):>8} {r['stages']:>6} {r['ctas']:>5} "
+                   f"{r['low_us']:7.1f} - {r['high_us']:<7.1f} {r['roofline_us']:9.2f} {r['sol_us'] or float('nan'):12.3f}")
+    return "\n".join(out)
+
+
+def best_per_shape(rows: list[dict]) -> list[dict]:
+    """The prediction row with the least predicted time for each shape (the tile a heuristic would pick)."""
+    best = {}
+    for r in rows:
+        key = (r["m"], r["n"], r["k"])
+        if key not in best or r["predicted_us"] < best[key]["predicted_us"]:
+            best[key] = r
+    return list(best.values())
+
+
+def draw_prediction(rows: list[dict], name: str = "11_prediction"):
+    """Per benchmark shape: GPU MODE's speed of light, the predicted range (best tile), and the best public
+    result's geomean as a line. Returns ``(path, data)``."""
+    import numpy as np
+
+
+    best = best_per_shape(rows)
+    labels = [f"{r['m']}x{r['n']}\nx{r['k']}" for r in best]
+    x = np.arange(len(best))
+    fig, ax = new_figure(figsize=(8.2, 4.6))
+    sol = [r["sol_us"] for r in best]
+    mid = [r["predicted_us"] for r in best]
+    lo = [r["predicted_us"] - r["low_us"] for r in best]
+    hi = [r["high_us"] - r["predicted_us"] for r in best]
+    ax.bar(x - 0.2, sol, 0.38, color="#999999", label="speed of light (GPU MODE)")
+    ax.bar(x + 0.2, mid, 0.38, color="tab:orange", alpha=0.8, yerr=[lo, hi], capsize=4,
+           label="PREDICTED: SM100 kernel, range (best tile)")
+    for xi, r in zip(x, best):
+        ax.text(xi + 0.2, r["high_us"] + 0.3, f"128x{r['tile_n']}", ha="center", fontsize=7)
+    ax.axhline(BEST_PUBLIC_US, color="tab:blue", ls="--", lw=1.2,
+               label=f"best public result, geomean of the four shapes (~{BEST_PUBLIC_US} us)")
+    geo_sol = _geomean(sol)
+    ax.axhline(geo_sol, color="#555555", ls=":", lw=1.2, label=f"speed of light, geomean ({geo_sol:.3f} us)")
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("microseconds (lower is better)")
+    ax.set_title("NVFP4 gated dual GEMM on a B200: a PREDICTION next to the bounds (no B200 was used)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_ylim(0, max(max(r["high_us"] for r in best), BEST_PUBLIC_US) * 1.35)
+    data = [(r["m"], r["n"], r["k"], r["tile_n"], r["sol_us"], r["low_us"], r["predicted_us"], r["high_us"])
+            for r in best]
+    return save(fig, name), data
+
+
+def draw_benchmark(docs: list[dict], name: str = "11_benchmark"):
+    """Measured microseconds per shape and device: the public call, the kernel alone, (b), (a), the roofline.
+
+    Log scale (baseline (a) is an order of magnitude slower). Returns ``(path, data)``.
+    """
+    import numpy as np
+
+
+    docs = [d for d in docs if d and any("error" not in r for r in d.get("rows", []))]
+    if not docs:
+        raise ValueError("docs must hold at least one benchmark result with a row that ran")
+    fig, axes = new_figure(1, len(docs), figsize=(6.5 * len(docs), 4.6), squeeze=False)
+    series = [("gemmlab_us", "gemmlab (public call)", "tab:orange"),
+              ("prepared_kernel_us", "gemmlab kernel alone", "tab:red"),
+              ("stock_b_us", "(b) BF16 weights + cuBLAS", "tab:green"),
+              ("reference_a_us", "(a) dequantize every call, FP32", "tab:purple"),
+              ("roofline_us", "roofline", "#999999")]
+    data = {}
+    for ax, doc in zip(axes[0], docs):
+        rows = [r for r in doc["rows"] if "error" not in r]
+        x = np.arange(len(rows))
+        w = 0.8 / len(series)
+        for i, (key, label, colour) in enumerate(series):
+            ax.bar(x - 0.4 + w * (i + 0.5), [r[key] for r in rows], w, color=colour, label=label)
+        ax.set_yscale("log")
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"{r['m']}x{r['n']}\nx{r['k']}" for r in rows], fontsize=8)
+        ax.set_ylabel("microseconds (log, lower is better)")
+        ax.set_title(f"{doc.get('device', '?')}, {str(doc.get('date', '?'))[:10]}", fontsize=10)
+        data[doc.get("device", "?")] = [{k: r[k] for k, _, _ in series} | {"shape": (r["m"], r["n"], r["k"])}
+                                        for r in rows]
+    # One legend for all panels, below them: inside a panel it covered bars.
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(series), fontsize=8, frameon=False)
+    fig.suptitle("NVFP4 gated dual GEMM on Hopper: the twin against both baselines (measured)", fontsize=11)
+    fig.subplots_adjust(bottom=0.2)
+    return save(fig, name), data

@@ -1,0 +1,180 @@
+"""The GEMM family's benchmark: what users call, against torch.matmul, on shape families.
+
+Three competitors per shape, timed in the same run by :func:`gemmlab.measure.bench.time_interleaved`
+(rotating rounds on the same rotated input sets, spanning at least 4 x L2):
+
+* ``public``: ``gemmlab.gemm(a, b, out=c)``, the call a user makes (Python included);
+* ``prepared``: :func:`gemmlab.family.plan.prepare`'s launch (the compiled call alone);
+* ``torch``: ``torch.matmul(a, b, out=c)`` (cuBLAS through torch's dispatcher).
+
+Ratios are torch's time over ours (above 1: faster than torch). Every row also
+holds the relative Frobenius error of a poisoned output against an FP32
+product and the configuration the heuristic chose.
+
+The shapes (:func:`family_cases`): DeepGEMM's seven (N, K) pairs of
+DeepSeek-V3's linear layers with M from 64 (a decode batch) to 16384 (a
+prefill), the square 4096^3 and 8192^3 and 2048 x 2048 x 8192, and variants of
+some of them with a row-major (N-contiguous) B, with FP16, and with sizes that
+are not multiples of any tile.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+
+from .bench import geomean, gpu_clocks, host_us, input_sets, time_interleaved
+
+#: DeepGEMM's (N, K) pairs: the linear layers of DeepSeek-V3 its tests time.
+DEEPGEMM_NK = ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
+#: M of the family: decode batches to prefill chunks.
+FAMILY_MS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+#: Chapter 07's ten shapes: DeepGEMM's pairs at M = 4096 plus three squares.
+CHAPTER07_SHAPES = tuple((4096, n, k) for n, k in DEEPGEMM_NK) + ((4096, 4096, 4096), (8192, 8192, 8192),
+                                                                  (2048, 2048, 8192))
+#: Shapes whose sizes are multiples of no tile.
+PARTIAL_SHAPES = ((4095, 4104, 4096), (1000, 1032, 520), (777, 1608, 1112), (100, 2120, 7168))
+#: The tiny shape the per-call host cost is measured on.
+HOST_SHAPE = (128, 1024, 1024)
+
+METHOD = ("two interleaved runs on the same rotated input sets (>= 4 x L2 in total when a set is smaller), "
+          "order rotated each round, CUDA events around each round's batch of back-to-back launches, median over "
+          "rounds of the mean per launch, "
+          "ratio = torch / ours: (1) public: gemmlab.gemm vs torch.matmul(out=) as a caller's loop sees them, "
+          "Python included; (2) prepared: the plan's launch vs torch.matmul with the queue primed by "
+          "torch.cuda._sleep, so both are timed as kernels alone")
+
+
+@dataclass(frozen=True)
+class Case:
+    m: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    b_major: str = "k"
+    group: str = "family"
+
+    @property
+    def label(self) -> str:
+        extra = ("" if self.dtype == "bfloat16" else " fp16") + ("" if self.b_major == "k" else " B row-major")
+        return f"{self.m}x{self.n}x{self.k}{extra}"
+
+
+def family_cases() -> list[Case]:
+    """Every benchmark case, in table order."""
+    cases = [Case(m, n, k) for n, k in DEEPGEMM_NK for m in FAMILY_MS]
+    cases += [Case(*s, group="square") for s in CHAPTER07_SHAPES[7:]]
+    picks = ((128, 2112, 7168), (4096, 2112, 7168), (4096, 4096, 4096), (8192, 8192, 8192))
+    cases += [Case(*s, b_major="n", group="B row-major") for s in picks]
+    cases += [Case(*s, dtype="float16", group="fp16") for s in picks]
+    cases += [Case(*s, group="partial tiles") for s in PARTIAL_SHAPES]
+    return cases
+
+
+def _operands(case: Case, sets: int, seed: int = 0):
+    import torch
+
+    dt = getattr(torch, case.dtype)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    out = []
+    for _ in range(sets):
+        a = torch.randn(case.m, case.k, device="cuda", dtype=dt, generator=g)
+        if case.b_major == "k":
+            b = torch.randn(case.n, case.k, device="cuda", dtype=dt, generator=g).t()  # a weight's K x N view
+        else:
+            b = torch.randn(case.k, case.n, device="cuda", dtype=dt, generator=g)
+        out.append((a, b, torch.empty(case.m, case.n, device="cuda", dtype=dt)))
+    return out
+
+
+def rel_error(out, a, b) -> float:
+    """Relative Frobenius error of ``out`` against the FP32 product of ``a`` and ``b``."""
+    ref = a.float() @ b.float()
+    return ((out.float() - ref).norm() / ref.norm()).item()
+
+
+def time_case(case: Case, *, rounds: int = 10, per_round: int = 10, config=None) -> dict:
+    """One row: the three competitors on ``case``, the error of a poisoned output, the config used."""
+    import torch
+
+    from .. import gemm
+    from ..family.plan import prepare
+
+    props = torch.cuda.get_device_properties(0)
+    eb = 2
+    sets = input_sets(eb * (case.m * case.k + case.k * case.n + case.m * case.n), props.L2_cache_size)
+    data = _operands(case, sets)
+    a0, b0, c0 = data[0]
+    c0.fill_(float("nan"))  # poisoned
+    if config is None:
+        gemm(a0, b0, c0)
+    prepared = [prepare(a, b, c, config) for a, b, c in data]
+    if config is not None:
+        prepared[0]()
+    torch.cuda.synchronize()
+    err = rel_error(c0, a0, b0)
+    torch_calls = [functools.partial(torch.matmul, a, b, out=c) for a, b, c in data]
+    flop = 2 * case.m * case.n * case.k
+    row = {**asdict(case), "label": case.label, "config": prepared[0].plan.config.name,
+           "rel_err": err, "input_sets": sets}
+    # Kernels alone (queue primed): the prepared launch against torch's.
+    t = time_interleaved({"prepared": prepared, "torch_gpu": torch_calls}, rounds=rounds, per_round=per_round,
+                         gpu_only=True)
+    if config is None:
+        # What a caller waits for in a loop, Python included: the public call against torch.matmul.
+        t.update(time_interleaved({"public": [functools.partial(gemm, a, b, c) for a, b, c in data],
+                                   "torch": torch_calls}, rounds=rounds, per_round=per_round))
+    for name, r in t.items():
+        row[f"{name}_us"] = r["median_ms"] * 1e3
+        row[f"{name}_tflops"] = flop / r["median_ms"] / 1e9
+    row["ratio_prepared"] = t["torch_gpu"]["median_ms"] / t["prepared"]["median_ms"]
+    if "public" in t:
+        row["ratio_public"] = t["torch"]["median_ms"] / t["public"]["median_ms"]
+    row["gpu"] = gpu_clocks()
+    del data, prepared, torch_calls
+    return row
+
+
+def host_cost(shape=HOST_SHAPE) -> dict:
+    """Per-call host microseconds of the public call, the prepared launch and torch.matmul (same run)."""
+    import torch
+
+    from .. import gemm
+    from ..family.plan import prepare
+
+    case = Case(*shape)
+    (a, b, c), = _operands(case, 1)
+    us = host_us({"public": functools.partial(gemm, a, b, c), "prepared": prepare(a, b, c),
+                  "torch": functools.partial(torch.matmul, a, b, out=c),
+                  "public_alloc": functools.partial(gemm, a, b),
+                  "torch_alloc": functools.partial(torch.matmul, a, b)})
+    return {"shape": list(shape), **{f"{k}_us": v for k, v in us.items()}}
+
+
+def summary(rows: list[dict]) -> dict:
+    """Geometric means and the worst ratio, over all rows and per group."""
+    out = {}
+    for key in ("ratio_public", "ratio_prepared"):
+        vals = [r[key] for r in rows if key in r]
+        if not vals:
+            continue
+        out[key] = {"geomean": geomean(vals), "min": min(vals),
+                    "worst": min(rows, key=lambda r: r.get(key, 1e9))["label"]}
+        groups = {}
+        for r in rows:
+            if key in r:
+                groups.setdefault(r["group"], []).append(r[key])
+        out[key]["groups"] = {g: geomean(v) for g, v in groups.items()}
+    return out
+
+
+def run(cases=None, *, rounds: int = 10, per_round: int = 10, progress=print) -> list[dict]:
+    """Time every case (default :func:`family_cases`); ``progress`` gets one line per case."""
+    rows = []
+    for case in cases or family_cases():
+        r = time_case(case, rounds=rounds, per_round=per_round)
+        rows.append(r)
+        if progress:
+            progress(f"{r['label']:>28} {r['config']:<30} public {r.get('ratio_public', 0):.3f} "
+                     f"prepared {r['ratio_prepared']:.3f} torch {r['torch_gpu_us']:9.1f} us (kernel) "
+                     f"{r.get('torch_us', 0):9.1f} us (call) err {r['rel_err']:.1e}")
+    return rows

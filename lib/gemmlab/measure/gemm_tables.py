@@ -1,0 +1,110 @@
+"""Tables and figures of the GEMM family's benchmark (``results/<device>/gemm_family*.json``).
+
+Also the stored evidence of the chapter-start kernel (Nsight Compute profile and tuning sweeps on an
+H200, ``gemm_sm90_profile.json`` and ``gemm_sm90_tuning.json``), which chapter 07 prints.
+"""
+from __future__ import annotations
+
+from ..figures import format_table
+from .bench import geomean
+
+
+def family_table(rows: list[dict], groups=None) -> str:
+    """One line per shape: the call (Python included) and the kernel, each against torch's."""
+    rows = [r for r in rows if groups is None or r["group"] in groups]
+    return format_table(rows, [
+        ("label", "M x N x K", ""), ("config", "config", ""),
+        ("public_us", "gemm() us", ".1f"), ("torch_us", "matmul() us", ".1f"), ("ratio_public", "call ratio", ".3f"),
+        ("prepared_us", "kernel us", ".1f"), ("torch_gpu_us", "cuBLAS us", ".1f"),
+        ("ratio_prepared", "kernel ratio", ".3f"), ("rel_err", "rel. error", ".1e")])
+
+
+def summary_lines(doc: dict) -> str:
+    """The geometric means and worst shapes of a stored run, as text."""
+    lines = [f"{doc['device']}, {doc['date']}:"]
+    for key, what in (("ratio_public", "the call (gemmlab.gemm vs torch.matmul)"),
+                      ("ratio_prepared", "the kernel (prepared launch vs cuBLAS)")):
+        s = doc["summary"][key]
+        groups = ", ".join(f"{g} {v:.3f}" for g, v in s["groups"].items())
+        lines.append(f"  {what}: geometric mean {s['geomean']:.3f}, lowest {s['min']:.3f} ({s['worst']}); {groups}")
+    return "\n".join(lines)
+
+
+def host_table(docs: list[dict]) -> str:
+    """Per-call host microseconds, one row per device."""
+    rows = []
+    for d in docs:
+        r = d["rows"][0]
+        rows.append({"device": d["device"], "shape": "x".join(map(str, r["shape"])), **r})
+    return format_table(rows, [("device", "device", ""), ("shape", "M x N x K", ""),
+                               ("public_us", "gemm(a, b, out)", ".1f"), ("torch_us", "matmul(a, b, out=)", ".1f"),
+                               ("prepared_us", "prepared launch", ".1f"), ("public_alloc_us", "gemm(a, b)", ".1f"),
+                               ("torch_alloc_us", "matmul(a, b)", ".1f")])
+
+
+def draw_family(docs: list[dict], name: str = "07_gemm_family"):
+    """Call ratio against M for each (N, K) pair, one panel per device; returns the figure's path."""
+    from .gemm_family import DEEPGEMM_NK
+    from ..figures import new_figure, save
+
+    fig, axes = new_figure(1, len(docs), figsize=(6.2 * len(docs), 4.4), squeeze=False, sharey=True)
+    for ax, doc in zip(axes[0], docs):
+        fam = [r for r in doc["rows"] if r["group"] == "family"]
+        for n, k in DEEPGEMM_NK:
+            pts = sorted((r["m"], r["ratio_public"]) for r in fam if (r["n"], r["k"]) == (n, k))
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.2, label=f"N={n}, K={k}")
+        ax.axhline(1.0, color="gray", lw=1, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M (rows of A: tokens)")
+        vals = [r["ratio_public"] for r in fam]
+        ax.set_title(f"{doc['device']}, {str(doc.get('date', '?'))[:10]}\nthe 'family' group ({len(vals)} shapes, "
+                     f"drawn): geometric mean {geomean(vals):.3f}", fontsize=10)
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("torch.matmul time / gemmlab.gemm time")
+    handles, labels = axes[0][0].get_legend_handles_labels()  # below the panels: inside one it covered points
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.subplots_adjust(bottom=0.24)
+    return save(fig, name)
+
+
+def profile_table(doc: dict) -> str:
+    """The stored Nsight Compute numbers (``results/<device>/gemm_sm90_profile.json``) as a text table."""
+    rows = []
+    for shape, recs in doc["shapes"].items():
+        for r in recs:
+            st = r["stalls_per_issue"]
+            rows.append({"shape": shape, "who": r["kernel"] if r["kernel"] == "cublas" else f"ours {r['config'].split(' (')[0]}",
+                         "kernel": r["name"][:34] if r["kernel"] == "cublas" else "", "time": r["time_us"],
+                         "clock": r["sm_clock_ghz"], "tensor": r["tensor_pipe_active_pct"], "dram": r["dram_tbs"],
+                         "l2": r["l2_throughput_pct"], "occ": r["achieved_occupancy_warps_pct"],
+                         "stalls": f"bar {st['barrier']:.1f} lsb {st['long_scoreboard']:.1f} gmma {st['gmma']:.1f} "
+                                   f"disp {st['dispatch_stall']:.1f}"})
+    return format_table(rows, [("shape", "M x N x K", ""), ("who", "kernel", ""), ("kernel", "cuBLAS kernel", ""),
+                               ("time", "time us", ".1f"), ("clock", "SM GHz", ".2f"),
+                               ("tensor", "tensor pipe %", ".1f"), ("dram", "DRAM TB/s", ".2f"),
+                               ("l2", "L2 %", ".1f"), ("occ", "warps %", ".1f"),
+                               ("stalls", "stalls per issue", "")])
+
+
+def tuning_table(doc: dict) -> str:
+    """The stored tuning sweeps (``results/<device>/gemm_sm90_tuning.json``): ratio to cuBLAS per variant."""
+    lines = []
+    for run in doc["runs"]:
+        lines.append(run["name"])
+        for r in run["rows"]:
+            cells = "  ".join(f"{k} {v['ratio']:.3f}" for k, v in r["variants"].items())
+            lines.append(f"  {r['shape']:>15}  cuBLAS {r['cublas_tflops']:4.0f}  {cells}")
+    base = doc.get("baseline_fair_runs")
+    if base:
+        lines.append(f"chapter-start kernel, fair benchmark run twice: geometric mean {base['geomean']['run1']:.3f} "
+                     f"and {base['geomean']['run2']:.3f}")
+    return "\n".join(lines)
+
+
+def family_profile_table(doc: dict) -> str:
+    """The stored Nsight Compute comparison (``gemm_family_profile.json``): time, L2 and DRAM bytes, throughputs."""
+    return format_table(doc["rows"], [("shape", "M x N x K", ""), ("kernel", "kernel", ""), ("time_us", "us", ".1f"),
+                                      ("l2_mb", "L2 MB", ".0f"), ("dram_read_mb", "DRAM read MB", ".0f"),
+                                      ("l2_pct", "L2 % of peak", ".1f"), ("sm_pct", "SM % of peak", ".1f"),
+                                      ("sm_ghz", "SM GHz", ".2f")])
