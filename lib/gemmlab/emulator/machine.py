@@ -37,6 +37,8 @@ from .errors import BarrierError, Deadlock, EmulatorError, RaceError
 from .memory import GlobalMemory, SharedMemory, TMEM_COLUMNS, TMEM_LANES, shared_base, split_cluster
 
 FULL = np.ones(32, dtype=np.bool_)
+#: How late (in warp instructions executed meanwhile) an asynchronous operation may complete, by seed % 4.
+LATENCY_SCALES = (16, 256, 2048, 16384)
 LANES = np.arange(32, dtype=np.uint32)
 
 
@@ -392,8 +394,8 @@ class Machine:
         self.async_bias = async_bias
         self.burst = burst
         #: the most warp instructions an asynchronous operation may wait before completing (by seed, when not
-        #: given: 16, 256, 2048 or 16384, so a handful of seeds covers prompt and very late completions)
-        self.latency = latency if latency is not None else (16, 256, 2048, 16384)[seed % 4]
+        #: given: LATENCY_SCALES, so a handful of seeds covers prompt and very late completions)
+        self.latency = latency if latency is not None else LATENCY_SCALES[seed % len(LATENCY_SCALES)]
         self.max_steps = max_steps
         self.launch_block = tuple(launch.block)
         self.grid = tuple(launch.grid)
@@ -549,7 +551,8 @@ class Machine:
                 runnable = [w for w in warps if w.runnable()]
                 in_runnable = set(map(id, runnable))
             elif self._dirty:  # re-check the warps an event concerned
-                for w in self._dirty:
+                # in a fixed order (set order follows memory addresses): the same seed, the same run
+                for w in sorted(self._dirty, key=lambda w: (w.cta.linear, w.index)):
                     ok = w.runnable()
                     if ok and id(w) not in in_runnable:
                         runnable.append(w)

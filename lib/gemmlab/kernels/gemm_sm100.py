@@ -472,6 +472,19 @@ def compile_gemm_sm100(target: str = "sm_100a", cfg: Sm100Config | None = None, 
 # --------------------------------------------------------------------------------------
 
 
+def barrier_names(cfg: Sm100Config) -> dict:
+    """``{offset in shared memory: name}`` of the kernel's mbarriers, in the order :func:`gemm_kernel` allocates
+    them (``ab_full[S]``, ``ab_empty[S]``, ``tmem_full[2]``, ``tmem_empty[2]``, 8 bytes each, from the start of
+    dynamic shared memory): how a trace of an emulated run names what a warp waits on."""
+    names, off = {}, 0
+    for group, count in (("ab_full", cfg.ab_stages), ("ab_empty", cfg.ab_stages), ("tmem_full", ACC_STAGES),
+                         ("tmem_empty", ACC_STAGES)):
+        for i in range(count):
+            names[off] = f"{group}[{i}]"
+            off += 8
+    return names
+
+
 def launch_smem_bytes(compiled) -> int:
     """The dynamic shared memory the compiled host function asks for at launch.
 
