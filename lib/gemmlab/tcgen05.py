@@ -710,6 +710,12 @@ def mma_tile_kernel(a: cute.Tensor, b: cute.Tensor, regs: cute.Tensor, n: cutlas
 
 
 @functools.lru_cache(maxsize=None)
+def tile_host(n: int, k: int, num: int, cta_group: int = 1):
+    """The ``@cute.jit`` host function of one tile (``a``, ``b``, ``regs``, stream): what :func:`run_mma_tile`
+    launches on a B200, and what chapter 09 runs on the emulator (``gemmlab.emulator.run.emulate``)."""
+    return _tile_host(n, k, num, cta_group)
+
+
 def _tile_host(n: int, k: int, num: int, cta_group: int):
     @cute.jit
     def tile_host(a: cute.Tensor, b: cute.Tensor, regs: cute.Tensor, stream: cuda.CUstream):

@@ -29,8 +29,12 @@ What it teaches
       not for M = 64 on one CTA (16 rows in each warp's 32 lanes, layout F)
       nor for a pair's M = 128 (64 rows a CTA, layout B); the course uses
       neither, and :func:`accumulator_coords` models only the first two.
-      ``tcgen05.ld`` is asynchronous: ``tcgen05.wait::ld`` must come before
-      the registers are read.
+      ``tcgen05.ld`` is asynchronous: ``tcgen05.wait::ld`` waits until every
+      load this thread issued has completed, which orders the tensor-memory
+      reads before what follows (an arrive telling the MMA warp it may
+      overwrite those columns, a dealloc). The course waits before using the
+      registers; the PTX ISA does not forbid reading them earlier (NVIDIA's
+      own DSL epilogues do), what it requires is the ordering.
 
 What it adds over chapters 01-08
     A third memory next to registers and shared memory, owned by the tensor

@@ -4,7 +4,7 @@
 launch the compiled host code builds, so a learner can delete the ``tcgen05.wait::ld``
 of chapter 10's epilogue (or keep ACCUMULATE on for the first MMA of a tile, or free
 tensor memory early, or drop the ``fence.proxy.async`` before a TMA store) and read
-what the emulator says. Every edit must match: an edit that matches nothing raises,
+what the emulator says: an error naming the warp and the PTX line, or a note in the launch report. Every edit must match: an edit that matches nothing raises,
 so a test cannot pass by injecting nothing.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The family's public calls, thin: a dictionary lookup keyed on the call signature, then the plan's launch.
 
 * :func:`gemm` ``(a, b, out=None)``: ``a @ b`` with torch's meaning (chapter 07's kernel on Hopper, chapter 10's
-  on Blackwell, compile-verified only: it has never run on a B200).
+  on Blackwell: it ran on the course's emulator, never on a B200).
 * :func:`grouped_gemm` ``(a, b, offs, out=None)``: ``torch._grouped_mm``'s ragged MoE meaning, and
   :func:`grouped_gemm_list` ``(pairs, outs=None)``: independent problems in one launch (chapter 08, Hopper).
 * :func:`gated_dual_gemm` ``(a, b1, b2, sfa, sfb1, sfb2, out=None)``: ``silu(A B1^T) * (A B2^T)`` from NVFP4

@@ -1,14 +1,14 @@
 """Chapter 11 on Blackwell: the NVFP4 gated dual GEMM, C = silu(A B1^T) * (A B2^T), on sm_100a.
 
-Status: compile-verified only
+Status: ran on the emulator; never on a B200
     This kernel compiles for sm_100a here, and ``tests/test_dual_gemm_sm100.py`` reads its
     PTX (the block-scaled MMA, ``tcgen05.cp``, the TMEM columns, the instruction
-    descriptor field by field, the set-up order, the barrier counts). It has **not run on
-    a B200**: the correctness test against :func:`gemmlab.nvfp4.reference` is marked
-    ``sm100`` and waits for one. The data flow it implements is the one the CPU model
-    :mod:`gemmlab.dual_gemm_model` executes with numbers (and checks against the
-    reference); the model, not this kernel, is what has been shown to compute the right
-    answer.
+    descriptor field by field, the set-up order, the barrier counts). The compiled kernel
+    runs on the course's PTX emulator (:mod:`gemmlab.emulator`, chapter 12) and matches
+    :func:`gemmlab.nvfp4.reference` at rtol = atol = 1e-3 on GPU MODE's test shapes and on
+    256 x 3072 x 4096 (``tests/test_emulator_blackwell.py``, chapter 11's emulator cells).
+    It has **not run on a B200**: the GPU correctness test is marked ``sm100`` and waits for
+    one. The data flow is the one the CPU model :mod:`gemmlab.dual_gemm_model` executes.
 
 What it teaches
     Blackwell's tensor cores multiply FP4 directly and apply the block scales
@@ -259,8 +259,8 @@ def epilogue_worker(warp, tiled_t2r: cute.TiledCopy, t2r_acc1: cute.Tensor, t2r_
         for sl in cutlass.range_constexpr(slices):
             cute.copy(tiled_t2r, t2r_acc1[(None, None, None, 0, sl)], r_acc1)  # tcgen05.ld 32x32b
             cute.copy(tiled_t2r, t2r_acc2[(None, None, None, 0, sl)], r_acc2)
-            # tcgen05.ld is asynchronous: tcgen05.wait::ld before the registers are read, and so before this
-            # warp tells the MMA warp (tmem_empty) that it has finished reading the accumulators
+            # tcgen05.ld is asynchronous: tcgen05.wait::ld orders its reads before what follows, in particular
+            # before this warp tells the MMA warp (tmem_empty) that it has finished reading the accumulators
             cute.arch.fence_view_async_tmem_load()
             for j in cutlass.range_constexpr(cute.size(r_acc1)):
                 x = r_acc1[j]
@@ -575,7 +575,7 @@ def gated_dual_gemm_sm100(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: DualSm100Co
     on the device, to the layout the kernel reads); ``out`` (M, N, 1) FP16 or None.
     Returns ``out``. Every argument is checked before anything compiles or launches;
     a machine that is not tier sm100 gets :class:`gemmlab.tiers.TierError`.
-    Not yet run on a B200 (see the module's status).
+    Ran on the emulator, never on a B200 (see the module's status).
     """
     import torch
 

@@ -229,8 +229,8 @@ def epilogue_worker(tidx, tiled_copy_t2r: cute.TiledCopy, tTR_tAcc: cute.Tensor,
         tcgen05_fence_after_thread_sync()
         for sub in cutlass.range_constexpr(subtiles):
             # TMEM -> registers, fp32 -> output type. tcgen05.ld is asynchronous: tcgen05.wait::ld
-            # before the registers are read (and so before tmem_empty tells the MMA warp it may
-            # overwrite the accumulator).
+            # orders its reads before what follows (the conversion, and tmem_empty telling the MMA
+            # warp it may overwrite the accumulator).
             cute.copy(tiled_copy_t2r, tTR_tAcc[(None, None, None, 0, sub, tmem_c.index)], tTR_rAcc)
             cute.arch.fence_view_async_tmem_load()
             tRS_rC.store(tiled_copy_r2s.retile(tTR_rAcc).load().to(tRS_rC.element_type))
