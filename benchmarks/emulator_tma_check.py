@@ -426,7 +426,7 @@ class Gpu:
     def _launch(self, fn, args, smem):
         ptrs = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
         stream = self.cuda.CUstream(self.torch.cuda.current_stream().cuda_stream)
-        _ck(self.cuda.cuLaunchKernel(fn, 1, 1, 1, THREADS, 1, 1, smem, stream, ctypes.addressof(ptrs), None),
+        _ck(self.cuda.cuLaunchKernel(fn, 1, 1, 1, THREADS, 1, 1, int(smem), stream, ctypes.addressof(ptrs), 0),
             "cuLaunchKernel")
         self.torch.cuda.synchronize()
 
@@ -708,11 +708,18 @@ def part_b() -> list[dict]:
                  "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}]
     major = torch.cuda.get_device_capability()[0]
     rows = []
+    def guarded(fn, case, seed):
+        try:
+            return fn(gpu, case, seed=seed)
+        except Exception as exc:  # noqa: BLE001  (one case failing is a failed row, reported; the others still run)
+            return [{"part": "b", "case": getattr(case, "name", repr(case))[:120], "source": "-", "ok": False,
+                     "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=4)}]
+
     for i, case in enumerate(load_cases(major)):
-        rows += run_load_case(gpu, case, seed=i)
-    rows.append(run_tx_case(gpu, 99))
+        rows += guarded(run_load_case, case, i)
+    rows += guarded(lambda g, c, seed: [run_tx_case(g, seed)], None, 99)
     for i, case in enumerate(store_cases()):
-        rows += run_store_case(gpu, case, seed=100 + i)
+        rows += guarded(run_store_case, case, 100 + i)
     if major < 10:
         rows.append({"part": "b", "case": "128B atomicity sub-modes, b4x16", "source": "-", "direction": "load",
                      "ok": True, "note": f"not run: sm_100 only (this GPU is sm_{major}x)"})

@@ -260,7 +260,7 @@ def test_decode_rejects_unknown_bits(off, bit):
 
 
 @pytest.mark.parametrize("change,match", [
-    (lambda w: w & ~0xF, "mode nibble"),
+    (lambda w: (w & ~0xF) | 5, "mode nibble"),  # 2 (DSL) and 0 (driver) are tiled, 3 im2col; 5 means nothing
     (lambda w: w & ~0x70 | 5 << 4, "rank 6"),
     (lambda w: w & ~(0xF << 7) | 14 << 7, "element type code 14"),
     (lambda w: w | 1 << 16, "tf32 flag set"),  # with f16
