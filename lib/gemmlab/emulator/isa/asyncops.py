@@ -269,6 +269,30 @@ def _cp_async(ctx):
     return run
 
 
+def _commit(open_ops, groups, lanes):
+    """``commit_group``: each lane's open operations become its newest group (an empty group too)."""
+    for i in lanes:
+        groups[i].append(open_ops[i])
+        open_ops[i] = []
+
+
+def _wait_groups(warp, mask, groups, keep, finished, why):
+    """``wait_group N``: park the lanes until at most ``keep`` of each lane's groups hold an unfinished operation
+    (groups complete in any order; the wait counts from the oldest)."""
+    lanes = np.flatnonzero(mask)
+
+    def still():
+        for i in lanes:
+            mine = groups[i]
+            while mine and all(finished(op) for op in mine[0]):
+                mine.pop(0)
+            if len(mine) > keep:
+                return True
+        return False
+    if still():
+        warp.block(mask, still, why)
+
+
 def _cp_async_group(ctx):
     kind = ctx.parts[2]
     ops = ctx.inst.operands
@@ -276,28 +300,12 @@ def _cp_async_group(ctx):
 
     def run(warp, mask):
         lanes = np.flatnonzero(mask)
+        if kind in ("commit_group", "wait_all"):  # wait_all commits the open group first
+            _commit(warp.cp_async_open, warp.cp_async_groups, lanes)
         if kind == "commit_group":
-            for i in lanes:
-                warp.cp_async_groups[i].append(warp.cp_async_open[i])
-                warp.cp_async_open[i] = []
             return
         keep = 0 if kind == "wait_all" else int(rn(warp)[lanes[0]])
-        if kind == "wait_all":
-            for i in lanes:
-                if warp.cp_async_open[i]:
-                    warp.cp_async_groups[i].append(warp.cp_async_open[i])
-                    warp.cp_async_open[i] = []
-
-        def still():
-            for i in lanes:
-                groups = warp.cp_async_groups[i]
-                while groups and all(op.done for op in groups[0]):
-                    groups.pop(0)
-                if len(groups) > keep:
-                    return True
-            return False
-        if still():
-            warp.block(mask, still, f"cp.async.wait_group {keep}")
+        _wait_groups(warp, mask, warp.cp_async_groups, keep, lambda op: op.done, f"cp.async.wait_group {keep}")
     return run
 
 
@@ -402,25 +410,14 @@ def _bulk_group(ctx):
     def run(warp, mask):
         lanes = np.flatnonzero(mask)
         if kind == "commit_group":
-            for i in lanes:
-                warp.bulk_groups[i].append(warp.bulk_open[i])
-                warp.bulk_open[i] = []
+            _commit(warp.bulk_open, warp.bulk_groups, lanes)
             return
         keep = int(rn(warp)[lanes[0]])
 
         def finished(op):
             return op.read_done if read_only and isinstance(op, Store) else op.done
-
-        def still():
-            for i in lanes:
-                groups = warp.bulk_groups[i]
-                while groups and all(finished(op) for op in groups[0]):
-                    groups.pop(0)
-                if len(groups) > keep:
-                    return True
-            return False
-        if still():
-            warp.block(mask, still, f"cp.async.bulk.wait_group{'.read' if read_only else ''} {keep}")
+        _wait_groups(warp, mask, warp.bulk_groups, keep, finished,
+                     f"cp.async.bulk.wait_group{'.read' if read_only else ''} {keep}")
     return run
 
 
