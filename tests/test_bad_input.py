@@ -306,3 +306,212 @@ def test_compile_gemm_sm100_checks_sizes_before_the_dsl(m):
 
     with pytest.raises((TypeError, ValueError), match="^m must be"):
         compile_gemm_sm100("sm_100a", Sm100Config(), m=m, n=256, k=256)
+
+
+# ---------------------------------------------------------------- the family's four public calls
+# Every check below fires on the CPU tier before the TierError, and on a (faked) GPU tier before anything
+# compiles: the compile is patched to raise Compiled, so a call that got past the checks says so.
+
+BF = torch.bfloat16
+
+
+class Compiled(Exception):
+    """Raised by the patched compile: the call passed every check and went on to compile."""
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """``machine(tier)``: this process as a machine of ``tier`` on which nothing compiles (the family's one compile
+    cache and ``compile_for`` raise :class:`Compiled`), with empty plan caches. On a GPU tier the CPU tensors stand
+    in for CUDA ones (the device-kind checks after the tier are switched off)."""
+    import gemmlab.compile as gc
+    from gemmlab import hardware, tiers
+    from gemmlab.family import api, plan
+    from gemmlab.kernels import dual_gemm_sm90
+
+    def no_compile(*args, **kwargs):
+        raise Compiled()
+
+    monkeypatch.setattr(gc, "compile_for", no_compile)
+    monkeypatch.setattr(plan, "compiled", lambda key, build: no_compile())
+    for cache in ("_PLANS", "_BY_PROBLEM", "_GROUPED", "_GATED"):
+        monkeypatch.setattr(api, cache, {})
+
+    def use(tier):
+        monkeypatch.setattr(tiers, "detect_tier", lambda: tier)
+        if tier != "cpu":
+            monkeypatch.setattr(api, "check_devices", lambda *tensors: None)
+            monkeypatch.setattr(dual_gemm_sm90, "check_devices", lambda *tensors: None)
+            monkeypatch.setattr(hardware, "sm_count", lambda device=None: 132)
+    return use
+
+
+def _refused(tier, exc, match, call):
+    """``call()`` raises ``exc`` matching ``match`` on a machine of ``tier`` (never TierError or Compiled first)."""
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def _accepted(tier, call):
+    """``call()`` passes every argument check: TierError on the CPU tier, a compile on a GPU tier."""
+    from gemmlab.tiers import TierError
+
+    with pytest.raises(TierError if tier == "cpu" else Compiled):
+        call()
+
+
+def _dense(m=64, n=64, k=64):
+    return torch.zeros(m, k, dtype=BF), torch.zeros(n, k, dtype=BF).t()
+
+
+JUNK = {"ndarray": np.zeros((64, 64), np.float32), "list": [[1.0] * 64] * 64, "None": None, "int": 3,
+        "int64": np.int64(3), "str": "a"}
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90", "sm100"])
+@pytest.mark.parametrize("which,junk", [(w, j) for w in ("a", "b", "out") for j in JUNK if (w, j) != ("out", "None")])
+def test_gemm_names_an_argument_that_is_not_a_tensor(machine, tier, which, junk):
+    """It was an AttributeError from building the plan-cache key ('numpy.ndarray' object has no attribute
+    'stride'); now the key's failure sends the call to the checks, which name the argument (out=None: the default)."""
+    import gemmlab
+
+    junk = JUNK[junk]
+    machine(tier)
+    a, b = _dense()
+    args = {"a": a, "b": b, "out": torch.zeros(64, 64, dtype=BF), which: junk}
+    _refused(tier, TypeError, f"^{which} must be a torch.Tensor; got ", lambda: gemmlab.gemm(**args))
+
+
+def test_plan_key_covers_every_operands_device_and_layout():
+    """The dense plan cache keyed on a.device only: a cache hit skipped the device checks of b and out."""
+    from gemmlab.family.api import plan_key
+
+    a, b = _dense()
+    out = torch.zeros(64, 64, dtype=BF)
+    key = plan_key(a, b, out)
+    a2, b2 = _dense()  # same signature, other memory: the same plan
+    assert plan_key(a2, b2, torch.zeros(64, 64, dtype=BF)) == key and hash(plan_key(a2, b2, out)) == hash(key)
+    meta = {"a": a.to("meta"), "b": b.to("meta"), "out": out.to("meta")}
+    for name in ("a", "b", "out"):
+        args = {"a": a, "b": b, "out": out, name: meta[name]}
+        assert plan_key(**args) != key, f"{name}'s device is not in the key"
+    assert plan_key(a, b.contiguous(), out) != key  # b's layout (N-contiguous against the w.t() view)
+    assert plan_key(a, b, torch.zeros(64, 128, dtype=BF)[:, :64]) != key  # out's strides
+    assert plan_key(a, b, out.half()) != key and plan_key(a, b) != key  # out's dtype; out or none
+    with pytest.raises(AttributeError):  # not a tensor: gemm sends the call to the checks, which name it
+        plan_key([1], b)
+
+
+def test_a_plan_cache_hit_still_checks_where_b_and_out_are(machine, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "compiled_kernel", lambda problem, cfg, arch: lambda *args: calls.append(args))
+
+    def check_devices(a, b, out=None):  # the real rule with meta standing for a second device
+        for name, t in (("b", b), ("out", out)):
+            if t is not None and t.device != a.device:
+                raise ValueError(f"{name} must be on a's device")
+
+    monkeypatch.setattr(api, "check_devices", check_devices)
+    a, b = _dense()
+    out = torch.zeros(64, 64, dtype=BF)
+    api.gemm(a, b, out)
+    api.gemm(a, b, out)
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="^b must be on a's device"):
+        api.gemm(a, b.to("meta"), out)
+    with pytest.raises(ValueError, match="^out must be on a's device"):
+        api.gemm(a, b, out.to("meta"))
+    assert len(calls) == 2
+
+
+@pytest.mark.gpu
+def test_gemm_cache_hit_checks_b_and_out_devices_on_the_gpu():
+    import gemmlab
+
+    a = torch.randn(128, 256, device="cuda", dtype=BF)
+    b = torch.randn(256, 192, device="cuda", dtype=BF)
+    out = torch.empty(128, 192, device="cuda", dtype=BF)
+    gemmlab.gemm(a, b)
+    gemmlab.gemm(a, b, out)  # both signatures now have plans
+    with pytest.raises(ValueError, match="^b must be on a cuda device"):
+        gemmlab.gemm(a, b.cpu())
+    with pytest.raises(ValueError, match="^out must be on a cuda device"):
+        gemmlab.gemm(a, b, out.cpu())
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+def test_gemm_refuses_an_out_that_overlaps_an_input(machine, tier):
+    import gemmlab
+
+    machine(tier)
+    x, w_t = _dense(64, 64, 64)  # N == K: out=x has the right shape
+    _refused(tier, ValueError, "^out overlaps a in memory", lambda: gemmlab.gemm(x, w_t, out=x))
+    store = torch.zeros(64 * 64 + 64 * 64, dtype=BF)  # b is w.t() of rows 0..63; out a view reaching into them
+    b = store[:64 * 64].view(64, 64).t()
+    _refused(tier, ValueError, "^out overlaps b in memory",
+             lambda: gemmlab.gemm(x, b, out=store[32 * 64:96 * 64].view(64, 64)))
+    _accepted(tier, lambda: gemmlab.gemm(x, b, out=store[64 * 64:].view(64, 64)))  # a disjoint slice: fine
+
+
+def test_gemm_checks_out_against_the_inputs_on_every_call(machine, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "compiled_kernel", lambda problem, cfg, arch: lambda *args: calls.append(args))
+    x, w_t = _dense()
+    api.gemm(x, w_t, torch.zeros(64, 64, dtype=BF))  # the plan of this signature
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        api.gemm(x, w_t, out=x)  # same signature: a cache hit
+    with pytest.raises(ValueError, match="^out overlaps b in memory"):
+        api.gemm(x, w_t, out=w_t.t())
+    assert len(calls) == 1
+
+
+@pytest.mark.gpu
+def test_gemm_out_aliasing_an_input_is_refused_on_the_gpu():
+    import gemmlab
+
+    x = torch.randn(128, 256, device="cuda", dtype=BF)
+    w = torch.randn(256, 256, device="cuda", dtype=BF)
+    gemmlab.gemm(x, w.t(), out=torch.empty_like(x))  # a plan for the signature
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        gemmlab.gemm(x, w.t(), out=x)
+    store = torch.empty(2 * 128 * 256, device="cuda", dtype=BF)
+    a, out = store[:128 * 256].view(128, 256), store[128 * 256:].view(128, 256)
+    a.copy_(x)
+    gemmlab.gemm(a, w.t(), out=out)  # a disjoint slice of one storage
+    ref = x.float() @ w.float().t()
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+# ---- the dense plan on Blackwell
+
+
+def test_sm100_plans_refuse_what_chapter_10s_kernel_cannot_write(machine):
+    """Chapter 10's kernel stores C in A's dtype and is compiled for one B layout: an FP16 out of a BF16 product, or
+    a forced config of the other layout, went to the kernel (a TVM-FFI dtype error, or B read transposed)."""
+    import gemmlab
+    from gemmlab.family import plan
+    from gemmlab.family.configs import Sm100Config
+    from gemmlab.family.problem import GemmProblem
+
+    machine("sm100")
+    a, b = _dense()
+    with pytest.raises(TypeError, match="^out must have a's dtype bfloat16 on Blackwell"):
+        gemmlab.gemm(a, b, out=torch.zeros(64, 64, dtype=torch.float16))
+    with pytest.raises(ValueError, match="^config is for bfloat16 with b n-major; the problem is bfloat16 with b k"):
+        plan.make_plan(GemmProblem(64, 64, 64), None, Sm100Config(b_major="n"))
+    _accepted("sm100", lambda: gemmlab.gemm(a, b))
+
+
+def test_sizes_past_32_bits_are_refused_naming_the_limit():
+    """The kernels take sizes as 32-bit ints (TVM-FFI's int32 range, the DSL's sym_int()); meta tensors: no memory."""
+    import gemmlab
+
+    big = torch.empty(2 ** 31, 64, dtype=BF, device="meta")
+    with pytest.raises(ValueError, match=r"^a has shape \(2147483648, 64\): the kernels take sizes as 32-bit ints"):
+        gemmlab.gemm(big, torch.empty(64, 64, dtype=BF, device="meta"))

@@ -9,24 +9,25 @@
 
 The rules of each call are its contract's (:mod:`gemmlab.family.problem`). The call path is built to cost
 no more host time than torch's own call: one dictionary lookup keyed on what a plan depends on (shapes,
-strides, dtypes, devices, the options), the per-call checks no signature can vouch for (pointer alignment;
-the grouped call's read of ``offs``, unless ``validate=False``), and the plan's launch. Everything else
-(argument checks, the heuristics, compiling) happens once per key, when the plan is made
-(:mod:`gemmlab.family.plan`). Bad input always reaches the checks: an argument that has no signature
-(not a tensor) goes down the slow path, which says what is wrong.
+strides, dtypes, devices, the options), the per-call checks no signature can vouch for (where the tensors start:
+16-byte alignment, and ``gemm``'s output sharing no byte with an input; the grouped call's read of ``offs``, unless
+``validate=False``), and the plan's launch. Everything else (argument checks, the heuristics, compiling) happens
+once per key, when the plan is made (:mod:`gemmlab.family.plan`). Bad input always reaches the checks: an
+argument that has no signature (not a tensor) goes down the slow path, which says what is wrong. The order is the
+course's: the arguments, then the tier (:class:`gemmlab.tiers.TierError` without the GPU a call needs), then the
+devices.
 
 ``gemm``'s rules: ``a`` M x K row-major, ``b`` K x N row-major or the ``w.t()`` view of an N x K weight,
-BF16/FP16 in, FP32 accumulation, the output in ``out``'s dtype (default: ``a``'s), every contiguous dimension
-a multiple of 8, 16-byte aligned starts. Elsewhere than on a Hopper or Blackwell GPU it raises
-:class:`gemmlab.tiers.TierError` after checking the arguments.
+BF16/FP16 in, FP32 accumulation, the output in ``out``'s dtype (default: ``a``'s; on Blackwell ``a``'s only),
+every contiguous dimension a multiple of 8, 16-byte aligned starts, ``out`` apart from ``a`` and ``b``.
 """
 from __future__ import annotations
 
 from .heuristic_grouped import L2_PROMOTION
 from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, make_gated_plan, make_grouped_plan, make_plan,
                    problem_table)
-from .problem import (canonical_operands, check_alignment, check_devices, check_list, check_offs_values,
-                      check_row_major, gated_problem, list_problem, problem_of, ragged_problem)
+from .problem import (canonical_operands, check_devices, check_list, check_offs_values, check_pointers,
+                      check_row_major, gated_problem, list_problem, problem_of, ragged_problem, spans)
 
 
 def _signature(*tensors):
@@ -48,20 +49,31 @@ def _cached(cache: dict, key):
 # Dense (chapters 07, 10)
 # --------------------------------------------------------------------------------------
 
-#: Plans by call signature: (a's shape and strides, b's, out's or None, dtypes, device).
+#: Plans by call signature (:func:`plan_key`): ``(plan, fix, extents)``, ``fix`` when a size-1 dimension's stride
+#: must be rewritten (:func:`~gemmlab.family.problem.canonical_operands`), ``extents`` the bytes each operand spans.
 _PLANS: dict = {}
+
+
+def plan_key(a, b, out=None) -> tuple:
+    """What a dense plan depends on: every operand's shape, strides, dtype and device (``out``'s None when not
+    given). Where the tensors start is not in it: :func:`~gemmlab.family.problem.check_pointers` looks on every
+    call. Raises ``AttributeError`` for an argument that is not a tensor."""
+    return (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
+            None if out is None else (out.shape, out.stride(), out.dtype, out.device))
 
 
 def gemm(a, b, out=None):
     """``out = a @ b`` on the GPU (see :mod:`gemmlab.family.problem` for the rules); returns ``out``."""
-    o = None if out is None else (out.shape, out.stride(), out.dtype)
-    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, o)
-    entry = _PLANS.get(key)
+    try:
+        key = plan_key(a, b, out)
+        entry = _PLANS.get(key)
+    except (AttributeError, TypeError):  # an argument that is not a tensor: the checks below name it
+        key = entry = None
     if entry is None:
         entry = _new_plan(a, b, out, key)
     else:
-        check_alignment(a, b, out)
-    plan, fix = entry
+        check_pointers(a, b, out, entry[2])
+    plan, fix, _ = entry
     if out is None:
         import torch
 
@@ -72,7 +84,7 @@ def gemm(a, b, out=None):
     return out
 
 
-def _new_plan(a, b, out, key) -> tuple[Plan, bool]:
+def _new_plan(a, b, out, key) -> tuple[Plan, bool, tuple]:
     """Check everything, make (or share) the plan, remember it under ``key``.
 
     The order is the course's rule: the arguments first (any machine), then the
@@ -83,8 +95,10 @@ def _new_plan(a, b, out, key) -> tuple[Plan, bool]:
     check_devices(a, b, out)
     plan = _plan_for(problem, a.device)
     fix = any(c is not t for c, t in zip(canonical_operands(a, b, out, problem.b_major), (a, b, out)))
-    _PLANS[key] = (plan, fix)
-    return plan, fix
+    entry = (plan, fix, spans(a, b, out))
+    if key is not None:
+        _PLANS[key] = entry
+    return entry
 
 
 _BY_PROBLEM: dict = {}

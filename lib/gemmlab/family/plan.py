@@ -203,6 +203,13 @@ def make_plan(problem: GemmProblem, device=None, config=None) -> Plan:
     if arch == "sm90" and (cfg.dtype, cfg.out_dtype) != (problem.dtype, problem.out_dtype):
         raise ValueError(f"config is for {cfg.dtype} -> {cfg.out_dtype}; the problem is "
                          f"{problem.dtype} -> {problem.out_dtype}")
+    if arch == "sm100":
+        if problem.out_dtype != problem.dtype:  # chapter 10's kernel stores C in A's dtype
+            raise TypeError(f"out must have a's dtype {problem.dtype} on Blackwell (chapter 10's kernel writes C in "
+                            f"its inputs' dtype); got {problem.out_dtype}")
+        if (cfg.dtype, cfg.b_major) != (problem.dtype, problem.b_major):
+            raise ValueError(f"config is for {cfg.dtype} with b {cfg.b_major}-major; the problem is "
+                             f"{problem.dtype} with b {problem.b_major}-major")
     return Plan(problem, cfg, arch, sms)
 
 
@@ -215,6 +222,7 @@ def prepare(a, b, out, config=None):
     if out is None:
         raise ValueError("out must be given to prepare (the launch writes into it)")
     problem = problem_of(a, b, out)
+    arch_of_machine("gemmlab.family.plan.prepare")  # the tier before the devices, as gemmlab.gemm
     check_devices(a, b, out)
     plan = make_plan(problem, a.device, config)
     a, b, out = canonical_operands(a, b, out, problem.b_major)

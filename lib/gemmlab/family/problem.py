@@ -9,8 +9,8 @@ One problem kind per call, each built once per call signature (the plans cache t
 
 Everything here runs on the CPU tier: bad input gets a ``TypeError`` or ``ValueError``
 naming the argument and the rule before anything compiles or launches. What a
-signature cannot vouch for, the alignment of the data pointers, is checked on every
-call (:func:`check_alignment`, :func:`check_row_major`).
+signature cannot vouch for, where the tensors start (16-byte alignment, and an output sharing no byte with
+an input), is checked on every call (:func:`check_pointers`, :func:`check_row_major`).
 
 The dense contract, ``C = A @ B`` with the meaning of ``torch.matmul``, on both architectures:
 
@@ -19,10 +19,12 @@ The dense contract, ``C = A @ B`` with the meaning of ``torch.matmul``, on both 
   ``w.t()`` view of an N x K weight stored row-major, as a linear layer keeps
   it). Both are free views; nothing is copied.
 * BF16 or FP16 in (``a`` and ``b`` alike), FP32 accumulation, the output in
-  ``out``'s dtype (BF16 or FP16; by default ``a``'s dtype), M x N row-major.
-* Any M, N, K >= 1, as long as every contiguous dimension (K of ``a``, the
-  contiguous one of ``b``, N of ``out``) is a multiple of 8 elements (16 bytes:
-  TMA's rule for global strides) and every tensor starts 16-byte aligned.
+  ``out``'s dtype (BF16 or FP16; by default ``a``'s dtype; chapter 10's kernel
+  writes ``a``'s dtype only), M x N row-major, sharing no byte with ``a`` or ``b``.
+* Any M, N, K from 1 to 2^31 - 1 (the kernels' sizes are 32-bit ints), as long
+  as every contiguous dimension (K of ``a``, the contiguous one of ``b``, N of
+  ``out``) is a multiple of 8 elements (16 bytes: TMA's rule for global strides)
+  and every tensor starts 16-byte aligned.
 
 M = 1 (and any size-1 dimension): torch may give a size-1 dimension any
 stride (``torch.randn(k, 1).t()`` has strides (1, 1)); the stride of a
@@ -43,6 +45,8 @@ ALIGN_BYTES = 16
 #: The dtypes ``gemmlab.gemm`` takes and writes, by torch name.
 IN_DTYPES = ("bfloat16", "float16")
 OUT_DTYPES = ("bfloat16", "float16")
+#: The largest extent a tensor of the family's calls may have: the kernels take sizes as 32-bit ints.
+MAX_EXTENT = 2 ** 31 - 1
 #: Bits per element of every dtype the family knows (FP4 packs two values per byte).
 DTYPE_BITS = {"bfloat16": 16, "float16": 16, "float32": 32, "float8_e4m3fn": 8, "float8_e5m2": 8,
               "float4_e2m1": 4}
@@ -77,9 +81,9 @@ class GemmProblem:
         check_choice("b_major", self.b_major, ("k", "n"))
         align = int(ALIGN_BYTES // dtype_bytes(self.dtype))
         if self.k % align:
-            raise ValueError(f"K must be a multiple of {align} (16 bytes of a's rows); got K={self.k}")
+            raise ValueError(f"K must be a multiple of {align} (16-byte rows of a); got K={self.k}")
         if self.n % align:
-            raise ValueError(f"N must be a multiple of {align} (16 bytes of the output's rows); got N={self.n}")
+            raise ValueError(f"N must be a multiple of {align} (16-byte rows of the output); got N={self.n}")
 
     @property
     def flops(self) -> int:
@@ -95,6 +99,13 @@ def _torch_dtypes():
     import torch
 
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_extents(name: str, t) -> None:
+    """Every extent of ``t`` at most :data:`MAX_EXTENT` (the kernels' sizes are 32-bit ints)."""
+    if any(s > MAX_EXTENT for s in t.shape):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}: the kernels take sizes as 32-bit ints, each at most "
+                         f"2^31 - 1")
 
 
 def _packed(t) -> bool:
@@ -117,6 +128,7 @@ def problem_of(a, b, out=None) -> GemmProblem:
             raise ValueError(f"{name} must be 2-D; got shape {tuple(t.shape)}")
         if t.numel() == 0:
             raise ValueError(f"{name} must hold at least one element; got shape {tuple(t.shape)}")
+        check_extents(name, t)
     if a.dtype != b.dtype:
         raise TypeError(f"a and b must have the same dtype; got {dtype_name(a.dtype)} and {dtype_name(b.dtype)}")
     m, k = a.shape
@@ -143,17 +155,58 @@ def problem_of(a, b, out=None) -> GemmProblem:
         if not _packed(out):
             raise ValueError(f"out must be contiguous (row-major M x N, rows packed); got strides {tuple(out.stride())}")
     prob = GemmProblem(m, n, k, dtype_name(a.dtype), out_dtype, b_major)
-    check_alignment(a, b, out)
+    check_pointers(a, b, out)
     return prob
 
 
-def check_alignment(a, b, out=None) -> None:
-    """Every tensor must start 16-byte aligned (TMA's rule); the one check repeated on every call."""
-    if (a.data_ptr() | b.data_ptr() | (out.data_ptr() if out is not None else 0)) % ALIGN_BYTES:
-        for name, t in (("a", a), ("b", b), ("out", out)):
-            if t is not None and t.data_ptr() % ALIGN_BYTES:
-                raise ValueError(f"{name} must start at a 16-byte aligned address; its data pointer is "
-                                 f"{t.data_ptr() % ALIGN_BYTES} bytes past alignment")
+def span(t) -> int:
+    """The bytes ``t`` addresses, from its first element to one past its last (0 when empty): with its data
+    pointer, the address range two tensors must not share when one is written and the other read."""
+    if t.numel() == 0:
+        return 0
+    return (sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def spans(*tensors) -> tuple:
+    """:func:`span` of each tensor (0 for None): fixed by a call signature, so a plan's entry keeps them."""
+    return tuple(0 if t is None else span(t) for t in tensors)
+
+
+def overlap_error(out_name: str, name: str) -> ValueError:
+    return ValueError(f"{out_name} overlaps {name} in memory ({out_name}={name}, or a view of the same storage): "
+                      f"the kernel would overwrite {name} while it still reads it; pass a separate output tensor")
+
+
+def check_pointers(a, b, out=None, extents=None) -> None:
+    """What no call signature can vouch for, checked on every call: every tensor starts 16-byte aligned (TMA's
+    rule), and ``out`` shares no byte with ``a`` or ``b`` (``extents``: their :func:`spans`, kept by the plan's
+    entry; computed here when not given). A disjoint slice of the same storage is fine."""
+    pa, pb = a.data_ptr(), b.data_ptr()
+    if out is None:
+        if (pa | pb) % ALIGN_BYTES:
+            _misaligned((("a", a), ("b", b)))
+        return
+    po = out.data_ptr()
+    if (pa | pb | po) % ALIGN_BYTES:
+        _misaligned((("a", a), ("b", b), ("out", out)))
+    sa, sb, so = extents or spans(a, b, out)
+    if po < pa + sa and pa < po + so:
+        raise overlap_error("out", "a")
+    if po < pb + sb and pb < po + so:
+        raise overlap_error("out", "b")
+
+
+def check_aligned(name: str, t):
+    """``t`` starts 16-byte aligned (TMA's rule)."""
+    if t.data_ptr() % ALIGN_BYTES:
+        raise ValueError(f"{name} must start at a 16-byte aligned address; its data pointer is "
+                         f"{t.data_ptr() % ALIGN_BYTES} bytes past alignment")
+
+
+def _misaligned(named) -> None:
+    """The error for the first misaligned tensor of ``named`` ((name, tensor) pairs; one of them is)."""
+    for name, t in named:
+        check_aligned(name, t)
 
 
 def check_devices(a, b, out=None) -> None:
