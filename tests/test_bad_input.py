@@ -4,6 +4,8 @@ One test (or a few) per finding of a new user's probes of the public calls, mode
 and torch scalars are numbers, floats and bools are not ints, out-of-range values are refused, and work
 too large to finish is refused with the limit named.
 """
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -341,6 +343,8 @@ def machine(monkeypatch):
         monkeypatch.setattr(tiers, "detect_tier", lambda: tier)
         if tier != "cpu":
             monkeypatch.setattr(api, "check_devices", lambda *tensors: None)
+            monkeypatch.setattr(api, "grouped_machine", lambda device, caller="gemmlab.grouped_gemm":
+                                tiers.require_tier("sm90", caller))
             monkeypatch.setattr(dual_gemm_sm90, "check_devices", lambda *tensors: None)
             monkeypatch.setattr(hardware, "sm_count", lambda device=None: 132)
     return use
@@ -488,6 +492,293 @@ def test_gemm_out_aliasing_an_input_is_refused_on_the_gpu():
     assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+# ---- grouped_gemm, grouped_gemm_list
+
+
+def _ragged(rows=32, groups=2, k=64, n=64, dtype=BF):
+    a = torch.zeros(rows, k, dtype=dtype)
+    b = torch.zeros(groups, n, k, dtype=dtype).transpose(1, 2)
+    offs = torch.tensor([rows // 2, rows][:groups], dtype=torch.int32)
+    return a, b, offs
+
+
+def _misaligned(shape, dtype=BF, offset=1):
+    """A packed tensor of ``shape`` that starts ``offset`` elements past a 16-byte boundary."""
+    n = math.prod(shape)
+    return torch.zeros(n + 16, dtype=dtype)[offset:offset + n].view(shape)
+
+
+GROUPED_REFUSED = [
+    (dict(offs=[16, 32]), TypeError, "^offs must be a torch.Tensor"),
+    (dict(offs=np.array([16, 32], np.int32)), TypeError, "^offs must be a torch.Tensor"),
+    (dict(b=_misaligned((2, 64, 64))), ValueError, "^b must start at a 16-byte aligned address"),
+    (dict(out=torch.zeros(1, 64, dtype=BF).expand(32, 64)), ValueError, r"^out's rows overlap \(row stride 0"),
+    (dict(out=torch.zeros(40 * 64, dtype=BF).as_strided((32, 64), (8, 1))), ValueError, "^out's rows overlap"),
+    (dict(out="a"), ValueError, "^out overlaps a in memory"),
+    (dict(config="128x128"), TypeError, "^config must be an Sm90Config"),
+    (dict(config="SMALL_FP16"), ValueError, "^config is for float16 -> float16; the tensors are bfloat16"),
+    (dict(config="MEDIUM_C2", mixed=64), ValueError, "^mixed=64: the mixed order cannot run with config"),
+    (dict(mixed=-1), ValueError, "^mixed must be >= 0; got -1"),
+    (dict(mixed=2 ** 31), ValueError, "^mixed must be <= 2147483647"),
+    (dict(mixed=128.0), TypeError, "^mixed must be an int; got float"),
+    (dict(mixed=True), TypeError, "^mixed must be an int; got bool"),
+    (dict(mixed=np.float32(64)), TypeError, "^mixed must be an int"),
+    (dict(mixed="64"), TypeError, "^mixed must be an int"),
+    (dict(mixed=64, dynamic=False), ValueError, "^mixed=64: the mixed order cannot run with dynamic=False"),
+    (dict(mixed=64, by_size=False), ValueError, "^mixed=64: the mixed order cannot run with by_size=False"),
+    (dict(burst=0), ValueError, "^burst must be >= 1"),
+    (dict(burst=2.0), TypeError, "^burst must be an int"),
+    (dict(burst=np.bool_(True)), TypeError, "^burst must be an int"),
+    (dict(fences=1), TypeError, "^fences must be one of False, True"),
+    (dict(dynamic="yes"), ValueError, "^dynamic must be one of False, True"),
+    (dict(by_size=0), TypeError, "^by_size must be one of False, True"),
+    (dict(overlap_store=[]), ValueError, "^overlap_store must be one of False, True"),
+    (dict(l2_promotion=4), ValueError, "^l2_promotion must be one of None, 0, 1, 2, 3"),
+    (dict(l2_promotion=3.0), TypeError, "^l2_promotion must be one of"),
+    (dict(validate="no"), ValueError, "^validate must be one of False, True"),
+    (dict(validate=1), TypeError, "^validate must be one of False, True"),
+]
+
+
+def _grouped_call(kw):
+    from dataclasses import replace
+
+    from gemmlab.family import api, configs
+
+    a, b, offs = _ragged()
+    kw = dict(kw)
+    if kw.get("out") == "a":
+        a, b, offs = _ragged(k=64, n=64)
+        kw["out"] = a
+    if kw.get("config") == "SMALL_FP16":
+        kw["config"] = replace(configs.SMALL, dtype="float16", out_dtype="float16")
+    elif kw.get("config") == "MEDIUM_C2":
+        kw["config"] = configs.MEDIUM_C2
+    args = dict(a=a, b=b, offs=offs)
+    for name in ("a", "b", "offs", "out"):
+        if name in kw:
+            args[name] = kw.pop(name)
+    return lambda: api.grouped_gemm(args["a"], args["b"], args["offs"], args.get("out"), **kw)
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+@pytest.mark.parametrize("kw,exc,match", GROUPED_REFUSED, ids=[m.strip("^")[:40] for _, _, m in GROUPED_REFUSED])
+def test_grouped_gemm_refuses_bad_arguments_before_the_tier_and_any_compile(machine, tier, kw, exc, match):
+    machine(tier)
+    _refused(tier, exc, match, _grouped_call(kw))
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+@pytest.mark.parametrize("kw", [dict(), dict(mixed=np.int64(128), burst=np.int32(5), by_size=np.bool_(True)),
+                                dict(mixed=0, dynamic=False), dict(burst=np.int64(3)), dict(l2_promotion=None),
+                                dict(l2_promotion=np.int64(2)), dict(fences=np.bool_(False)), dict(validate=False),
+                                dict(config="MEDIUM_C2")])
+def test_grouped_gemm_takes_numpy_numbers_and_good_options(machine, tier, kw):
+    machine(tier)
+    _accepted(tier, _grouped_call(kw))
+
+
+def test_grouped_gemm_options_are_in_the_key_with_their_types(machine, monkeypatch):
+    """64.0 == 64 and 1 == True: a plan made for mixed=64 must not answer for mixed=64.0."""
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "grouped_kernel", lambda *args, **kw: lambda *t: calls.append(t))
+    call = _grouped_call(dict(mixed=64, dynamic=True, fences=True))
+    call()
+    call()
+    assert len(calls) == 2
+    with pytest.raises(TypeError, match="^mixed must be an int; got float"):
+        _grouped_call(dict(mixed=64.0, dynamic=True, fences=True))()
+    with pytest.raises(TypeError, match="^fences must be one of False, True"):
+        _grouped_call(dict(mixed=64, dynamic=True, fences=1))()
+    assert len(calls) == 2
+
+
+def test_grouped_gemm_checks_where_the_tensors_are_on_every_call(machine, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "grouped_kernel", lambda *args, **kw: lambda *t: calls.append(t))
+    a, b, offs = _ragged()
+    api.grouped_gemm(a, b, offs, torch.zeros(32, 64, dtype=BF))  # the plan of this signature
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="^b must start at a 16-byte aligned address"):
+        api.grouped_gemm(a, _misaligned((2, 64, 64)).transpose(1, 2), offs, torch.zeros(32, 64, dtype=BF))
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        api.grouped_gemm(a, b, offs, a)
+    assert len(calls) == 1
+
+
+def test_grouped_fp16_runs_a_tile_compiled_for_fp16(machine, monkeypatch):
+    """The heuristic's tiles are BF16 configs: FP16 tensors were handed to a BF16 kernel (TVM-FFI's dtype error)."""
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    asked = []
+    monkeypatch.setattr(plan, "grouped_kernel", lambda cfg, *args, **kw: asked.append(cfg) or (lambda *t: None))
+    api.grouped_gemm(*_ragged(dtype=torch.float16))
+    api.grouped_gemm_list([(torch.zeros(16, 64, dtype=torch.float16), torch.zeros(64, 32, dtype=torch.float16))])
+    assert [(c.dtype, c.out_dtype) for c in asked] == [("float16", "float16")] * 2
+
+
+def test_grouped_gemm_is_hopper_only(machine):
+    from gemmlab.tiers import TierError
+
+    machine("sm100")  # it compiled an sm_90a kernel and launched it on the B200
+    with pytest.raises(TierError, match="gemmlab.grouped_gemm needs tier sm90"):
+        _grouped_call({})()
+    with pytest.raises(TierError, match="gemmlab.grouped_gemm_list needs tier sm90"):
+        from gemmlab.family import api
+        api.grouped_gemm_list([(torch.zeros(16, 64, dtype=BF), torch.zeros(64, 32, dtype=BF))])
+
+
+def _pairs(n=2):
+    return [(torch.zeros(16, 64, dtype=BF), torch.zeros(64, 32, dtype=BF)) for _ in range(n)]
+
+
+LIST_REFUSED = [
+    (dict(pairs=None), TypeError, r"^pairs must be a list of \(a, b\) pairs of tensors; got NoneType"),
+    (dict(pairs=5), TypeError, "^pairs must be a list of .*; got int"),
+    (dict(pairs=[5]), TypeError, r"^pairs\[0\] must be an \(a, b\) pair of tensors; got int"),
+    (dict(pairs="ab"), TypeError, "^pairs must be a list of .*; got str"),
+    (dict(pairs="one"), TypeError, r"^pairs\[0\] must be an \(a, b\) pair of tensors; got tuple of 1"),
+    (dict(pairs="three"), TypeError, r"^pairs\[1\] must be an \(a, b\) pair of tensors; got tuple of 3"),
+    (dict(outs=5), TypeError, "^outs must be a list of output tensors; got int"),
+    (dict(outs=[None, None]), TypeError, r"^outs\[0\] must be a torch.Tensor; got NoneType"),
+    (dict(b1="misaligned"), ValueError, r"^pairs\[1\]\[1\] must start at a 16-byte aligned address"),
+    (dict(outs="stride0"), ValueError, r"^outs\[1\]'s rows overlap"),
+    (dict(outs="a0"), ValueError, r"^outs\[0\] overlaps pairs\[0\]\[0\] in memory"),
+    (dict(outs="each other"), ValueError, r"^outs\[1\] overlaps outs\[0\] in memory"),
+    (dict(config="128x128"), TypeError, "^config must be an Sm90Config"),
+]
+
+
+def _list_call(kw):
+    from gemmlab.family import api
+
+    pairs, outs = _pairs(), None
+    kw = dict(kw)
+    if "pairs" in kw:
+        pairs = kw.pop("pairs")
+        if pairs == "one":
+            pairs = [(_pairs()[0][0],)]
+        elif pairs == "three":
+            pairs = [_pairs()[0], (*_pairs()[0], _pairs()[0][0])]
+    if kw.pop("b1", None):
+        pairs[1] = (pairs[1][0], _misaligned((64, 32)))
+    if "outs" in kw:
+        outs = kw.pop("outs")
+        if outs == "stride0":
+            outs = [torch.zeros(16, 32, dtype=BF), torch.zeros(1, 32, dtype=BF).expand(16, 32)]
+        elif outs == "a0":  # 16 x 32 over the first 512 elements of pairs[0]'s a (16 x 64)
+            outs = [pairs[0][0].view(-1)[:512].view(16, 32), torch.zeros(16, 32, dtype=BF)]
+        elif outs == "each other":
+            store = torch.zeros(16 * 32 + 256, dtype=BF)
+            outs = [store[:512].view(16, 32), store[256:768].view(16, 32)]
+    return lambda: api.grouped_gemm_list(pairs, outs, **kw)
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+@pytest.mark.parametrize("kw,exc,match", LIST_REFUSED, ids=[m.strip("^")[:40] for _, _, m in LIST_REFUSED])
+def test_grouped_gemm_list_refuses_bad_arguments_before_the_tier_and_any_compile(machine, tier, kw, exc, match):
+    machine(tier)
+    _refused(tier, exc, match, _list_call(kw))
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+def test_grouped_gemm_list_takes_disjoint_outputs_of_one_storage(machine, tier):
+    from gemmlab.family import api
+
+    machine(tier)
+    store = torch.zeros(2 * 16 * 32, dtype=BF)
+    _accepted(tier, lambda: api.grouped_gemm_list(_pairs(), [store[:512].view(16, 32), store[512:].view(16, 32)]))
+
+
+def test_grouped_gemm_list_checks_where_the_tensors_are_on_every_call(machine, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "grouped_kernel", lambda *args, **kw: lambda *t: calls.append(t))
+    pairs = _pairs()
+    api.grouped_gemm_list(pairs, [torch.zeros(16, 32, dtype=BF) for _ in pairs])
+    api.grouped_gemm_list(pairs)
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match=r"^outs\[0\] overlaps pairs\[0\]\[0\] in memory"):
+        api.grouped_gemm_list(pairs, [pairs[0][0].view(-1)[:512].view(16, 32), torch.zeros(16, 32, dtype=BF)])
+    with pytest.raises(ValueError, match=r"^pairs\[1\]\[1\] must start at a 16-byte aligned address"):
+        api.grouped_gemm_list([pairs[0], (pairs[1][0], _misaligned((64, 32)))])
+    assert len(calls) == 2
+
+
+@pytest.mark.sm90
+def test_grouped_refuses_misaligned_b_and_aliased_out_on_the_gpu():
+    from gemmlab.family import api
+
+    a = torch.randn(256, 128, device="cuda", dtype=BF)
+    b = torch.randn(4, 128, 128, device="cuda", dtype=BF)
+    offs = torch.tensor([64, 128, 192, 256], device="cuda", dtype=torch.int32)
+    api.grouped_gemm(a, b, offs, out=torch.empty(256, 128, device="cuda", dtype=BF))  # a plan for the signature
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        api.grouped_gemm(a, b, offs, out=a)
+    store = torch.empty(b.numel() + 8, device="cuda", dtype=BF)
+    with pytest.raises(ValueError, match="^b must start at a 16-byte aligned address"):
+        api.grouped_gemm(a, store[1:1 + b.numel()].view(4, 128, 128), offs,
+                         out=torch.empty(256, 128, device="cuda", dtype=BF))
+
+
+@pytest.mark.sm90
+def test_grouped_fp16_matches_the_reference():
+    from gemmlab import grouped_model as gm
+    from gemmlab.family import api
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    sizes = [40, 0, 130, 7]
+    a = torch.randn(sum(sizes), 256, device="cuda", dtype=torch.float16, generator=g)
+    b = torch.randn(len(sizes), 256, 192, device="cuda", dtype=torch.float16, generator=g)
+    offs = gm.offsets_of(sizes)
+    out = api.grouped_gemm(a, b, offs)
+    ref = gm.reference(a, b, offs)
+    assert out.dtype == torch.float16
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
+    outs = api.grouped_gemm_list([(a[:40], b[0]), (a[40:170], b[2])])
+    for (x, w), c in zip([(a[:40], b[0]), (a[40:170], b[2])], outs):
+        r = x.float() @ w.float()
+        assert ((c.float() - r).norm() / r.norm()).item() < 1e-2
+
+
+# ---- the grouped kernel's compile: numpy ints and refused floats before the DSL
+
+
+@pytest.fixture
+def no_dsl(monkeypatch):
+    import gemmlab.compile as gc
+    from gemmlab.kernels import gemm_sm100
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("reached the DSL")
+
+    monkeypatch.setattr(gc, "compile_for", no_compile)
+    monkeypatch.setattr(gemm_sm100, "compile_for", no_compile)
+
+
+def test_compile_grouped_takes_numpy_ints_and_refuses_floats_before_the_dsl(no_dsl):
+    from gemmlab.family import configs
+    from gemmlab.kernels.grouped_sm90 import compile_grouped
+
+    with pytest.raises(AssertionError, match="reached the DSL"):  # np.int64 burst was "not an int >= 1"
+        compile_grouped("sm_90a", configs.LARGE, dynamic=True, mixed=np.int64(128), burst=np.int64(5))
+    for kw, exc, match in ((dict(mixed=128.0), TypeError, "^mixed must be an int"),
+                           (dict(burst=2.0), TypeError, "^burst must be an int"),
+                           (dict(dynamic=1), TypeError, "^dynamic must be one of False, True"),
+                           (dict(mixed=-1), ValueError, "^mixed must be >= 0")):
+        with pytest.raises(exc, match=match):
+            compile_grouped("sm_90a", configs.LARGE, **{"dynamic": True, **kw})
+
+
 # ---- the dense plan on Blackwell
 
 
@@ -511,7 +802,11 @@ def test_sm100_plans_refuse_what_chapter_10s_kernel_cannot_write(machine):
 def test_sizes_past_32_bits_are_refused_naming_the_limit():
     """The kernels take sizes as 32-bit ints (TVM-FFI's int32 range, the DSL's sym_int()); meta tensors: no memory."""
     import gemmlab
+    from gemmlab.family import api
 
     big = torch.empty(2 ** 31, 64, dtype=BF, device="meta")
     with pytest.raises(ValueError, match=r"^a has shape \(2147483648, 64\): the kernels take sizes as 32-bit ints"):
         gemmlab.gemm(big, torch.empty(64, 64, dtype=BF, device="meta"))
+    with pytest.raises(ValueError, match=r"^a has shape \(2147483648, 64\)"):
+        api.grouped_gemm(big, torch.empty(2, 64, 64, dtype=BF, device="meta"),
+                         torch.empty(2, dtype=torch.int32, device="meta"), validate=False)

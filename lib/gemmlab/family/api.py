@@ -10,12 +10,13 @@
 The rules of each call are its contract's (:mod:`gemmlab.family.problem`). The call path is built to cost
 no more host time than torch's own call: one dictionary lookup keyed on what a plan depends on (shapes,
 strides, dtypes, devices, the options), the per-call checks no signature can vouch for (where the tensors start:
-16-byte alignment, and ``gemm``'s output sharing no byte with an input; the grouped call's read of ``offs``, unless
-``validate=False``), and the plan's launch. Everything else (argument checks, the heuristics, compiling) happens
-once per key, when the plan is made (:mod:`gemmlab.family.plan`). Bad input always reaches the checks: an
-argument that has no signature (not a tensor) goes down the slow path, which says what is wrong. The order is the
-course's: the arguments, then the tier (:class:`gemmlab.tiers.TierError` without the GPU a call needs), then the
-devices.
+16-byte alignment, and an output of gemm or the grouped calls sharing no byte with an input; the grouped call's
+read of ``offs``, unless ``validate=False``), and the plan's launch. Everything else (argument checks, the
+heuristics, compiling) happens once per key, when the plan is made (:mod:`gemmlab.family.plan`). Bad input always
+reaches the checks: an argument that has no signature (not a tensor) goes down the slow path, which says what is
+wrong, and an option's type is part of the grouped key (``mixed=64.0`` never finds the plan of ``mixed=64``). The
+order is the course's: the arguments, then the tier (:class:`gemmlab.tiers.TierError` without the GPU a call
+needs), then the devices.
 
 ``gemm``'s rules: ``a`` M x K row-major, ``b`` K x N row-major or the ``w.t()`` view of an N x K weight,
 BF16/FP16 in, FP32 accumulation, the output in ``out``'s dtype (default: ``a``'s; on Blackwell ``a``'s only),
@@ -23,11 +24,13 @@ every contiguous dimension a multiple of 8, 16-byte aligned starts, ``out`` apar
 """
 from __future__ import annotations
 
-from .heuristic_grouped import L2_PROMOTION
-from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, make_gated_plan, make_grouped_plan, make_plan,
-                   problem_table)
-from .problem import (canonical_operands, check_devices, check_list, check_offs_values, check_pointers,
-                      check_row_major, gated_problem, list_problem, problem_of, ragged_problem, spans)
+from ..checks import check_choice
+from .configs import check_grouped_config
+from .heuristic_grouped import L2_PROMOTION, check_options
+from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, grouped_machine, make_gated_plan, make_grouped_plan,
+                   make_plan, problem_table)
+from .problem import (as_list, canonical_operands, check_devices, check_list, check_offs_values, check_pointers,
+                      check_table_pointers, dtype_name, gated_problem, list_problem, problem_of, ragged_problem, spans)
 
 
 def _signature(*tensors):
@@ -121,7 +124,8 @@ def plans() -> list[Plan]:
 # Grouped (chapter 08)
 # --------------------------------------------------------------------------------------
 
-#: Grouped plans by call signature (the tensors' shapes, strides, dtypes, devices, and the options).
+#: Grouped plans by call signature (the tensors' shapes, strides, dtypes, devices, and the options with their types):
+#: ``(plan, extents)``, ``extents`` the bytes a, b and out span (the ragged form; None for the list form).
 _GROUPED: dict = {}
 
 
@@ -148,21 +152,28 @@ def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool = True, fe
     ``by_size=False``) and ``burst`` (its claims per block: :data:`~gemmlab.family.heuristic_grouped.MIXED_BURST`);
     ``l2_promotion``: :data:`~gemmlab.family.heuristic_grouped.L2_PROMOTION` (None: the DSL's 128 bytes).
     Calls on one stream at a time only: the per-CTA descriptor slots and the tile counter are shared.
+
+    Bad input raises ``TypeError`` / ``ValueError`` naming the argument (options included) on every machine;
+    then a machine without a Hopper GPU raises ``TierError``, then tensors off a CUDA device a ``ValueError``.
     """
+    if validate is not True and validate is not False:  # checked on every call: it is not in the plan's key
+        validate = check_choice("validate", validate, (False, True))
     options = (config, fences, by_size, l2_promotion, dynamic, overlap_store, mixed, burst)
     sig = _signature(a, b, offs, out)
-    key = None if sig is None else sig + options
-    plan = _cached(_GROUPED, key)
-    if plan is None:
+    # The options' types are in the key too: 64.0 == 64 and 1 == True, but only the ints and bools are accepted.
+    key = None if sig is None else sig + options + tuple(map(type, options))
+    entry = _cached(_GROUPED, key)
+    if entry is None:
         problem = ragged_problem(a, b, offs, out)
-        plan = make_grouped_plan(problem, a.device, config, fences=fences, l2_promotion=l2_promotion, by_size=by_size,
-                                 dynamic=dynamic, overlap_store=overlap_store, mixed=mixed, burst=burst)
+        opts = check_options(problem, config, fences=fences, by_size=by_size, l2_promotion=l2_promotion,
+                             dynamic=dynamic, overlap_store=overlap_store, mixed=mixed, burst=burst)
+        grouped_machine(a.device)
+        entry = (make_grouped_plan(problem, a.device, config, **opts), spans(a, b, out))
         if key is not None:
-            _GROUPED[key] = plan
+            _GROUPED[key] = entry
     else:  # the signature vouches for everything but where the tensors start
-        check_row_major("a", a)
-        if out is not None:
-            check_row_major("out", out)
+        check_pointers(a, b, out, entry[1])
+    plan = entry[0]
     if out is None:
         import torch
 
@@ -183,47 +194,54 @@ def grouped_gemm_list(pairs, outs=None, *, config=None):
     Every ``a_i`` is (M_i, K_i) with contiguous rows, every ``b_i`` (K_i, N_i) with
     the same layout (all K-contiguous or all N-contiguous), one dtype, one
     device; M_i may be 0. The problem table (addresses, sizes, strides) is built
-    on the host and copied to the device with the launch.
+    on the host and copied to the device with the launch. ``outs`` (when given) must share no memory with each
+    other or with the inputs.
     """
-    import torch
-
-    pairs = list(pairs)
-    outs = None if outs is None else list(outs)
+    pairs = as_list("pairs", pairs, "(a, b) pairs of tensors")
+    outs = None if outs is None else as_list("outs", outs, "output tensors")
     try:
         key = (tuple(_signature(ai, bi) for ai, bi in pairs), None if outs is None else _signature(*outs), config)
         if None in key[0] or (outs is not None and key[1] is None):
             key = None
     except (TypeError, ValueError):  # not (a, b) pairs: the checks say what is wrong
         key = None
-    plan = _cached(_GROUPED, key)
-    if plan is None:
+    entry = _cached(_GROUPED, key)
+    if entry is None:
         pairs, outs, major = check_list(pairs, outs)
-    else:  # the signature vouches for everything but where the tensors start
-        major = plan.problem.b_major
-        for i, (ai, _) in enumerate(pairs):
-            check_row_major(f"pairs[{i}][0]", ai)
-        for i, ci in enumerate(outs or ()):
-            check_row_major(f"outs[{i}]", ci)
-    if outs is None:
+        if config is not None:
+            check_grouped_config(config, dtype_name(pairs[0][0].dtype))
+    else:
+        major = entry[0].problem.b_major
+    live = [i for i, (ai, _) in enumerate(pairs) if ai.shape[0] > 0]  # the problems with rows: one table row each
+    given = outs is not None
+    if given:  # where the caller's outputs are: aligned, apart from each other and from every input
+        rows = problem_table([pairs[i] for i in live], [outs[i] for i in live], major)
+        check_table_pointers(rows, live, major, pairs[0][0].element_size(), outs_given=True)
+    device = pairs[0][0].device
+    if entry is None:
+        grouped_machine(device, "gemmlab.grouped_gemm_list")
+    import torch
+
+    if not given:  # fresh outputs: only the inputs' starts to check
         outs = [torch.empty((ai.shape[0], bi.shape[1]), dtype=ai.dtype, device=ai.device) for ai, bi in pairs]
-    live = [(p, c) for p, c in zip(pairs, outs) if p[0].shape[0] > 0]
+        rows = problem_table([pairs[i] for i in live], [outs[i] for i in live], major)
+        check_table_pointers(rows, live, major, pairs[0][0].element_size(), outs_given=False)
     if not live:
         return outs
-    table = torch.tensor(problem_table([p for p, _ in live], [c for _, c in live], major), dtype=torch.int64)
-    table = table.to(pairs[0][0].device, non_blocking=True)
-    if plan is None:
-        plan = make_grouped_plan(list_problem(pairs, major), pairs[0][0].device, config,
-                                 shapes=[(p[0].shape[0], p[1].shape[1]) for p, _ in live])
+    table = torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True)
+    if entry is None:
+        shapes = [(pairs[i][0].shape[0], pairs[i][1].shape[1]) for i in live]
+        entry = (make_grouped_plan(list_problem(pairs, major), device, config, shapes=shapes), None)
         if key is not None:
-            _GROUPED[key] = plan
-    (a_0, b_0), c_0 = live[0]
-    plan.table(table, a_0, b_0, c_0)
+            _GROUPED[key] = entry
+    first = live[0]
+    entry[0].table(table, pairs[first][0], pairs[first][1], outs[first])
     return outs
 
 
 def grouped_plans() -> list[GroupedPlan]:
     """Every grouped plan made in this process, one per call signature."""
-    return list(_GROUPED.values())
+    return [plan for plan, _ in _GROUPED.values()]
 
 
 # --------------------------------------------------------------------------------------

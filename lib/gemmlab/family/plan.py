@@ -336,12 +336,21 @@ class GroupedPlan:
                 f"mixed={s.mixed})")
 
 
+def grouped_machine(device, caller: str = "gemmlab.grouped_gemm") -> None:
+    """After the arguments, the machine: a Hopper GPU (:class:`gemmlab.tiers.TierError` elsewhere: the grouped kernel
+    is sm_90a only), then the tensors' device (checked one device already) must be a CUDA one."""
+    tiers.require_tier("sm90", caller)
+    if device.type != "cuda":
+        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {device}")
+
+
 def make_grouped_plan(problem: GroupedProblem, device, config: Sm90Config | None = None, *, shapes=None,
                       fences: bool = True, l2_promotion: int | None = L2_PROMOTION, **overrides) -> GroupedPlan:
     """The plan of ``problem`` on CUDA ``device``: the tile (``config``, else the heuristic's for this GPU), the
     schedule (``overrides``: ``dynamic``, ``by_size``, ``overlap_store``, ``mixed``, ``burst``; None lets the rule
     decide), the grid (the list form needs the problems' ``(M, N)`` ``shapes``), the compiled kernel, the workspace."""
-    cfg = config or heuristic_grouped.default_config(problem.tokens, problem.groups, problem.n, problem.k, device)
+    cfg = config or heuristic_grouped.default_config(problem.tokens, problem.groups, problem.n, problem.k, device,
+                                                      problem.dtype)
     sms = hardware.sm_count(device)
     if problem.mode == "ragged":
         grid = heuristic_grouped.ragged_grid(cfg, sms, problem.tokens, problem.groups, problem.n)

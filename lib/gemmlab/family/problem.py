@@ -305,6 +305,15 @@ def check_row_major(name: str, t):
         raise ValueError(f"{name} must start at a 16-byte-aligned address (TMA); it starts at {t.data_ptr():#x}")
 
 
+def check_output_rows(name: str, t):
+    """An output's rows must not overlap (a row stride of at least its width: not 0, not a sliding window), or
+    the kernel's stores of one row would land in another's."""
+    rows, cols = t.shape[-2], t.shape[-1]
+    if rows > 1 and t.stride(-2) < cols:
+        raise ValueError(f"{name}'s rows overlap (row stride {t.stride(-2)} < its {cols} columns): every row "
+                         f"must have memory of its own")
+
+
 def b_major_of(name: str, b) -> str:
     """``"n"`` when the weights' rows (N) are contiguous, ``"k"`` when each column of K is; else an error."""
     k, n = b.shape[-2], b.shape[-1]
@@ -317,8 +326,8 @@ def b_major_of(name: str, b) -> str:
 
 
 def check_offs(offs, groups: int, rows: int, *, validate: bool = True) -> None:
-    """``offs``: int32, shape (G,), same device; with ``validate`` (one device-to-host copy) also
-    non-decreasing and at most T."""
+    """``offs``: int32, shape (G,), contiguous; with ``validate`` (one device-to-host copy) also non-decreasing
+    and at most T."""
     import torch
     if not isinstance(offs, torch.Tensor):
         raise TypeError(f"offs must be a torch.Tensor of int32; got {type(offs).__name__}")
@@ -348,7 +357,8 @@ def check_offs_values(offs, rows: int) -> None:
 
 
 def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
-    """Every rule of ``grouped_gemm``'s arguments; returns B's layout ("k" or "n")."""
+    """Every rule of ``grouped_gemm``'s arguments (the device's kind is the machine's question, asked after the
+    tier: :func:`gemmlab.family.plan.grouped_machine`); returns B's layout ("k" or "n")."""
     import torch
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"a must be a torch.Tensor; got {type(a).__name__}")
@@ -356,10 +366,14 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
     if dtype not in ("bfloat16", "float16"):
         raise TypeError(f"a must be bfloat16 or float16; got {dtype}")
     _check_matrix("b", b, dtype)
+    if out is not None:
+        _check_matrix("out", out, dtype)
     if a.dim() != 2:
         raise ValueError(f"a must be 2-D (tokens x K); got shape {tuple(a.shape)}")
     if b.dim() != 3:
         raise ValueError(f"b must be 3-D (groups x K x N); got shape {tuple(b.shape)}")
+    for name, t in (("a", a), ("b", b)):
+        check_extents(name, t)
     rows, k = a.shape
     groups, kb, n = b.shape
     if kb != k:
@@ -368,21 +382,22 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
         raise ValueError(f"K and N must be multiples of 8 (16-byte TMA rows); got K = {k}, N = {n}")
     if k == 0 or n == 0 or groups == 0:
         raise ValueError(f"K, N and the group count must be positive; got K = {k}, N = {n}, G = {groups}")
+    check_offs(offs, groups, rows, validate=False)
     check_row_major("a", a)
     major = b_major_of("b", b)
     if groups > 1 and (b.stride(0) * b.element_size()) % 16:
         raise ValueError(f"b's group stride must be a multiple of 16 bytes; got {b.stride(0)} elements")
     if out is not None:
-        _check_matrix("out", out, dtype)
         if tuple(out.shape) != (rows, n):
             raise ValueError(f"out must have shape ({rows}, {n}); got {tuple(out.shape)}")
         check_row_major("out", out)
+        check_output_rows("out", out)
     devices = {t.device for t in (a, b, offs) + ((out,) if out is not None else ())}
     if len(devices) != 1:
         raise ValueError(f"a, b, offs and out must be on one device; got {sorted(map(str, devices))}")
-    check_offs(offs, groups, rows, validate=validate)
-    if a.device.type != "cuda":
-        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {a.device}")
+    check_pointers(a, b, out)
+    if validate and groups:
+        check_offs_values(offs, rows)
     return major
 
 
@@ -394,13 +409,28 @@ def ragged_problem(a, b, offs, out=None, *, validate: bool = False) -> GroupedPr
     return GroupedProblem("ragged", rows, groups, n, k, dtype_name(a.dtype), major)
 
 
-def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
-    """Every rule of ``grouped_gemm_list``'s arguments; returns ``(pairs, outs, b_major)`` (lists; ``outs`` None
-    when not given)."""
+def as_list(name: str, items, what: str) -> list:
+    """``items`` (any iterable but a tensor or a string) as a list; else a ``TypeError`` naming ``name``."""
     import torch
-    pairs = list(pairs)
+    if isinstance(items, (str, bytes, dict, torch.Tensor)):
+        raise TypeError(f"{name} must be a list of {what}; got {type(items).__name__}")
+    try:
+        return list(items)
+    except TypeError:
+        raise TypeError(f"{name} must be a list of {what}; got {type(items).__name__}") from None
+
+
+def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
+    """Every rule of ``grouped_gemm_list``'s arguments (the device's kind is asked after the tier); returns
+    ``(pairs, outs, b_major)`` (lists; ``outs`` None when not given)."""
+    import torch
+    pairs = as_list("pairs", pairs, "(a, b) pairs of tensors")
     if not pairs:
         raise ValueError("pairs must hold at least one (a, b) problem")
+    for i, pair in enumerate(pairs):
+        if isinstance(pair, (str, bytes, torch.Tensor)) or not hasattr(pair, "__len__") or len(pair) != 2:
+            size = f" of {len(pair)}" if hasattr(pair, "__len__") and not isinstance(pair, torch.Tensor) else ""
+            raise TypeError(f"pairs[{i}] must be an (a, b) pair of tensors; got {type(pair).__name__}{size}")
     a0 = pairs[0][0]
     if not isinstance(a0, torch.Tensor):
         raise TypeError(f"pairs[0][0] must be a torch.Tensor; got {type(a0).__name__}")
@@ -408,14 +438,13 @@ def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
     if dtype not in ("bfloat16", "float16"):
         raise TypeError(f"pairs[0][0] must be bfloat16 or float16; got {dtype}")
     majors = set()
-    for i, pair in enumerate(pairs):
-        if len(pair) != 2:
-            raise ValueError(f"pairs[{i}] must be an (a, b) pair")
-        ai, bi = pair
+    for i, (ai, bi) in enumerate(pairs):
         _check_matrix(f"pairs[{i}][0]", ai, dtype)
         _check_matrix(f"pairs[{i}][1]", bi, dtype)
         if ai.dim() != 2 or bi.dim() != 2:
             raise ValueError(f"pairs[{i}] must hold 2-D matrices; got {tuple(ai.shape)} and {tuple(bi.shape)}")
+        check_extents(f"pairs[{i}][0]", ai)
+        check_extents(f"pairs[{i}][1]", bi)
         if ai.shape[1] != bi.shape[0]:
             raise ValueError(f"pairs[{i}]: a is {tuple(ai.shape)}, b is {tuple(bi.shape)}: K must match")
         kk, nn = bi.shape
@@ -423,14 +452,13 @@ def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
             raise ValueError(f"pairs[{i}]: K and N must be positive multiples of 8; got K = {kk}, N = {nn}")
         check_row_major(f"pairs[{i}][0]", ai)
         majors.add(b_major_of(f"pairs[{i}][1]", bi))
+        check_aligned(f"pairs[{i}][1]", bi)
         if ai.device != a0.device or bi.device != a0.device:
             raise ValueError(f"pairs[{i}] is not on {a0.device} like pairs[0][0]")
     if len(majors) > 1:
         raise ValueError("every b must have the same layout (all K-contiguous or all N-contiguous); got both")
-    if a0.device.type != "cuda":
-        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {a0.device}")
     if outs is not None:
-        outs = list(outs)
+        outs = as_list("outs", outs, "output tensors")
         if len(outs) != len(pairs):
             raise ValueError(f"outs must hold one matrix per pair: {len(pairs)}; got {len(outs)}")
         for i, ((ai, bi), ci) in enumerate(zip(pairs, outs)):
@@ -438,7 +466,41 @@ def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
             if tuple(ci.shape) != (ai.shape[0], bi.shape[1]):
                 raise ValueError(f"outs[{i}] must have shape ({ai.shape[0]}, {bi.shape[1]}); got {tuple(ci.shape)}")
             check_row_major(f"outs[{i}]", ci)
+            check_output_rows(f"outs[{i}]", ci)
+            if ci.device != a0.device:
+                raise ValueError(f"outs[{i}] is not on {a0.device} like pairs[0][0]")
     return pairs, outs, majors.pop()
+
+
+def check_table_pointers(rows, index, b_major: str, element_size: int, *, outs_given: bool) -> None:
+    """The list form's per-call checks, read from its problem table (:func:`gemmlab.family.plan.problem_table`:
+    one row per problem with rows, ``index`` its place in ``pairs``): every ``a``, ``b`` and ``out`` starts 16-byte
+    aligned, and, when the caller gave ``outs``, no output shares a byte with another output or with any input.
+    One sort and a binary search per input: O(G log G), nothing when ``outs`` were made here."""
+    from bisect import bisect_left
+    for (pa, pb, pc, *_), i in zip(rows, index):
+        if (pa | pb | pc) % ALIGN_BYTES:
+            for name, p in ((f"pairs[{i}][0]", pa), (f"pairs[{i}][1]", pb), (f"outs[{i}]", pc)):
+                if p % ALIGN_BYTES:
+                    raise ValueError(f"{name} must start at a 16-byte aligned address; its data pointer is "
+                                     f"{p % ALIGN_BYTES} bytes past alignment")
+    if not outs_given:
+        return
+    es, written, read = element_size, [], []
+    for (pa, pb, pc, m, n, k, lda, ldb, ldc), i in zip(rows, index):
+        written.append((pc, pc + ((m - 1) * ldc + n) * es, i))
+        read.append((pa, pa + ((m - 1) * lda + k) * es, f"pairs[{i}][0]"))
+        b_span = ((k - 1) * ldb + n) if b_major == "n" else ((n - 1) * ldb + k)
+        read.append((pb, pb + b_span * es, f"pairs[{i}][1]"))
+    written.sort()
+    for (_, end, i), (start, _, j) in zip(written, written[1:]):
+        if start < end:
+            raise overlap_error(f"outs[{j}]", f"outs[{i}]")
+    starts = [w[0] for w in written]
+    for start, end, name in read:
+        j = bisect_left(starts, end) - 1  # the last output starting before this input ends
+        if j >= 0 and written[j][1] > start:
+            raise overlap_error(f"outs[{written[j][2]}]", name)
 
 
 def list_problem(pairs, b_major: str) -> GroupedProblem:
