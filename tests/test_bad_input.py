@@ -750,7 +750,121 @@ def test_grouped_fp16_matches_the_reference():
         assert ((c.float() - r).norm() / r.norm()).item() < 1e-2
 
 
-# ---- the grouped kernel's compile: numpy ints and refused floats before the DSL
+# ---- gated_dual_gemm
+
+
+@pytest.fixture(scope="module")
+def gated_ops():
+    from gemmlab import nvfp4 as fp4
+
+    return fp4.generate(128, 64, 256, seed=1)  # M, N, K: K/2 = 128 packed bytes a row, K/16 = 16 scales
+
+
+def _gated_call(ops, **kw):
+    from gemmlab.family import api
+
+    args = dict(zip(("a", "b1", "b2", "sfa", "sfb1", "sfb2"), ops.inputs()), out=None)
+    args.update(kw)
+    return lambda: api.gated_dual_gemm(**args)
+
+
+def _padded_rows(t, pad=16):
+    """``t`` (rows, width, 1) with rows ``pad`` elements apart more than packed: an unpacked view."""
+    rows, width, _ = t.shape
+    wide = torch.zeros(rows, width + pad, 1, dtype=t.dtype)
+    wide[:, :width] = t
+    return wide[:, :width]
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90", "sm100"])
+def test_gated_dual_gemm_refuses_unpacked_rows_and_column_major_scales(machine, gated_ops, tier):
+    from gemmlab import nvfp4 as fp4
+
+    machine(tier)
+    ops = gated_ops
+    a_bytes = fp4.as_bytes(ops.a)
+    _refused(tier, ValueError, r"^a must be row-major with packed rows \(K/2 packed bytes a row: strides \(128, 1\)",
+             _gated_call(ops, a=_padded_rows(a_bytes)))
+    _refused(tier, ValueError, "^b2 must be row-major with packed rows", _gated_call(ops, b2=_padded_rows(
+        fp4.as_bytes(ops.b2))))
+    column_major = ops.sfa.permute(2, 1, 0).contiguous().permute(2, 1, 0)  # (M, K/16, 1) with strides (1, M, ...)
+    assert torch.equal(column_major.float(), ops.sfa.float())
+    _refused(tier, ValueError, r"^sfa must be row-major with packed rows \(K/16 scales a row: strides \(16, 1\)",
+             _gated_call(ops, sfa=column_major))
+    transposed = ops.sfb1[..., 0].t().contiguous().t().unsqueeze(-1)
+    _refused(tier, ValueError, "^sfb1 must be row-major", _gated_call(ops, sfb1=transposed))
+    _refused(tier, ValueError, r"^out must be compact \(row stride N=64\)",
+             _gated_call(ops, out=torch.empty(128, 72, 1, dtype=torch.float16)[:, :64]))
+    if tier != "sm100":  # (the B200's call checks its devices itself: the CPU tensors cannot stand in there)
+        _accepted(tier, _gated_call(ops, a=_padded_rows(a_bytes).contiguous()))  # the fix the message names
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+def test_gated_dual_gemm_refuses_misaligned_tensors_and_an_out_over_an_input(machine, gated_ops, tier):
+    from gemmlab import nvfp4 as fp4
+
+    machine(tier)
+    ops = gated_ops
+    a_bytes = fp4.as_bytes(ops.a)
+    shifted = _misaligned(tuple(a_bytes.shape), torch.uint8, offset=8)
+    shifted.copy_(a_bytes)
+    _refused(tier, ValueError, "^a must start at a 16-byte aligned address", _gated_call(ops, a=shifted))
+    store = torch.zeros(2 * 128 * 128, dtype=torch.uint8)  # a's 16 KiB, then 16 KiB more
+    a = store[:128 * 128].view(128, 128, 1)
+    a.copy_(a_bytes)
+    over = store[:128 * 64 * 2].view(torch.float16).view(128, 64, 1)
+    _refused(tier, ValueError, "^out overlaps a in memory", _gated_call(ops, a=a, out=over))
+    apart = store[128 * 128:].view(torch.float16).view(128, 64, 1)
+    _accepted(tier, _gated_call(ops, a=a, out=apart))
+
+
+def test_gated_dual_gemm_checks_where_the_tensors_are_on_every_call(machine, gated_ops, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+
+    class FakePlan:
+        def __init__(self, problem, config, arch):
+            pass
+
+        def __call__(self, *tensors):
+            calls.append(tensors)
+            return tensors[-1]
+
+    monkeypatch.setattr(plan, "GatedPlan", FakePlan)
+    ops = gated_ops
+    out = torch.empty(128, 64, 1, dtype=torch.float16)
+    _gated_call(ops, out=out)()
+    store = torch.zeros(128 * 128, dtype=torch.uint8)
+    from gemmlab import nvfp4 as fp4
+    a = store.view(128, 128, 1)
+    a.copy_(fp4.as_bytes(ops.a))
+    _gated_call(ops, a=a, out=out)()  # a uint8 a: its own signature
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        _gated_call(ops, a=a, out=store.view(torch.float16).view(128, 64, 1))()
+    assert len(calls) == 2
+
+
+@pytest.mark.gpu
+def test_gated_dual_gemm_refuses_an_out_over_an_input_on_the_gpu():
+    from gemmlab import nvfp4 as fp4
+    from gemmlab.family import api
+
+    ops = fp4.generate(128, 64, 256, seed=2, device="cuda")
+    store = torch.zeros(2 * 128 * 128, dtype=torch.uint8, device="cuda")
+    a = store[:128 * 128].view(128, 128, 1)
+    a.copy_(fp4.as_bytes(ops.a))
+    inputs = (a, ops.b1, ops.b2, ops.sfa, ops.sfb1, ops.sfb2)
+    out = api.gated_dual_gemm(*inputs, out=store[128 * 128:].view(torch.float16).view(128, 64, 1))
+    ref = fp4.reference(*inputs)
+    assert fp4.check_close(out, ref).ok
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        api.gated_dual_gemm(*inputs, out=store[:128 * 128].view(torch.float16).view(128, 64, 1))
+
+
+# ---- the kernels' compiles: N a multiple of 8 before the DSL sees it
 
 
 @pytest.fixture
@@ -763,6 +877,33 @@ def no_dsl(monkeypatch):
 
     monkeypatch.setattr(gc, "compile_for", no_compile)
     monkeypatch.setattr(gemm_sm100, "compile_for", no_compile)
+
+
+@pytest.mark.parametrize("which", ["dual", "pipelined", "dual_sm100", "gemm_sm100", "gemm_sm100 cfg"])
+@pytest.mark.parametrize("n", [100, 4, 1028])
+def test_compiles_refuse_n_not_a_multiple_of_8_before_the_dsl(no_dsl, which, n):
+    """compile_dual and compile_pipelined handed N = 100 to the DSL; compile_gemm_sm100 with a cfg did too."""
+    from gemmlab.family.configs import Sm100Config
+    from gemmlab.kernels import dual_gemm_sm90, dual_gemm_sm90_pipelined, dual_gemm_sm100, gemm_sm100
+
+    calls = {
+        "dual": lambda: dual_gemm_sm90.compile_dual("sm_90a", None, 256, n, 256),
+        "pipelined": lambda: dual_gemm_sm90_pipelined.compile_pipelined("sm_90a", None, 256, n, 256),
+        "dual_sm100": lambda: dual_gemm_sm100.compile_dual_sm100("sm_100a", None, 256, n, 256),
+        "gemm_sm100": lambda: gemm_sm100.compile_gemm_sm100("sm_100a", None, 256, n, 256),
+        "gemm_sm100 cfg": lambda: gemm_sm100.compile_gemm_sm100("sm_100a", Sm100Config(), 256, n, 256),
+    }
+    with pytest.raises(ValueError, match=r"^N must be a multiple of 8 \(16-byte rows of the "):
+        calls[which]()
+
+
+@pytest.mark.parametrize("cfg", [None, "cfg"])
+def test_compile_gemm_sm100_refuses_k_not_a_multiple_of_8_before_the_dsl(no_dsl, cfg):
+    from gemmlab.family.configs import Sm100Config
+    from gemmlab.kernels.gemm_sm100 import compile_gemm_sm100
+
+    with pytest.raises(ValueError, match=r"^K must be a multiple of 8 \(16-byte rows of a\)"):
+        compile_gemm_sm100("sm_100a", Sm100Config() if cfg else None, 256, 256, 100)
 
 
 def test_compile_grouped_takes_numpy_ints_and_refuses_floats_before_the_dsl(no_dsl):

@@ -10,13 +10,12 @@
 The rules of each call are its contract's (:mod:`gemmlab.family.problem`). The call path is built to cost
 no more host time than torch's own call: one dictionary lookup keyed on what a plan depends on (shapes,
 strides, dtypes, devices, the options), the per-call checks no signature can vouch for (where the tensors start:
-16-byte alignment, and an output of gemm or the grouped calls sharing no byte with an input; the grouped call's
-read of ``offs``, unless ``validate=False``), and the plan's launch. Everything else (argument checks, the
-heuristics, compiling) happens once per key, when the plan is made (:mod:`gemmlab.family.plan`). Bad input always
-reaches the checks: an argument that has no signature (not a tensor) goes down the slow path, which says what is
-wrong, and an option's type is part of the grouped key (``mixed=64.0`` never finds the plan of ``mixed=64``). The
-order is the course's: the arguments, then the tier (:class:`gemmlab.tiers.TierError` without the GPU a call
-needs), then the devices.
+16-byte alignment, and an output sharing no byte with an input; the grouped call's read of ``offs``, unless
+``validate=False``), and the plan's launch. Everything else (argument checks, the heuristics, compiling) happens
+once per key, when the plan is made (:mod:`gemmlab.family.plan`). Bad input always reaches the checks: an
+argument that has no signature (not a tensor) goes down the slow path, which says what is wrong, and an option's
+type is part of the grouped key (``mixed=64.0`` never finds the plan of ``mixed=64``). The order is the course's:
+the arguments, then the tier (:class:`gemmlab.tiers.TierError` without the GPU a call needs), then the devices.
 
 ``gemm``'s rules: ``a`` M x K row-major, ``b`` K x N row-major or the ``w.t()`` view of an N x K weight,
 BF16/FP16 in, FP32 accumulation, the output in ``out``'s dtype (default: ``a``'s; on Blackwell ``a``'s only),
@@ -29,8 +28,9 @@ from .configs import check_grouped_config
 from .heuristic_grouped import L2_PROMOTION, check_options
 from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, grouped_machine, make_gated_plan, make_grouped_plan,
                    make_plan, problem_table)
-from .problem import (as_list, canonical_operands, check_devices, check_list, check_offs_values, check_pointers,
-                      check_table_pointers, dtype_name, gated_problem, list_problem, problem_of, ragged_problem, spans)
+from .problem import (as_list, canonical_operands, check_devices, check_gated_pointers, check_list, check_offs_values,
+                      check_pointers, check_table_pointers, dtype_name, gated_problem, list_problem, problem_of,
+                      ragged_problem, spans)
 
 
 def _signature(*tensors):
@@ -248,30 +248,33 @@ def grouped_plans() -> list[GroupedPlan]:
 # Gated NVFP4 (chapter 11)
 # --------------------------------------------------------------------------------------
 
-#: Gated plans by call signature.
+#: Gated plans by call signature: ``(plan, extents)``, ``extents`` the bytes each tensor spans.
 _GATED: dict = {}
 
 
 def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
     """``silu(A B1^T) * (A B2^T)`` in FP16 from NVFP4 operands, on the kernel of this machine's GPU.
 
-    ``a`` (M, K/2, 1), ``b1``/``b2`` (N, K/2, 1): packed FP4, two e2m1 values a byte, K-major (uint8 or
-    ``float4_e2m1fn_x2``); ``sfa`` (M, K/16, 1), ``sfb1``/``sfb2`` (N, K/16, 1): plain e4m3 scales, one per
-    16 K values; K a multiple of 256, N of 8; ``out`` (M, N, 1) FP16 or None. Returns ``out``.
+    ``a`` (M, K/2, 1), ``b1``/``b2`` (N, K/2, 1): packed FP4, two e2m1 values a byte, K-major with packed rows (uint8
+    or ``float4_e2m1fn_x2``); ``sfa`` (M, K/16, 1), ``sfb1``/``sfb2`` (N, K/16, 1): plain e4m3 scales, one per
+    16 K values, row-major; K a multiple of 256, N of 8; ``out`` (M, N, 1) FP16, compact, or None; every tensor
+    16-byte aligned, ``out`` apart from the inputs. Returns ``out``.
 
     Bad input raises ``TypeError`` / ``ValueError`` naming the argument, on every machine and before any
     compile or launch; a machine without a Hopper or datacenter Blackwell GPU then raises ``TierError``.
     """
-    key = _signature(a, b1, b2, sfa, sfb1, sfb2, out)
-    plan = _cached(_GATED, key)
-    if plan is None:
-        tensors = (a, b1, b2, sfa, sfb1, sfb2, out)
-        plan = make_gated_plan(gated_problem(*tensors), tensors)
+    tensors = (a, b1, b2, sfa, sfb1, sfb2, out)
+    key = _signature(*tensors)
+    entry = _cached(_GATED, key)
+    if entry is None:
+        entry = (make_gated_plan(gated_problem(*tensors), tensors), spans(*tensors))
         if key is not None:
-            _GATED[key] = plan
-    return plan(a, b1, b2, sfa, sfb1, sfb2, out)
+            _GATED[key] = entry
+    else:  # the signature vouches for everything but where the tensors start
+        check_gated_pointers(tensors, entry[1])
+    return entry[0](a, b1, b2, sfa, sfb1, sfb2, out)
 
 
 def gated_plans() -> list[GatedPlan]:
     """Every gated plan made in this process, one per call signature."""
-    return list(_GATED.values())
+    return [plan for plan, _ in _GATED.values()]

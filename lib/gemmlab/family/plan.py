@@ -452,9 +452,7 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
         tiers.require_tier("gpu", "gemmlab.gated_dual_gemm")  # raises TierError on this machine
         raise AssertionError("unreachable: require_tier accepted a cpu tier")  # pragma: no cover
     from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
-    from ..kernels.dual_gemm_sm90_pipelined import check_compact_out
 
-    check_compact_out(tensors[6], problem.n)
     cfg = config or heuristic_gated.choose_sm90(problem)
     if not isinstance(cfg, PipelinedConfig):
         raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")

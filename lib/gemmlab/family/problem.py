@@ -10,7 +10,7 @@ One problem kind per call, each built once per call signature (the plans cache t
 Everything here runs on the CPU tier: bad input gets a ``TypeError`` or ``ValueError``
 naming the argument and the rule before anything compiles or launches. What a
 signature cannot vouch for, where the tensors start (16-byte alignment, and an output sharing no byte with
-an input), is checked on every call (:func:`check_pointers`, :func:`check_row_major`).
+an input), is checked on every call (:func:`check_pointers` and its grouped and gated kin).
 
 The dense contract, ``C = A @ B`` with the meaning of ``torch.matmul``, on both architectures:
 
@@ -516,6 +516,15 @@ def list_problem(pairs, b_major: str) -> GroupedProblem:
 # --------------------------------------------------------------------------------------
 
 
+def check_gated_sizes(m, n, k) -> tuple[int, int, int]:
+    """Sizes the gated kernels take, as Python ints: :func:`gemmlab.nvfp4.check_problem`'s (M, N >= 1, K a positive
+    multiple of 256) and N a multiple of 8: C's FP16 rows are stored in 16-byte pieces."""
+    m, n, k, _ = fp4.check_problem(m, n, k)
+    if n % 8:
+        raise ValueError(f"N must be a multiple of 8 (16-byte rows of the FP16 output); got N={n}")
+    return m, n, k
+
+
 @dataclass(frozen=True)
 class GatedProblem:
     """``C = silu(A B1^T) * (A B2^T)`` in FP16 from NVFP4 operands (GPU MODE's layouts, L = 1): M, N, K."""
@@ -525,13 +534,14 @@ class GatedProblem:
     k: int
 
     def __post_init__(self):
-        m, n, k, _ = fp4.check_problem(self.m, self.n, self.k)  # stored as Python ints, as GemmProblem's
+        m, n, k = check_gated_sizes(self.m, self.n, self.k)  # stored as Python ints, as GemmProblem's
         for name, v in (("m", m), ("n", n), ("k", k)):
             object.__setattr__(self, name, v)
 
 
 def check_gated_output(out, m: int, n: int):
-    """``out`` must be None or an FP16 ``(M, N, 1)`` tensor, N-major (stride 1 along N)."""
+    """``out`` must be None or an FP16 ``(M, N, 1)`` tensor, row-major with packed rows (strides (N, 1) over M, N:
+    both kernels store C with row stride N)."""
     import torch
 
     from ..checks import check_tensor
@@ -543,6 +553,20 @@ def check_gated_output(out, m: int, n: int):
         raise ValueError(f"out must have shape {(m, n, 1)} (M, N, L); got {tuple(out.shape)}")
     if out[..., 0].stride(1) != 1:
         raise ValueError(f"out must be N-major (stride 1 along N); got strides {out.stride()}")
+    if m > 1 and out.stride(0) != n:
+        raise ValueError(f"out must be compact (row stride N={n}); got strides {out.stride()}")
+
+
+def _check_packed_rows(name: str, t, width: int, what: str):
+    """``t`` (rows, width, 1) row-major with packed rows: the kernels read rows of ``width`` bytes, one after the
+    other (a row stride of ``width``; stride 1 along them)."""
+    rows = t.shape[0]
+    if (t.stride(1) != 1 and width > 1) or (rows > 1 and t.stride(0) != width):
+        raise ValueError(f"{name} must be row-major with packed rows ({what}: strides ({width}, 1) over its first "
+                         f"two dimensions); got strides {tuple(t.stride())}. Pass {name}.contiguous()")
+
+
+GATED_NAMES = ("a", "b1", "b2", "sfa", "sfb1", "sfb2", "out")
 
 
 def check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
@@ -550,12 +574,34 @@ def check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
     m, n, k, l = fp4.check_operands(a, b1, b2, sfa, sfb1, sfb2)
     if l != 1:
         raise ValueError(f"L must be 1 (the kernels' batch is one problem); got L={l}")
-    if n % 8:
-        raise ValueError(f"N must be a multiple of 8 (each FP16 row of C is stored in 16-byte pieces); got N={n}")
+    check_gated_sizes(m, n, k)
+    for name, t in (("a", a), ("b1", b1), ("b2", b2)):
+        check_extents(name, t)
+        _check_packed_rows(name, t, k // 2, "K/2 packed bytes a row")
+    for name, t in (("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2)):
+        _check_packed_rows(name, t, k // fp4.SF_VEC, "K/16 scales a row")
     check_gated_output(out, m, n)
     if out is not None and out.device != a.device:
         raise ValueError(f"out must be on a's device {a.device}; got {out.device}")
+    tensors = (a, b1, b2, sfa, sfb1, sfb2, out)
+    check_gated_pointers(tensors, spans(*tensors))
     return m, n, k
+
+
+def check_gated_pointers(tensors, extents) -> None:
+    """``gated_dual_gemm``'s per-call checks (a signature cannot vouch for them): every tensor of ``tensors`` (a, b1,
+    b2, sfa, sfb1, sfb2, out) starts 16-byte aligned (the kernels' TMA copies), and ``out`` shares no byte with an
+    input (``extents``: their :func:`spans`)."""
+    a, b1, b2, sfa, sfb1, sfb2, out = tensors
+    ptrs = (a.data_ptr(), b1.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb1.data_ptr(), sfb2.data_ptr())
+    po = 0 if out is None else out.data_ptr()
+    if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | po) % ALIGN_BYTES:
+        _misaligned([(name, t) for name, t in zip(GATED_NAMES, tensors) if t is not None])
+    if out is not None:
+        end = po + extents[6]
+        for name, p, size in zip(GATED_NAMES, ptrs, extents):
+            if po < p + size and p < end:
+                raise overlap_error("out", name)
 
 
 def gated_problem(a, b1, b2, sfa, sfb1, sfb2, out=None) -> GatedProblem:
