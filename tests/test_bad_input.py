@@ -432,6 +432,7 @@ def test_a_plan_cache_hit_still_checks_where_b_and_out_are(machine, monkeypatch)
 
 
 @pytest.mark.gpu
+@pytest.mark.sm90
 def test_gemm_cache_hit_checks_b_and_out_devices_on_the_gpu():
     import gemmlab
 
@@ -476,6 +477,7 @@ def test_gemm_checks_out_against_the_inputs_on_every_call(machine, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.sm90
 def test_gemm_out_aliasing_an_input_is_refused_on_the_gpu():
     import gemmlab
 
@@ -714,6 +716,7 @@ def test_grouped_gemm_list_checks_where_the_tensors_are_on_every_call(machine, m
     assert len(calls) == 2
 
 
+@pytest.mark.gpu
 @pytest.mark.sm90
 def test_grouped_refuses_misaligned_b_and_aliased_out_on_the_gpu():
     from gemmlab.family import api
@@ -730,6 +733,7 @@ def test_grouped_refuses_misaligned_b_and_aliased_out_on_the_gpu():
                          out=torch.empty(256, 128, device="cuda", dtype=BF))
 
 
+@pytest.mark.gpu
 @pytest.mark.sm90
 def test_grouped_fp16_matches_the_reference():
     from gemmlab import grouped_model as gm
@@ -848,20 +852,22 @@ def test_gated_dual_gemm_checks_where_the_tensors_are_on_every_call(machine, gat
 
 
 @pytest.mark.gpu
+@pytest.mark.sm90
 def test_gated_dual_gemm_refuses_an_out_over_an_input_on_the_gpu():
     from gemmlab import nvfp4 as fp4
     from gemmlab.family import api
 
-    ops = fp4.generate(128, 64, 256, seed=2, device="cuda")
-    store = torch.zeros(2 * 128 * 128, dtype=torch.uint8, device="cuda")
+    ops = fp4.generate(128, 128, 256, seed=2, device="cuda")  # a: 128 x 128 bytes; out: 128 x 128 FP16
+    store = torch.zeros(128 * 128 + 128 * 128 * 2, dtype=torch.uint8, device="cuda")
     a = store[:128 * 128].view(128, 128, 1)
     a.copy_(fp4.as_bytes(ops.a))
     inputs = (a, ops.b1, ops.b2, ops.sfa, ops.sfb1, ops.sfb2)
-    out = api.gated_dual_gemm(*inputs, out=store[128 * 128:].view(torch.float16).view(128, 64, 1))
-    ref = fp4.reference(*inputs)
-    assert fp4.check_close(out, ref).ok
-    with pytest.raises(ValueError, match="^out overlaps a in memory"):
-        api.gated_dual_gemm(*inputs, out=store[:128 * 128].view(torch.float16).view(128, 64, 1))
+    out = api.gated_dual_gemm(*inputs, out=store[128 * 128:].view(torch.float16).view(128, 128, 1))
+    torch.cuda.synchronize()
+    res = fp4.check_close(out, fp4.reference(*inputs))
+    assert res.ok, res
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):  # the same signature: a cache hit
+        api.gated_dual_gemm(*inputs, out=store[:128 * 128 * 2].view(torch.float16).view(128, 128, 1))
 
 
 # ---- the kernels' compiles: N a multiple of 8 before the DSL sees it
