@@ -4,6 +4,8 @@ One test (or a few) per finding of a new user's probes of the public calls, mode
 and torch scalars are numbers, floats and bools are not ints, out-of-range values are refused, and work
 too large to finish is refused with the limit named.
 """
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -306,3 +308,652 @@ def test_compile_gemm_sm100_checks_sizes_before_the_dsl(m):
 
     with pytest.raises((TypeError, ValueError), match="^m must be"):
         compile_gemm_sm100("sm_100a", Sm100Config(), m=m, n=256, k=256)
+
+
+# ---------------------------------------------------------------- the family's four public calls
+# Every check below fires on the CPU tier before the TierError, and on a (faked) GPU tier before anything
+# compiles: the compile is patched to raise Compiled, so a call that got past the checks says so.
+
+BF = torch.bfloat16
+
+
+class Compiled(Exception):
+    """Raised by the patched compile: the call passed every check and went on to compile."""
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """``machine(tier)``: this process as a machine of ``tier`` on which nothing compiles (the family's one compile
+    cache and ``compile_for`` raise :class:`Compiled`), with empty plan caches. On a GPU tier the CPU tensors stand
+    in for CUDA ones (the device-kind checks after the tier are switched off)."""
+    import gemmlab.compile as gc
+    from gemmlab import hardware, tiers
+    from gemmlab.family import api, plan
+    from gemmlab.kernels import dual_gemm_sm90
+
+    def no_compile(*args, **kwargs):
+        raise Compiled()
+
+    monkeypatch.setattr(gc, "compile_for", no_compile)
+    monkeypatch.setattr(plan, "compiled", lambda key, build: no_compile())
+    for cache in ("_PLANS", "_BY_PROBLEM", "_GROUPED", "_GATED"):
+        monkeypatch.setattr(api, cache, {})
+
+    def use(tier):
+        monkeypatch.setattr(tiers, "detect_tier", lambda: tier)
+        if tier != "cpu":
+            monkeypatch.setattr(api, "check_devices", lambda *tensors: None)
+            monkeypatch.setattr(api, "grouped_machine", lambda device, caller="gemmlab.grouped_gemm":
+                                tiers.require_tier("sm90", caller))
+            monkeypatch.setattr(dual_gemm_sm90, "check_devices", lambda *tensors: None)
+            monkeypatch.setattr(hardware, "sm_count", lambda device=None: 132)
+    return use
+
+
+def _refused(tier, exc, match, call):
+    """``call()`` raises ``exc`` matching ``match`` on a machine of ``tier`` (never TierError or Compiled first)."""
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def _accepted(tier, call):
+    """``call()`` passes every argument check: TierError on the CPU tier, a compile on a GPU tier."""
+    from gemmlab.tiers import TierError
+
+    with pytest.raises(TierError if tier == "cpu" else Compiled):
+        call()
+
+
+def _dense(m=64, n=64, k=64):
+    return torch.zeros(m, k, dtype=BF), torch.zeros(n, k, dtype=BF).t()
+
+
+JUNK = {"ndarray": np.zeros((64, 64), np.float32), "list": [[1.0] * 64] * 64, "None": None, "int": 3,
+        "int64": np.int64(3), "str": "a"}
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90", "sm100"])
+@pytest.mark.parametrize("which,junk", [(w, j) for w in ("a", "b", "out") for j in JUNK if (w, j) != ("out", "None")])
+def test_gemm_names_an_argument_that_is_not_a_tensor(machine, tier, which, junk):
+    """It was an AttributeError from building the plan-cache key ('numpy.ndarray' object has no attribute
+    'stride'); now the key's failure sends the call to the checks, which name the argument (out=None: the default)."""
+    import gemmlab
+
+    junk = JUNK[junk]
+    machine(tier)
+    a, b = _dense()
+    args = {"a": a, "b": b, "out": torch.zeros(64, 64, dtype=BF), which: junk}
+    _refused(tier, TypeError, f"^{which} must be a torch.Tensor; got ", lambda: gemmlab.gemm(**args))
+
+
+def test_plan_key_covers_every_operands_device_and_layout():
+    """The dense plan cache keyed on a.device only: a cache hit skipped the device checks of b and out."""
+    from gemmlab.family.api import plan_key
+
+    a, b = _dense()
+    out = torch.zeros(64, 64, dtype=BF)
+    key = plan_key(a, b, out)
+    a2, b2 = _dense()  # same signature, other memory: the same plan
+    assert plan_key(a2, b2, torch.zeros(64, 64, dtype=BF)) == key and hash(plan_key(a2, b2, out)) == hash(key)
+    meta = {"a": a.to("meta"), "b": b.to("meta"), "out": out.to("meta")}
+    for name in ("a", "b", "out"):
+        args = {"a": a, "b": b, "out": out, name: meta[name]}
+        assert plan_key(**args) != key, f"{name}'s device is not in the key"
+    assert plan_key(a, b.contiguous(), out) != key  # b's layout (N-contiguous against the w.t() view)
+    assert plan_key(a, b, torch.zeros(64, 128, dtype=BF)[:, :64]) != key  # out's strides
+    assert plan_key(a, b, out.half()) != key and plan_key(a, b) != key  # out's dtype; out or none
+    with pytest.raises(AttributeError):  # not a tensor: gemm sends the call to the checks, which name it
+        plan_key([1], b)
+
+
+def test_a_plan_cache_hit_still_checks_where_b_and_out_are(machine, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "compiled_kernel", lambda problem, cfg, arch: lambda *args: calls.append(args))
+
+    def check_devices(a, b, out=None):  # the real rule with meta standing for a second device
+        for name, t in (("b", b), ("out", out)):
+            if t is not None and t.device != a.device:
+                raise ValueError(f"{name} must be on a's device")
+
+    monkeypatch.setattr(api, "check_devices", check_devices)
+    a, b = _dense()
+    out = torch.zeros(64, 64, dtype=BF)
+    api.gemm(a, b, out)
+    api.gemm(a, b, out)
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="^b must be on a's device"):
+        api.gemm(a, b.to("meta"), out)
+    with pytest.raises(ValueError, match="^out must be on a's device"):
+        api.gemm(a, b, out.to("meta"))
+    assert len(calls) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_gemm_cache_hit_checks_b_and_out_devices_on_the_gpu():
+    import gemmlab
+
+    a = torch.randn(128, 256, device="cuda", dtype=BF)
+    b = torch.randn(256, 192, device="cuda", dtype=BF)
+    out = torch.empty(128, 192, device="cuda", dtype=BF)
+    gemmlab.gemm(a, b)
+    gemmlab.gemm(a, b, out)  # both signatures now have plans
+    with pytest.raises(ValueError, match="^b must be on a cuda device"):
+        gemmlab.gemm(a, b.cpu())
+    with pytest.raises(ValueError, match="^out must be on a cuda device"):
+        gemmlab.gemm(a, b, out.cpu())
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+def test_gemm_refuses_an_out_that_overlaps_an_input(machine, tier):
+    import gemmlab
+
+    machine(tier)
+    x, w_t = _dense(64, 64, 64)  # N == K: out=x has the right shape
+    _refused(tier, ValueError, "^out overlaps a in memory", lambda: gemmlab.gemm(x, w_t, out=x))
+    store = torch.zeros(64 * 64 + 64 * 64, dtype=BF)  # b is w.t() of rows 0..63; out a view reaching into them
+    b = store[:64 * 64].view(64, 64).t()
+    _refused(tier, ValueError, "^out overlaps b in memory",
+             lambda: gemmlab.gemm(x, b, out=store[32 * 64:96 * 64].view(64, 64)))
+    _accepted(tier, lambda: gemmlab.gemm(x, b, out=store[64 * 64:].view(64, 64)))  # a disjoint slice: fine
+
+
+def test_gemm_checks_out_against_the_inputs_on_every_call(machine, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "compiled_kernel", lambda problem, cfg, arch: lambda *args: calls.append(args))
+    x, w_t = _dense()
+    api.gemm(x, w_t, torch.zeros(64, 64, dtype=BF))  # the plan of this signature
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        api.gemm(x, w_t, out=x)  # same signature: a cache hit
+    with pytest.raises(ValueError, match="^out overlaps b in memory"):
+        api.gemm(x, w_t, out=w_t.t())
+    assert len(calls) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_gemm_out_aliasing_an_input_is_refused_on_the_gpu():
+    import gemmlab
+
+    x = torch.randn(128, 256, device="cuda", dtype=BF)
+    w = torch.randn(256, 256, device="cuda", dtype=BF)
+    gemmlab.gemm(x, w.t(), out=torch.empty_like(x))  # a plan for the signature
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        gemmlab.gemm(x, w.t(), out=x)
+    store = torch.empty(2 * 128 * 256, device="cuda", dtype=BF)
+    a, out = store[:128 * 256].view(128, 256), store[128 * 256:].view(128, 256)
+    a.copy_(x)
+    gemmlab.gemm(a, w.t(), out=out)  # a disjoint slice of one storage
+    ref = x.float() @ w.float().t()
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+# ---- grouped_gemm, grouped_gemm_list
+
+
+def _ragged(rows=32, groups=2, k=64, n=64, dtype=BF):
+    a = torch.zeros(rows, k, dtype=dtype)
+    b = torch.zeros(groups, n, k, dtype=dtype).transpose(1, 2)
+    offs = torch.tensor([rows // 2, rows][:groups], dtype=torch.int32)
+    return a, b, offs
+
+
+def _misaligned(shape, dtype=BF, offset=1):
+    """A packed tensor of ``shape`` that starts ``offset`` elements past a 16-byte boundary."""
+    n = math.prod(shape)
+    return torch.zeros(n + 16, dtype=dtype)[offset:offset + n].view(shape)
+
+
+GROUPED_REFUSED = [
+    (dict(offs=[16, 32]), TypeError, "^offs must be a torch.Tensor"),
+    (dict(offs=np.array([16, 32], np.int32)), TypeError, "^offs must be a torch.Tensor"),
+    (dict(b=_misaligned((2, 64, 64))), ValueError, "^b must start at a 16-byte aligned address"),
+    (dict(out=torch.zeros(1, 64, dtype=BF).expand(32, 64)), ValueError, r"^out's rows overlap \(row stride 0"),
+    (dict(out=torch.zeros(40 * 64, dtype=BF).as_strided((32, 64), (8, 1))), ValueError, "^out's rows overlap"),
+    (dict(out="a"), ValueError, "^out overlaps a in memory"),
+    (dict(config="128x128"), TypeError, "^config must be an Sm90Config"),
+    (dict(config="SMALL_FP16"), ValueError, "^config is for float16 -> float16; the tensors are bfloat16"),
+    (dict(config="MEDIUM_C2", mixed=64), ValueError, "^mixed=64: the mixed order cannot run with config"),
+    (dict(mixed=-1), ValueError, "^mixed must be >= 0; got -1"),
+    (dict(mixed=2 ** 31), ValueError, "^mixed must be <= 2147483647"),
+    (dict(mixed=128.0), TypeError, "^mixed must be an int; got float"),
+    (dict(mixed=True), TypeError, "^mixed must be an int; got bool"),
+    (dict(mixed=np.float32(64)), TypeError, "^mixed must be an int"),
+    (dict(mixed="64"), TypeError, "^mixed must be an int"),
+    (dict(mixed=64, dynamic=False), ValueError, "^mixed=64: the mixed order cannot run with dynamic=False"),
+    (dict(mixed=64, by_size=False), ValueError, "^mixed=64: the mixed order cannot run with by_size=False"),
+    (dict(burst=0), ValueError, "^burst must be >= 1"),
+    (dict(burst=2.0), TypeError, "^burst must be an int"),
+    (dict(burst=np.bool_(True)), TypeError, "^burst must be an int"),
+    (dict(fences=1), TypeError, "^fences must be one of False, True"),
+    (dict(dynamic="yes"), ValueError, "^dynamic must be one of False, True"),
+    (dict(by_size=0), TypeError, "^by_size must be one of False, True"),
+    (dict(overlap_store=[]), ValueError, "^overlap_store must be one of False, True"),
+    (dict(l2_promotion=4), ValueError, "^l2_promotion must be one of None, 0, 1, 2, 3"),
+    (dict(l2_promotion=3.0), TypeError, "^l2_promotion must be one of"),
+    (dict(validate="no"), ValueError, "^validate must be one of False, True"),
+    (dict(validate=1), TypeError, "^validate must be one of False, True"),
+]
+
+
+def _grouped_call(kw):
+    from dataclasses import replace
+
+    from gemmlab.family import api, configs
+
+    a, b, offs = _ragged()
+    kw = dict(kw)
+    if kw.get("out") == "a":
+        a, b, offs = _ragged(k=64, n=64)
+        kw["out"] = a
+    if kw.get("config") == "SMALL_FP16":
+        kw["config"] = replace(configs.SMALL, dtype="float16", out_dtype="float16")
+    elif kw.get("config") == "MEDIUM_C2":
+        kw["config"] = configs.MEDIUM_C2
+    args = dict(a=a, b=b, offs=offs)
+    for name in ("a", "b", "offs", "out"):
+        if name in kw:
+            args[name] = kw.pop(name)
+    return lambda: api.grouped_gemm(args["a"], args["b"], args["offs"], args.get("out"), **kw)
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+@pytest.mark.parametrize("kw,exc,match", GROUPED_REFUSED, ids=[m.strip("^")[:40] for _, _, m in GROUPED_REFUSED])
+def test_grouped_gemm_refuses_bad_arguments_before_the_tier_and_any_compile(machine, tier, kw, exc, match):
+    machine(tier)
+    _refused(tier, exc, match, _grouped_call(kw))
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+@pytest.mark.parametrize("kw", [dict(), dict(mixed=np.int64(128), burst=np.int32(5), by_size=np.bool_(True)),
+                                dict(mixed=0, dynamic=False), dict(burst=np.int64(3)), dict(l2_promotion=None),
+                                dict(l2_promotion=np.int64(2)), dict(fences=np.bool_(False)), dict(validate=False),
+                                dict(config="MEDIUM_C2")])
+def test_grouped_gemm_takes_numpy_numbers_and_good_options(machine, tier, kw):
+    machine(tier)
+    _accepted(tier, _grouped_call(kw))
+
+
+def test_grouped_gemm_options_are_in_the_key_with_their_types(machine, monkeypatch):
+    """64.0 == 64 and 1 == True: a plan made for mixed=64 must not answer for mixed=64.0."""
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "grouped_kernel", lambda *args, **kw: lambda *t: calls.append(t))
+    call = _grouped_call(dict(mixed=64, dynamic=True, fences=True))
+    call()
+    call()
+    assert len(calls) == 2
+    with pytest.raises(TypeError, match="^mixed must be an int; got float"):
+        _grouped_call(dict(mixed=64.0, dynamic=True, fences=True))()
+    with pytest.raises(TypeError, match="^fences must be one of False, True"):
+        _grouped_call(dict(mixed=64, dynamic=True, fences=1))()
+    assert len(calls) == 2
+
+
+def test_grouped_gemm_checks_where_the_tensors_are_on_every_call(machine, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "grouped_kernel", lambda *args, **kw: lambda *t: calls.append(t))
+    a, b, offs = _ragged()
+    api.grouped_gemm(a, b, offs, torch.zeros(32, 64, dtype=BF))  # the plan of this signature
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="^b must start at a 16-byte aligned address"):
+        api.grouped_gemm(a, _misaligned((2, 64, 64)).transpose(1, 2), offs, torch.zeros(32, 64, dtype=BF))
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        api.grouped_gemm(a, b, offs, a)
+    assert len(calls) == 1
+
+
+def test_grouped_fp16_runs_a_tile_compiled_for_fp16(machine, monkeypatch):
+    """The heuristic's tiles are BF16 configs: FP16 tensors were handed to a BF16 kernel (TVM-FFI's dtype error)."""
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    asked = []
+    monkeypatch.setattr(plan, "grouped_kernel", lambda cfg, *args, **kw: asked.append(cfg) or (lambda *t: None))
+    api.grouped_gemm(*_ragged(dtype=torch.float16))
+    api.grouped_gemm_list([(torch.zeros(16, 64, dtype=torch.float16), torch.zeros(64, 32, dtype=torch.float16))])
+    assert [(c.dtype, c.out_dtype) for c in asked] == [("float16", "float16")] * 2
+
+
+def test_grouped_gemm_is_hopper_only(machine):
+    from gemmlab.tiers import TierError
+
+    machine("sm100")  # it compiled an sm_90a kernel and launched it on the B200
+    with pytest.raises(TierError, match="gemmlab.grouped_gemm needs tier sm90"):
+        _grouped_call({})()
+    with pytest.raises(TierError, match="gemmlab.grouped_gemm_list needs tier sm90"):
+        from gemmlab.family import api
+        api.grouped_gemm_list([(torch.zeros(16, 64, dtype=BF), torch.zeros(64, 32, dtype=BF))])
+
+
+def _pairs(n=2):
+    return [(torch.zeros(16, 64, dtype=BF), torch.zeros(64, 32, dtype=BF)) for _ in range(n)]
+
+
+LIST_REFUSED = [
+    (dict(pairs=None), TypeError, r"^pairs must be a list of \(a, b\) pairs of tensors; got NoneType"),
+    (dict(pairs=5), TypeError, "^pairs must be a list of .*; got int"),
+    (dict(pairs=[5]), TypeError, r"^pairs\[0\] must be an \(a, b\) pair of tensors; got int"),
+    (dict(pairs="ab"), TypeError, "^pairs must be a list of .*; got str"),
+    (dict(pairs="one"), TypeError, r"^pairs\[0\] must be an \(a, b\) pair of tensors; got tuple of 1"),
+    (dict(pairs="three"), TypeError, r"^pairs\[1\] must be an \(a, b\) pair of tensors; got tuple of 3"),
+    (dict(outs=5), TypeError, "^outs must be a list of output tensors; got int"),
+    (dict(outs=[None, None]), TypeError, r"^outs\[0\] must be a torch.Tensor; got NoneType"),
+    (dict(b1="misaligned"), ValueError, r"^pairs\[1\]\[1\] must start at a 16-byte aligned address"),
+    (dict(outs="stride0"), ValueError, r"^outs\[1\]'s rows overlap"),
+    (dict(outs="a0"), ValueError, r"^outs\[0\] overlaps pairs\[0\]\[0\] in memory"),
+    (dict(outs="each other"), ValueError, r"^outs\[1\] overlaps outs\[0\] in memory"),
+    (dict(config="128x128"), TypeError, "^config must be an Sm90Config"),
+]
+
+
+def _list_call(kw):
+    from gemmlab.family import api
+
+    pairs, outs = _pairs(), None
+    kw = dict(kw)
+    if "pairs" in kw:
+        pairs = kw.pop("pairs")
+        if pairs == "one":
+            pairs = [(_pairs()[0][0],)]
+        elif pairs == "three":
+            pairs = [_pairs()[0], (*_pairs()[0], _pairs()[0][0])]
+    if kw.pop("b1", None):
+        pairs[1] = (pairs[1][0], _misaligned((64, 32)))
+    if "outs" in kw:
+        outs = kw.pop("outs")
+        if outs == "stride0":
+            outs = [torch.zeros(16, 32, dtype=BF), torch.zeros(1, 32, dtype=BF).expand(16, 32)]
+        elif outs == "a0":  # 16 x 32 over the first 512 elements of pairs[0]'s a (16 x 64)
+            outs = [pairs[0][0].view(-1)[:512].view(16, 32), torch.zeros(16, 32, dtype=BF)]
+        elif outs == "each other":
+            store = torch.zeros(16 * 32 + 256, dtype=BF)
+            outs = [store[:512].view(16, 32), store[256:768].view(16, 32)]
+    return lambda: api.grouped_gemm_list(pairs, outs, **kw)
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+@pytest.mark.parametrize("kw,exc,match", LIST_REFUSED, ids=[m.strip("^")[:40] for _, _, m in LIST_REFUSED])
+def test_grouped_gemm_list_refuses_bad_arguments_before_the_tier_and_any_compile(machine, tier, kw, exc, match):
+    machine(tier)
+    _refused(tier, exc, match, _list_call(kw))
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+def test_grouped_gemm_list_takes_disjoint_outputs_of_one_storage(machine, tier):
+    from gemmlab.family import api
+
+    machine(tier)
+    store = torch.zeros(2 * 16 * 32, dtype=BF)
+    _accepted(tier, lambda: api.grouped_gemm_list(_pairs(), [store[:512].view(16, 32), store[512:].view(16, 32)]))
+
+
+def test_grouped_gemm_list_checks_where_the_tensors_are_on_every_call(machine, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "grouped_kernel", lambda *args, **kw: lambda *t: calls.append(t))
+    pairs = _pairs()
+    api.grouped_gemm_list(pairs, [torch.zeros(16, 32, dtype=BF) for _ in pairs])
+    api.grouped_gemm_list(pairs)
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match=r"^outs\[0\] overlaps pairs\[0\]\[0\] in memory"):
+        api.grouped_gemm_list(pairs, [pairs[0][0].view(-1)[:512].view(16, 32), torch.zeros(16, 32, dtype=BF)])
+    with pytest.raises(ValueError, match=r"^pairs\[1\]\[1\] must start at a 16-byte aligned address"):
+        api.grouped_gemm_list([pairs[0], (pairs[1][0], _misaligned((64, 32)))])
+    assert len(calls) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_grouped_refuses_misaligned_b_and_aliased_out_on_the_gpu():
+    from gemmlab.family import api
+
+    a = torch.randn(256, 128, device="cuda", dtype=BF)
+    b = torch.randn(4, 128, 128, device="cuda", dtype=BF)
+    offs = torch.tensor([64, 128, 192, 256], device="cuda", dtype=torch.int32)
+    api.grouped_gemm(a, b, offs, out=torch.empty(256, 128, device="cuda", dtype=BF))  # a plan for the signature
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        api.grouped_gemm(a, b, offs, out=a)
+    store = torch.empty(b.numel() + 8, device="cuda", dtype=BF)
+    with pytest.raises(ValueError, match="^b must start at a 16-byte aligned address"):
+        api.grouped_gemm(a, store[1:1 + b.numel()].view(4, 128, 128), offs,
+                         out=torch.empty(256, 128, device="cuda", dtype=BF))
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_grouped_fp16_matches_the_reference():
+    from gemmlab import grouped_model as gm
+    from gemmlab.family import api
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    sizes = [40, 0, 130, 7]
+    a = torch.randn(sum(sizes), 256, device="cuda", dtype=torch.float16, generator=g)
+    b = torch.randn(len(sizes), 256, 192, device="cuda", dtype=torch.float16, generator=g)
+    offs = gm.offsets_of(sizes)
+    out = api.grouped_gemm(a, b, offs)
+    ref = gm.reference(a, b, offs)
+    assert out.dtype == torch.float16
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
+    outs = api.grouped_gemm_list([(a[:40], b[0]), (a[40:170], b[2])])
+    for (x, w), c in zip([(a[:40], b[0]), (a[40:170], b[2])], outs):
+        r = x.float() @ w.float()
+        assert ((c.float() - r).norm() / r.norm()).item() < 1e-2
+
+
+# ---- gated_dual_gemm
+
+
+@pytest.fixture(scope="module")
+def gated_ops():
+    from gemmlab import nvfp4 as fp4
+
+    return fp4.generate(128, 64, 256, seed=1)  # M, N, K: K/2 = 128 packed bytes a row, K/16 = 16 scales
+
+
+def _gated_call(ops, **kw):
+    from gemmlab.family import api
+
+    args = dict(zip(("a", "b1", "b2", "sfa", "sfb1", "sfb2"), ops.inputs()), out=None)
+    args.update(kw)
+    return lambda: api.gated_dual_gemm(**args)
+
+
+def _padded_rows(t, pad=16):
+    """``t`` (rows, width, 1) with rows ``pad`` elements apart more than packed: an unpacked view."""
+    rows, width, _ = t.shape
+    wide = torch.zeros(rows, width + pad, 1, dtype=t.dtype)
+    wide[:, :width] = t
+    return wide[:, :width]
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90", "sm100"])
+def test_gated_dual_gemm_refuses_unpacked_rows_and_column_major_scales(machine, gated_ops, tier):
+    from gemmlab import nvfp4 as fp4
+
+    machine(tier)
+    ops = gated_ops
+    a_bytes = fp4.as_bytes(ops.a)
+    _refused(tier, ValueError, r"^a must be row-major with packed rows \(K/2 packed bytes a row: strides \(128, 1\)",
+             _gated_call(ops, a=_padded_rows(a_bytes)))
+    _refused(tier, ValueError, "^b2 must be row-major with packed rows", _gated_call(ops, b2=_padded_rows(
+        fp4.as_bytes(ops.b2))))
+    column_major = ops.sfa.permute(2, 1, 0).contiguous().permute(2, 1, 0)  # (M, K/16, 1) with strides (1, M, ...)
+    assert torch.equal(column_major.float(), ops.sfa.float())
+    _refused(tier, ValueError, r"^sfa must be row-major with packed rows \(K/16 scales a row: strides \(16, 1\)",
+             _gated_call(ops, sfa=column_major))
+    transposed = ops.sfb1[..., 0].t().contiguous().t().unsqueeze(-1)
+    _refused(tier, ValueError, "^sfb1 must be row-major", _gated_call(ops, sfb1=transposed))
+    _refused(tier, ValueError, r"^out must be compact \(row stride N=64\)",
+             _gated_call(ops, out=torch.empty(128, 72, 1, dtype=torch.float16)[:, :64]))
+    if tier != "sm100":  # (the B200's call checks its devices itself: the CPU tensors cannot stand in there)
+        _accepted(tier, _gated_call(ops, a=_padded_rows(a_bytes).contiguous()))  # the fix the message names
+
+
+@pytest.mark.parametrize("tier", ["cpu", "sm90"])
+def test_gated_dual_gemm_refuses_misaligned_tensors_and_an_out_over_an_input(machine, gated_ops, tier):
+    from gemmlab import nvfp4 as fp4
+
+    machine(tier)
+    ops = gated_ops
+    a_bytes = fp4.as_bytes(ops.a)
+    shifted = _misaligned(tuple(a_bytes.shape), torch.uint8, offset=8)
+    shifted.copy_(a_bytes)
+    _refused(tier, ValueError, "^a must start at a 16-byte aligned address", _gated_call(ops, a=shifted))
+    store = torch.zeros(2 * 128 * 128, dtype=torch.uint8)  # a's 16 KiB, then 16 KiB more
+    a = store[:128 * 128].view(128, 128, 1)
+    a.copy_(a_bytes)
+    over = store[:128 * 64 * 2].view(torch.float16).view(128, 64, 1)
+    _refused(tier, ValueError, "^out overlaps a in memory", _gated_call(ops, a=a, out=over))
+    apart = store[128 * 128:].view(torch.float16).view(128, 64, 1)
+    _accepted(tier, _gated_call(ops, a=a, out=apart))
+
+
+def test_gated_dual_gemm_checks_where_the_tensors_are_on_every_call(machine, gated_ops, monkeypatch):
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+
+    class FakePlan:
+        def __init__(self, problem, config, arch):
+            pass
+
+        def __call__(self, *tensors):
+            calls.append(tensors)
+            return tensors[-1]
+
+    monkeypatch.setattr(plan, "GatedPlan", FakePlan)
+    ops = gated_ops
+    out = torch.empty(128, 64, 1, dtype=torch.float16)
+    _gated_call(ops, out=out)()
+    store = torch.zeros(128 * 128, dtype=torch.uint8)
+    from gemmlab import nvfp4 as fp4
+    a = store.view(128, 128, 1)
+    a.copy_(fp4.as_bytes(ops.a))
+    _gated_call(ops, a=a, out=out)()  # a uint8 a: its own signature
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):
+        _gated_call(ops, a=a, out=store.view(torch.float16).view(128, 64, 1))()
+    assert len(calls) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_gated_dual_gemm_refuses_an_out_over_an_input_on_the_gpu():
+    from gemmlab import nvfp4 as fp4
+    from gemmlab.family import api
+
+    ops = fp4.generate(128, 128, 256, seed=2, device="cuda")  # a: 128 x 128 bytes; out: 128 x 128 FP16
+    store = torch.zeros(128 * 128 + 128 * 128 * 2, dtype=torch.uint8, device="cuda")
+    a = store[:128 * 128].view(128, 128, 1)
+    a.copy_(fp4.as_bytes(ops.a))
+    inputs = (a, ops.b1, ops.b2, ops.sfa, ops.sfb1, ops.sfb2)
+    out = api.gated_dual_gemm(*inputs, out=store[128 * 128:].view(torch.float16).view(128, 128, 1))
+    torch.cuda.synchronize()
+    res = fp4.check_close(out, fp4.reference(*inputs))
+    assert res.ok, res
+    with pytest.raises(ValueError, match="^out overlaps a in memory"):  # the same signature: a cache hit
+        api.gated_dual_gemm(*inputs, out=store[:128 * 128 * 2].view(torch.float16).view(128, 128, 1))
+
+
+# ---- the kernels' compiles: N a multiple of 8 before the DSL sees it
+
+
+@pytest.fixture
+def no_dsl(monkeypatch):
+    import gemmlab.compile as gc
+    from gemmlab.kernels import gemm_sm100
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("reached the DSL")
+
+    monkeypatch.setattr(gc, "compile_for", no_compile)
+    monkeypatch.setattr(gemm_sm100, "compile_for", no_compile)
+
+
+@pytest.mark.parametrize("which", ["dual", "pipelined", "dual_sm100", "gemm_sm100", "gemm_sm100 cfg"])
+@pytest.mark.parametrize("n", [100, 4, 1028])
+def test_compiles_refuse_n_not_a_multiple_of_8_before_the_dsl(no_dsl, which, n):
+    """compile_dual and compile_pipelined handed N = 100 to the DSL; compile_gemm_sm100 with a cfg did too."""
+    from gemmlab.family.configs import Sm100Config
+    from gemmlab.kernels import dual_gemm_sm90, dual_gemm_sm90_pipelined, dual_gemm_sm100, gemm_sm100
+
+    calls = {
+        "dual": lambda: dual_gemm_sm90.compile_dual("sm_90a", None, 256, n, 256),
+        "pipelined": lambda: dual_gemm_sm90_pipelined.compile_pipelined("sm_90a", None, 256, n, 256),
+        "dual_sm100": lambda: dual_gemm_sm100.compile_dual_sm100("sm_100a", None, 256, n, 256),
+        "gemm_sm100": lambda: gemm_sm100.compile_gemm_sm100("sm_100a", None, 256, n, 256),
+        "gemm_sm100 cfg": lambda: gemm_sm100.compile_gemm_sm100("sm_100a", Sm100Config(), 256, n, 256),
+    }
+    with pytest.raises(ValueError, match=r"^N must be a multiple of 8 \(16-byte rows of the "):
+        calls[which]()
+
+
+@pytest.mark.parametrize("cfg", [None, "cfg"])
+def test_compile_gemm_sm100_refuses_k_not_a_multiple_of_8_before_the_dsl(no_dsl, cfg):
+    from gemmlab.family.configs import Sm100Config
+    from gemmlab.kernels.gemm_sm100 import compile_gemm_sm100
+
+    with pytest.raises(ValueError, match=r"^K must be a multiple of 8 \(16-byte rows of a\)"):
+        compile_gemm_sm100("sm_100a", Sm100Config() if cfg else None, 256, 256, 100)
+
+
+def test_compile_grouped_takes_numpy_ints_and_refuses_floats_before_the_dsl(no_dsl):
+    from gemmlab.family import configs
+    from gemmlab.kernels.grouped_sm90 import compile_grouped
+
+    with pytest.raises(AssertionError, match="reached the DSL"):  # np.int64 burst was "not an int >= 1"
+        compile_grouped("sm_90a", configs.LARGE, dynamic=True, mixed=np.int64(128), burst=np.int64(5))
+    for kw, exc, match in ((dict(mixed=128.0), TypeError, "^mixed must be an int"),
+                           (dict(burst=2.0), TypeError, "^burst must be an int"),
+                           (dict(dynamic=1), TypeError, "^dynamic must be one of False, True"),
+                           (dict(mixed=-1), ValueError, "^mixed must be >= 0")):
+        with pytest.raises(exc, match=match):
+            compile_grouped("sm_90a", configs.LARGE, **{"dynamic": True, **kw})
+
+
+# ---- the dense plan on Blackwell
+
+
+def test_sm100_plans_refuse_what_chapter_10s_kernel_cannot_write(machine):
+    """Chapter 10's kernel stores C in A's dtype and is compiled for one B layout: an FP16 out of a BF16 product, or
+    a forced config of the other layout, went to the kernel (a TVM-FFI dtype error, or B read transposed)."""
+    import gemmlab
+    from gemmlab.family import plan
+    from gemmlab.family.configs import Sm100Config
+    from gemmlab.family.problem import GemmProblem
+
+    machine("sm100")
+    a, b = _dense()
+    with pytest.raises(TypeError, match="^out must have a's dtype bfloat16 on Blackwell"):
+        gemmlab.gemm(a, b, out=torch.zeros(64, 64, dtype=torch.float16))
+    with pytest.raises(ValueError, match="^config is for bfloat16 with b n-major; the problem is bfloat16 with b k"):
+        plan.make_plan(GemmProblem(64, 64, 64), None, Sm100Config(b_major="n"))
+    _accepted("sm100", lambda: gemmlab.gemm(a, b))
+
+
+def test_sizes_past_32_bits_are_refused_naming_the_limit():
+    """The kernels take sizes as 32-bit ints (TVM-FFI's int32 range, the DSL's sym_int()); meta tensors: no memory."""
+    import gemmlab
+    from gemmlab.family import api
+
+    big = torch.empty(2 ** 31, 64, dtype=BF, device="meta")
+    with pytest.raises(ValueError, match=r"^a has shape \(2147483648, 64\): the kernels take sizes as 32-bit ints"):
+        gemmlab.gemm(big, torch.empty(64, 64, dtype=BF, device="meta"))
+    with pytest.raises(ValueError, match=r"^a has shape \(2147483648, 64\)"):
+        api.grouped_gemm(big, torch.empty(2, 64, 64, dtype=BF, device="meta"),
+                         torch.empty(2, dtype=torch.int32, device="meta"), validate=False)

@@ -648,10 +648,20 @@ def test_bad_out_named():
         problem.check_ragged(a, b, offs, torch.zeros(32, 65, dtype=torch.bfloat16))
 
 
-def test_cpu_tensors_rejected_before_launch():
+def test_cpu_tensors_rejected_before_launch(monkeypatch):
+    """The course's order: the arguments, then the tier (the grouped kernel is Hopper's), then the device."""
+    from gemmlab import tiers
+
     a, b, offs = _cpu()
-    with pytest.raises(ValueError, match="CUDA device"):
+    monkeypatch.setattr(api, "_GROUPED", {})
+    monkeypatch.setattr(tiers, "detect_tier", lambda: "cpu")
+    with pytest.raises(tiers.TierError, match="gemmlab.grouped_gemm needs tier sm90"):
         api.grouped_gemm(a, b, offs)
+    monkeypatch.setattr(tiers, "detect_tier", lambda: "sm90")
+    with pytest.raises(ValueError, match="the grouped GEMM runs on a CUDA device; the tensors are on cpu"):
+        api.grouped_gemm(a, b, offs)
+    with pytest.raises(ValueError, match="the grouped GEMM runs on a CUDA device; the tensors are on cpu"):
+        api.grouped_gemm_list([(a, b[0])])
 
 
 def test_b_layouts_recognised():

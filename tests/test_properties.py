@@ -334,3 +334,283 @@ def test_verdict_never_raises_and_is_true_only_for_the_answer(answer):
         right = verdict("x", answer, 403, "hint")
     assert bool(right) == (as_python(answer, "real") is not None and as_python(answer, "real") == 403)
     assert out.getvalue().startswith("x: ")
+
+
+# ---------------------------------------------------------------- the family's public calls, on the CPU tier
+# gemm, grouped_gemm, grouped_gemm_list, gated_dual_gemm: any argument replaced by any value gives a clear
+# TypeError/ValueError naming it, or, arguments all good, the TierError of a machine without a GPU (the tier is
+# faked to cpu, so this runs the same everywhere). Options that are numbers: the Python number's outcome.
+
+BF = torch.bfloat16
+
+
+def outcome(fn):
+    """("TierError" | "TypeError" | "ValueError", message); any other exception fails the test."""
+    from gemmlab.tiers import TierError
+
+    try:
+        fn()
+    except TierError as exc:
+        return "TierError", str(exc)
+    except (TypeError, ValueError) as exc:
+        assert str(exc).strip(), f"{type(exc).__name__} without a message"
+        return type(exc).__name__, str(exc)
+    raise AssertionError("a public call returned on the cpu tier")
+
+
+def as_bool(value):
+    """The Python bool ``value`` stands for (numpy bools and 0-d bool tensors count); None for anything else."""
+    mod = type(value).__module__ or ""
+    if mod.startswith(("numpy", "torch")) and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    return bool(value) if isinstance(value, bool) or type(value).__name__ == "bool_" else None
+
+
+@pytest.fixture
+def cpu_tier(monkeypatch):
+    from gemmlab import tiers
+    from gemmlab.family import api
+
+    monkeypatch.setattr(tiers, "detect_tier", lambda: "cpu")
+    for cache in ("_PLANS", "_BY_PROBLEM", "_GROUPED", "_GATED"):
+        monkeypatch.setattr(api, cache, {})
+
+
+def _public_calls():
+    import gemmlab
+    from gemmlab import nvfp4
+    from gemmlab.family import api, configs
+
+    a, b = torch.zeros(64, 64, dtype=BF), torch.zeros(48, 64, dtype=BF).t()
+    ga, gb = torch.zeros(32, 64, dtype=BF), torch.zeros(2, 48, 64, dtype=BF).transpose(1, 2)
+    offs = torch.tensor([16, 32], dtype=torch.int32)
+    ops = nvfp4.generate(128, 64, 256)
+    opts = ("config", "validate", "fences", "by_size", "l2_promotion", "dynamic", "overlap_store", "mixed", "burst")
+    return {
+        "gemm": (lambda **kw: gemmlab.gemm(kw["a"], kw["b"], kw["out"]),
+                 dict(a=a, b=b, out=torch.zeros(64, 48, dtype=BF)), dict(a="tensor", b="tensor", out="tensor?")),
+        "grouped_gemm": (lambda **kw: api.grouped_gemm(kw["a"], kw["b"], kw["offs"], kw["out"],
+                                                       **{k: kw[k] for k in opts}),
+                         dict(a=ga, b=gb, offs=offs, out=None, config=None, validate=True, fences=True, by_size=None,
+                              l2_promotion=3, dynamic=True, overlap_store=None, mixed=64, burst=None),
+                         dict(a="tensor", b="tensor", offs="tensor", out="tensor?", config="config?", validate="bool",
+                              fences="bool", by_size="bool?", l2_promotion="int?", dynamic="bool?",
+                              overlap_store="bool?", mixed="int?", burst="int?")),
+        "grouped_gemm (config)": (lambda **kw: api.grouped_gemm(ga, gb, offs, config=kw["config"]),
+                                  dict(config=configs.LARGE), dict(config="config?")),
+        "grouped_gemm_list": (lambda **kw: api.grouped_gemm_list(kw["pairs"], kw["outs"], config=kw["config"]),
+                              dict(pairs=[(ga, gb[0]), (ga[:8], gb[1])], outs=None, config=None),
+                              dict(pairs="list", outs="list?", config="config?")),
+        "gated_dual_gemm": (lambda **kw: api.gated_dual_gemm(**kw),
+                            dict(zip(("a", "b1", "b2", "sfa", "sfb1", "sfb2"), ops.inputs()), out=None),
+                            dict(a="tensor", b1="tensor", b2="tensor", sfa="tensor", sfb1="tensor", sfb2="tensor",
+                                 out="tensor?")),
+    }
+
+
+_PUBLIC = None
+PUBLIC_NAMES = ["gemm", "grouped_gemm", "grouped_gemm (config)", "grouped_gemm_list", "gated_dual_gemm"]
+TENSORISH = st.sampled_from([torch.zeros(8), torch.zeros(8, 8, 8, 8), torch.zeros(64, 64, dtype=torch.float32),
+                             torch.zeros(64, 64, dtype=torch.int32), torch.zeros(0, 64, dtype=BF), np.zeros((64, 64)),
+                             torch.zeros(64, 64, dtype=BF)[:, ::2], torch.tensor(3)])
+
+
+def _public():
+    global _PUBLIC
+    if _PUBLIC is None:
+        _PUBLIC = _public_calls()
+    return _PUBLIC
+
+
+def test_the_public_list_covers_the_four_calls():
+    import gemmlab
+
+    assert sorted(PUBLIC_NAMES) == sorted(_public())
+    for name in ("gemm", "grouped_gemm", "grouped_gemm_list", "gated_dual_gemm"):
+        assert name in PUBLIC_NAMES and callable(getattr(gemmlab, name))
+
+
+@pytest.mark.parametrize("point", PUBLIC_NAMES)
+@SETTINGS
+@given(data=st.data())
+def test_public_calls_give_a_clear_error_or_the_tier_error(point, data, cpu_tier):
+    fn, args, kinds = _public()[point]
+    name = data.draw(st.sampled_from(sorted(kinds)), label="argument")
+    kind = kinds[name]
+    value = data.draw(st.one_of(variants(args[name]) if not isinstance(args[name], (torch.Tensor, list)) else JUNK,
+                                JUNK, TENSORISH, st.just(args[name])), label=name)
+    got = outcome(lambda: fn(**{**args, name: value}))
+    base = kind.rstrip("?")
+    if value is None and kind.endswith("?"):
+        return  # the default (None stands for the rule): outcome() already required a clear error or TierError
+    if base in ("tensor", "list", "config"):
+        if value is args[name]:
+            assert got[0] == "TierError", got
+            return
+        assert got[0] != "TierError", f"{name}={value!r} was accepted"
+        if base == "tensor" and not isinstance(value, torch.Tensor):
+            assert got[0] == "TypeError" and got[1].startswith(f"{name} must be a torch.Tensor"), got
+        elif base == "config":
+            assert got[1].startswith("config "), got
+        elif base == "list":
+            assert got[1].startswith(name), got
+        return
+    py = as_bool(value) if base == "bool" else as_python(value, "int")
+    if py is None:  # not a number of the option's kind: refused, naming the option
+        assert got[0] in ("TypeError", "ValueError") and got[1].startswith(name), got
+        return
+    want = outcome(lambda: fn(**{**args, name: py}))
+    assert got[0] == want[0], f"{name}={value!r}: {got} but with {py!r}: {want}"
+
+
+# ---- gemm on generated tensors: the TierError exactly when the contract holds
+
+
+LAYOUTS = ["packed"] * 6 + ["transposed", "padded", "expanded", "offset", "meta"]
+
+
+@st.composite
+def matrices(draw, rows, cols, dtypes=(BF,) * 6 + (torch.float16, torch.float32)):
+    dtype = draw(st.sampled_from(dtypes))
+    layout = draw(st.sampled_from(LAYOUTS))
+    if layout == "transposed":
+        return torch.zeros(cols, rows, dtype=dtype).t()
+    if layout == "padded":
+        return torch.zeros(rows, cols + 8, dtype=dtype)[:, :cols]
+    if layout == "expanded":
+        return torch.zeros(1, cols, dtype=dtype).expand(rows, cols)
+    if layout == "offset":
+        return torch.zeros(rows * cols + 8, dtype=dtype)[1:1 + rows * cols].view(rows, cols)
+    return torch.zeros(rows, cols, dtype=dtype, device="meta" if layout == "meta" else "cpu")
+
+
+@st.composite
+def weights(draw, g, k, n):
+    """(G, K, N) weights in the layouts a user may hand over, good and bad."""
+    dtype = draw(st.sampled_from([BF, BF, torch.float16, torch.float32]))
+    layout = draw(st.sampled_from(["k", "n", "n", "strided", "offset", "meta", "shared"]))
+    if layout == "k":
+        return torch.zeros(g, n, k, dtype=dtype).transpose(1, 2)
+    if layout == "strided":
+        return torch.zeros(g, k, 2 * n, dtype=dtype)[:, :, ::2]
+    if layout == "offset":
+        return torch.zeros(g * k * n + 8, dtype=dtype)[1:1 + g * k * n].view(g, k, n)
+    if layout == "shared":  # one expert's weights for every group (stride 0): read-only, allowed
+        return torch.zeros(1, k, n, dtype=dtype).expand(g, k, n)
+    return torch.zeros(g, k, n, dtype=dtype, device="meta" if layout == "meta" else "cpu")
+
+
+def gemm_contract(a, b, out) -> bool:
+    """The dense contract, written with torch's own notion of contiguity (it ignores the strides of size-1
+    dimensions, as the contract does): what ``gemmlab.gemm`` must accept, and nothing else."""
+    ok = {torch.bfloat16, torch.float16}
+    (m, k), (kb, n) = a.shape, b.shape
+    if a.dtype not in ok or b.dtype != a.dtype or (out is not None and out.dtype not in ok):
+        return False
+    if kb != k or 0 in (m, k, n) or k % 8 or n % 8:
+        return False
+    if not a.is_contiguous() or not (b.is_contiguous() or b.t().is_contiguous()):
+        return False
+    if out is not None and (tuple(out.shape) != (m, n) or not out.is_contiguous()):
+        return False
+    if any(t.data_ptr() % 16 for t in (a, b, out) if t is not None):
+        return False
+    if out is not None:
+        lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+        for t in (a, b):
+            start = t.data_ptr()
+            end = start + (sum((s - 1) * st_ for s, st_ in zip(t.shape, t.stride())) + 1) * t.element_size()
+            if lo < end and start < hi and t.device == out.device:
+                return False
+    return True
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), m=st.sampled_from([1, 2, 24]), k=st.sampled_from([8, 16, 40, 12]),
+       n=st.sampled_from([8, 16, 20]))
+def test_gemm_accepts_exactly_its_contract(data, m, k, n, cpu_tier):
+    import gemmlab
+
+    a = data.draw(matrices(m, k), label="a")
+    kb = data.draw(st.sampled_from([k, k, k, k + 8]), label="b rows")
+    b = data.draw(st.one_of(matrices(kb, n), matrices(n, kb).map(lambda w: w.t())), label="b")
+    out_kind = data.draw(st.sampled_from(["none", "fresh", "fresh", "over a", "over a", "over b", "over b", "wrong"]),
+                         label="out")
+    out = {"none": None, "wrong": torch.zeros(n, m, dtype=BF)}.get(out_kind)
+    if out_kind == "fresh":
+        out = data.draw(matrices(m, n, (BF, torch.float16, torch.float32)), label="out")
+    elif out_kind.startswith("over"):  # an M x N row-major view from where a (or b) starts, when its memory holds one
+        src = a if out_kind == "over a" else b
+        room = (src.untyped_storage().nbytes() // src.element_size() - src.storage_offset()
+                if src.device.type == "cpu" else 0)
+        out = torch.as_strided(src, (m, n), (n, 1)) if room >= m * n else None
+    got = outcome(lambda: gemmlab.gemm(a, b, out))
+    want = gemm_contract(a, b, out)
+    assert (got[0] == "TierError") == want, f"contract {'holds' if want else 'broken'}, gemm said {got}"
+
+
+# ---- grouped and gated calls on generated tensors: a clear error or the TierError, never another exception
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), t=st.sampled_from([0, 1, 32]), g=st.sampled_from([1, 3]), k=st.sampled_from([8, 12, 64]),
+       n=st.sampled_from([8, 20, 64]))
+def test_grouped_calls_on_any_tensors_give_a_clear_error(data, t, g, k, n, cpu_tier):
+    from gemmlab.family import api
+
+    a = data.draw(matrices(t, k), label="a")
+    b = data.draw(weights(g, k, n), label="b")
+    offs = data.draw(st.sampled_from([torch.tensor([t] * g, dtype=torch.int32), torch.tensor([t] * g),
+                                      torch.arange(g, dtype=torch.int32), torch.zeros(g + 1, dtype=torch.int32)]),
+                     label="offs")
+    out = data.draw(st.one_of(st.none(), matrices(t, n), st.just(a)), label="out")
+    outcome(lambda: api.grouped_gemm(a, b, offs, out))
+    pairs = [(a, b[i]) for i in range(g)]
+    outs = data.draw(st.one_of(st.none(), st.just([out] * g)), label="outs")
+    outcome(lambda: api.grouped_gemm_list(pairs, outs))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_gated_dual_gemm_on_any_tensors_gives_a_clear_error(data, cpu_tier):
+    from gemmlab import nvfp4
+    from gemmlab.family import api
+
+    ops = _gated_ops()
+    args = dict(zip(("a", "b1", "b2", "sfa", "sfb1", "sfb2"), ops.inputs()), out=None)
+    name = data.draw(st.sampled_from(sorted(args)), label="argument")
+    t = args[name] if args[name] is not None else torch.zeros(128, 64, 1, dtype=torch.float16)
+    how = data.draw(st.sampled_from(["transposed", "padded", "offset", "float", "bytes", "squeezed", "meta"]),
+                    label="how")
+    raw = nvfp4.as_bytes(t) if t.dtype in nvfp4.fp4_packed_dtypes() else t
+    if how == "transposed":
+        bad = raw.permute(1, 0, 2)
+    elif how == "padded":
+        bad = torch.zeros(raw.shape[0], raw.shape[1] + 16, 1, dtype=raw.dtype)[:, :raw.shape[1]]
+    elif how == "offset":
+        nbytes = raw.numel() * raw.element_size()
+        bad = torch.zeros(nbytes + 16, dtype=torch.uint8)[8:8 + nbytes].view(raw.dtype).view(raw.shape)
+    elif how == "float":
+        bad = torch.zeros(raw.shape)
+    elif how == "bytes":
+        bad = raw.view(torch.uint8)
+    elif how == "squeezed":
+        bad = raw[..., 0]
+    else:
+        bad = raw.to("meta")
+    outcome(lambda: api.gated_dual_gemm(**{**args, name: bad}))
+
+
+_GATED_OPS = None
+
+
+def _gated_ops():
+    global _GATED_OPS
+    if _GATED_OPS is None:
+        from gemmlab import nvfp4
+
+        _GATED_OPS = nvfp4.generate(128, 64, 256, seed=4)
+    return _GATED_OPS

@@ -9,24 +9,28 @@
 
 The rules of each call are its contract's (:mod:`gemmlab.family.problem`). The call path is built to cost
 no more host time than torch's own call: one dictionary lookup keyed on what a plan depends on (shapes,
-strides, dtypes, devices, the options), the per-call checks no signature can vouch for (pointer alignment;
-the grouped call's read of ``offs``, unless ``validate=False``), and the plan's launch. Everything else
-(argument checks, the heuristics, compiling) happens once per key, when the plan is made
-(:mod:`gemmlab.family.plan`). Bad input always reaches the checks: an argument that has no signature
-(not a tensor) goes down the slow path, which says what is wrong.
+strides, dtypes, devices, the options), the per-call checks no signature can vouch for (where the tensors start:
+16-byte alignment, and an output sharing no byte with an input; the grouped call's read of ``offs``, unless
+``validate=False``), and the plan's launch. Everything else (argument checks, the heuristics, compiling) happens
+once per key, when the plan is made (:mod:`gemmlab.family.plan`). Bad input always reaches the checks: an
+argument that has no signature (not a tensor) goes down the slow path, which says what is wrong, and an option's
+type is part of the grouped key (``mixed=64.0`` never finds the plan of ``mixed=64``). The order is the course's:
+the arguments, then the tier (:class:`gemmlab.tiers.TierError` without the GPU a call needs), then the devices.
 
 ``gemm``'s rules: ``a`` M x K row-major, ``b`` K x N row-major or the ``w.t()`` view of an N x K weight,
-BF16/FP16 in, FP32 accumulation, the output in ``out``'s dtype (default: ``a``'s), every contiguous dimension
-a multiple of 8, 16-byte aligned starts. Elsewhere than on a Hopper or Blackwell GPU it raises
-:class:`gemmlab.tiers.TierError` after checking the arguments.
+BF16/FP16 in, FP32 accumulation, the output in ``out``'s dtype (default: ``a``'s; on Blackwell ``a``'s only),
+every contiguous dimension a multiple of 8, 16-byte aligned starts, ``out`` apart from ``a`` and ``b``.
 """
 from __future__ import annotations
 
-from .heuristic_grouped import L2_PROMOTION
-from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, make_gated_plan, make_grouped_plan, make_plan,
-                   problem_table)
-from .problem import (canonical_operands, check_alignment, check_devices, check_list, check_offs_values,
-                      check_row_major, gated_problem, list_problem, problem_of, ragged_problem)
+from ..checks import check_choice
+from .configs import check_grouped_config
+from .heuristic_grouped import L2_PROMOTION, check_options
+from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, grouped_machine, make_gated_plan, make_grouped_plan,
+                   make_plan, problem_table)
+from .problem import (as_list, canonical_operands, check_devices, check_gated_pointers, check_list, check_offs_values,
+                      check_pointers, check_table_pointers, dtype_name, gated_problem, list_problem, problem_of,
+                      ragged_problem, spans)
 
 
 def _signature(*tensors):
@@ -48,20 +52,31 @@ def _cached(cache: dict, key):
 # Dense (chapters 07, 10)
 # --------------------------------------------------------------------------------------
 
-#: Plans by call signature: (a's shape and strides, b's, out's or None, dtypes, device).
+#: Plans by call signature (:func:`plan_key`): ``(plan, fix, extents)``, ``fix`` when a size-1 dimension's stride
+#: must be rewritten (:func:`~gemmlab.family.problem.canonical_operands`), ``extents`` the bytes each operand spans.
 _PLANS: dict = {}
+
+
+def plan_key(a, b, out=None) -> tuple:
+    """What a dense plan depends on: every operand's shape, strides, dtype and device (``out``'s None when not
+    given). Where the tensors start is not in it: :func:`~gemmlab.family.problem.check_pointers` looks on every
+    call. Raises ``AttributeError`` for an argument that is not a tensor."""
+    return (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
+            None if out is None else (out.shape, out.stride(), out.dtype, out.device))
 
 
 def gemm(a, b, out=None):
     """``out = a @ b`` on the GPU (see :mod:`gemmlab.family.problem` for the rules); returns ``out``."""
-    o = None if out is None else (out.shape, out.stride(), out.dtype)
-    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, o)
-    entry = _PLANS.get(key)
+    try:
+        key = plan_key(a, b, out)
+        entry = _PLANS.get(key)
+    except (AttributeError, TypeError):  # an argument that is not a tensor: the checks below name it
+        key = entry = None
     if entry is None:
         entry = _new_plan(a, b, out, key)
     else:
-        check_alignment(a, b, out)
-    plan, fix = entry
+        check_pointers(a, b, out, entry[2])
+    plan, fix, _ = entry
     if out is None:
         import torch
 
@@ -72,7 +87,7 @@ def gemm(a, b, out=None):
     return out
 
 
-def _new_plan(a, b, out, key) -> tuple[Plan, bool]:
+def _new_plan(a, b, out, key) -> tuple[Plan, bool, tuple]:
     """Check everything, make (or share) the plan, remember it under ``key``.
 
     The order is the course's rule: the arguments first (any machine), then the
@@ -83,8 +98,10 @@ def _new_plan(a, b, out, key) -> tuple[Plan, bool]:
     check_devices(a, b, out)
     plan = _plan_for(problem, a.device)
     fix = any(c is not t for c, t in zip(canonical_operands(a, b, out, problem.b_major), (a, b, out)))
-    _PLANS[key] = (plan, fix)
-    return plan, fix
+    entry = (plan, fix, spans(a, b, out))
+    if key is not None:
+        _PLANS[key] = entry
+    return entry
 
 
 _BY_PROBLEM: dict = {}
@@ -107,7 +124,8 @@ def plans() -> list[Plan]:
 # Grouped (chapter 08)
 # --------------------------------------------------------------------------------------
 
-#: Grouped plans by call signature (the tensors' shapes, strides, dtypes, devices, and the options).
+#: Grouped plans by call signature (the tensors' shapes, strides, dtypes, devices, and the options with their types):
+#: ``(plan, extents)``, ``extents`` the bytes a, b and out span (the ragged form; None for the list form).
 _GROUPED: dict = {}
 
 
@@ -134,21 +152,28 @@ def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool = True, fe
     ``by_size=False``) and ``burst`` (its claims per block: :data:`~gemmlab.family.heuristic_grouped.MIXED_BURST`);
     ``l2_promotion``: :data:`~gemmlab.family.heuristic_grouped.L2_PROMOTION` (None: the DSL's 128 bytes).
     Calls on one stream at a time only: the per-CTA descriptor slots and the tile counter are shared.
+
+    Bad input raises ``TypeError`` / ``ValueError`` naming the argument (options included) on every machine;
+    then a machine without a Hopper GPU raises ``TierError``, then tensors off a CUDA device a ``ValueError``.
     """
+    if validate is not True and validate is not False:  # checked on every call: it is not in the plan's key
+        validate = check_choice("validate", validate, (False, True))
     options = (config, fences, by_size, l2_promotion, dynamic, overlap_store, mixed, burst)
     sig = _signature(a, b, offs, out)
-    key = None if sig is None else sig + options
-    plan = _cached(_GROUPED, key)
-    if plan is None:
+    # The options' types are in the key too: 64.0 == 64 and 1 == True, but only the ints and bools are accepted.
+    key = None if sig is None else sig + options + tuple(map(type, options))
+    entry = _cached(_GROUPED, key)
+    if entry is None:
         problem = ragged_problem(a, b, offs, out)
-        plan = make_grouped_plan(problem, a.device, config, fences=fences, l2_promotion=l2_promotion, by_size=by_size,
-                                 dynamic=dynamic, overlap_store=overlap_store, mixed=mixed, burst=burst)
+        opts = check_options(problem, config, fences=fences, by_size=by_size, l2_promotion=l2_promotion,
+                             dynamic=dynamic, overlap_store=overlap_store, mixed=mixed, burst=burst)
+        grouped_machine(a.device)
+        entry = (make_grouped_plan(problem, a.device, config, **opts), spans(a, b, out))
         if key is not None:
-            _GROUPED[key] = plan
+            _GROUPED[key] = entry
     else:  # the signature vouches for everything but where the tensors start
-        check_row_major("a", a)
-        if out is not None:
-            check_row_major("out", out)
+        check_pointers(a, b, out, entry[1])
+    plan = entry[0]
     if out is None:
         import torch
 
@@ -169,77 +194,87 @@ def grouped_gemm_list(pairs, outs=None, *, config=None):
     Every ``a_i`` is (M_i, K_i) with contiguous rows, every ``b_i`` (K_i, N_i) with
     the same layout (all K-contiguous or all N-contiguous), one dtype, one
     device; M_i may be 0. The problem table (addresses, sizes, strides) is built
-    on the host and copied to the device with the launch.
+    on the host and copied to the device with the launch. ``outs`` (when given) must share no memory with each
+    other or with the inputs.
     """
-    import torch
-
-    pairs = list(pairs)
-    outs = None if outs is None else list(outs)
+    pairs = as_list("pairs", pairs, "(a, b) pairs of tensors")
+    outs = None if outs is None else as_list("outs", outs, "output tensors")
     try:
         key = (tuple(_signature(ai, bi) for ai, bi in pairs), None if outs is None else _signature(*outs), config)
         if None in key[0] or (outs is not None and key[1] is None):
             key = None
     except (TypeError, ValueError):  # not (a, b) pairs: the checks say what is wrong
         key = None
-    plan = _cached(_GROUPED, key)
-    if plan is None:
+    entry = _cached(_GROUPED, key)
+    if entry is None:
         pairs, outs, major = check_list(pairs, outs)
-    else:  # the signature vouches for everything but where the tensors start
-        major = plan.problem.b_major
-        for i, (ai, _) in enumerate(pairs):
-            check_row_major(f"pairs[{i}][0]", ai)
-        for i, ci in enumerate(outs or ()):
-            check_row_major(f"outs[{i}]", ci)
-    if outs is None:
+        if config is not None:
+            check_grouped_config(config, dtype_name(pairs[0][0].dtype))
+    else:
+        major = entry[0].problem.b_major
+    live = [i for i, (ai, _) in enumerate(pairs) if ai.shape[0] > 0]  # the problems with rows: one table row each
+    given = outs is not None
+    if given:  # where the caller's outputs are: aligned, apart from each other and from every input
+        rows = problem_table([pairs[i] for i in live], [outs[i] for i in live], major)
+        check_table_pointers(rows, live, major, pairs[0][0].element_size(), outs_given=True)
+    device = pairs[0][0].device
+    if entry is None:
+        grouped_machine(device, "gemmlab.grouped_gemm_list")
+    import torch
+
+    if not given:  # fresh outputs: only the inputs' starts to check
         outs = [torch.empty((ai.shape[0], bi.shape[1]), dtype=ai.dtype, device=ai.device) for ai, bi in pairs]
-    live = [(p, c) for p, c in zip(pairs, outs) if p[0].shape[0] > 0]
+        rows = problem_table([pairs[i] for i in live], [outs[i] for i in live], major)
+        check_table_pointers(rows, live, major, pairs[0][0].element_size(), outs_given=False)
     if not live:
         return outs
-    table = torch.tensor(problem_table([p for p, _ in live], [c for _, c in live], major), dtype=torch.int64)
-    table = table.to(pairs[0][0].device, non_blocking=True)
-    if plan is None:
-        plan = make_grouped_plan(list_problem(pairs, major), pairs[0][0].device, config,
-                                 shapes=[(p[0].shape[0], p[1].shape[1]) for p, _ in live])
+    table = torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True)
+    if entry is None:
+        shapes = [(pairs[i][0].shape[0], pairs[i][1].shape[1]) for i in live]
+        entry = (make_grouped_plan(list_problem(pairs, major), device, config, shapes=shapes), None)
         if key is not None:
-            _GROUPED[key] = plan
-    (a_0, b_0), c_0 = live[0]
-    plan.table(table, a_0, b_0, c_0)
+            _GROUPED[key] = entry
+    first = live[0]
+    entry[0].table(table, pairs[first][0], pairs[first][1], outs[first])
     return outs
 
 
 def grouped_plans() -> list[GroupedPlan]:
     """Every grouped plan made in this process, one per call signature."""
-    return list(_GROUPED.values())
+    return [plan for plan, _ in _GROUPED.values()]
 
 
 # --------------------------------------------------------------------------------------
 # Gated NVFP4 (chapter 11)
 # --------------------------------------------------------------------------------------
 
-#: Gated plans by call signature.
+#: Gated plans by call signature: ``(plan, extents)``, ``extents`` the bytes each tensor spans.
 _GATED: dict = {}
 
 
 def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
     """``silu(A B1^T) * (A B2^T)`` in FP16 from NVFP4 operands, on the kernel of this machine's GPU.
 
-    ``a`` (M, K/2, 1), ``b1``/``b2`` (N, K/2, 1): packed FP4, two e2m1 values a byte, K-major (uint8 or
-    ``float4_e2m1fn_x2``); ``sfa`` (M, K/16, 1), ``sfb1``/``sfb2`` (N, K/16, 1): plain e4m3 scales, one per
-    16 K values; K a multiple of 256, N of 8; ``out`` (M, N, 1) FP16 or None. Returns ``out``.
+    ``a`` (M, K/2, 1), ``b1``/``b2`` (N, K/2, 1): packed FP4, two e2m1 values a byte, K-major with packed rows (uint8
+    or ``float4_e2m1fn_x2``); ``sfa`` (M, K/16, 1), ``sfb1``/``sfb2`` (N, K/16, 1): plain e4m3 scales, one per
+    16 K values, row-major; K a multiple of 256, N of 8; ``out`` (M, N, 1) FP16, compact, or None; every tensor
+    16-byte aligned, ``out`` apart from the inputs. Returns ``out``.
 
     Bad input raises ``TypeError`` / ``ValueError`` naming the argument, on every machine and before any
     compile or launch; a machine without a Hopper or datacenter Blackwell GPU then raises ``TierError``.
     """
-    key = _signature(a, b1, b2, sfa, sfb1, sfb2, out)
-    plan = _cached(_GATED, key)
-    if plan is None:
-        tensors = (a, b1, b2, sfa, sfb1, sfb2, out)
-        plan = make_gated_plan(gated_problem(*tensors), tensors)
+    tensors = (a, b1, b2, sfa, sfb1, sfb2, out)
+    key = _signature(*tensors)
+    entry = _cached(_GATED, key)
+    if entry is None:
+        entry = (make_gated_plan(gated_problem(*tensors), tensors), spans(*tensors))
         if key is not None:
-            _GATED[key] = plan
-    return plan(a, b1, b2, sfa, sfb1, sfb2, out)
+            _GATED[key] = entry
+    else:  # the signature vouches for everything but where the tensors start
+        check_gated_pointers(tensors, entry[1])
+    return entry[0](a, b1, b2, sfa, sfb1, sfb2, out)
 
 
 def gated_plans() -> list[GatedPlan]:
     """Every gated plan made in this process, one per call signature."""
-    return list(_GATED.values())
+    return [plan for plan, _ in _GATED.values()]

@@ -334,6 +334,28 @@ MEDIUM_C2 = Sm90Config(tile_m=128, tile_n=192, tile_k=64, stages=4, cluster=(2, 
 LARGE_C2 = Sm90Config(tile_m=128, tile_n=256, tile_k=64, stages=4, cluster=(2, 1), epi_n=32, epi_stages=2)
 #: Groups the kernel ranks by size in shared memory (largest first); beyond this it visits them in index order.
 ORDER_MAX = 256
+#: The A and B descriptors' L2 promotion the grouped kernel can write (the driver's ``CUtensorMapL2promotion``:
+#: 0 none, 1 64 B, 2 128 B, 3 256 B; None keeps the DSL template's 128 B):
+#: :func:`gemmlab.kernels.grouped_sm90.set_l2_promotion`.
+L2_PROMOTIONS = (None, 0, 1, 2, 3)
+#: The grouped kernel's ``mixed`` (rows) and ``burst`` (claims) are compared with its Int32 counters.
+INT32_MAX = 2 ** 31 - 1
+
+
+def check_grouped_config(cfg, dtype: str | None = None) -> Sm90Config:
+    """A tile the grouped kernel runs: an :class:`Sm90Config` in clusters of 1 or 2 CTAs along M, no swap, no
+    split-K (and for ``dtype``'s operands when given); returns it."""
+    if not isinstance(cfg, Sm90Config):
+        raise TypeError(f"config must be an Sm90Config (a grouped tile such as configs.LARGE); got "
+                        f"{type(cfg).__name__}")
+    if cfg.cluster not in ((1, 1), (2, 1)) or cfg.swap_ab or cfg.split_k:
+        raise ValueError(f"cfg: the grouped kernel runs clusters of 1 or 2 CTAs along M (cluster (1, 1) or "
+                         f"(2, 1)), no swap, no split-K; got {cfg.name}")
+    if dtype is not None and (cfg.dtype, cfg.out_dtype) != (dtype, dtype):
+        raise ValueError(f"config is for {cfg.dtype} -> {cfg.out_dtype}; the tensors are {dtype} (the grouped GEMM "
+                         f"writes its inputs' dtype): pass dataclasses.replace(config, dtype={dtype!r}, "
+                         f"out_dtype={dtype!r})")
+    return cfg
 
 
 #: The grouped kernel's workspace (allocated by the host, one row of slots per CTA) and its table of problems (the

@@ -16,10 +16,12 @@ Every rule says what it was fitted on (``benchmarks/grouped_gemm.py``; the store
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..checks import check_choice, check_int
 from ..hardware import spec_of
-from .configs import LARGE, LARGE_C2, MEDIUM, ORDER_MAX, SMALL, SMALL_WIDE, Sm90Config
+from .configs import (INT32_MAX, L2_PROMOTIONS, LARGE, LARGE_C2, MEDIUM, ORDER_MAX, SMALL, SMALL_WIDE, Sm90Config,
+                      check_grouped_config)
 from .problem import GroupedProblem
 
 #: Tokens per expert from which the 2-CTA clusters were measured faster, by GPU (``GPUSpec.short``;
@@ -58,9 +60,11 @@ def config_for_gpu(gpu: str | None, tokens: int, groups: int, n: int, k: int) ->
     return choose_config(tokens, groups, n, k, PAIRS_FROM.get(gpu, float("inf")), DECODE_TILE.get(gpu, SMALL))
 
 
-def default_config(tokens: int, groups: int, n: int, k: int, device) -> Sm90Config:
-    """The configuration the calls run on ``device`` when given none: :func:`config_for_gpu` for its GPU."""
-    return config_for_gpu(gpu_of(device), tokens, groups, n, k)
+def default_config(tokens: int, groups: int, n: int, k: int, device, dtype: str = "bfloat16") -> Sm90Config:
+    """The configuration the calls run on ``device`` when given none: :func:`config_for_gpu` for its GPU, for
+    ``dtype``'s operands (the tiles were measured in BF16; FP16 runs the same tile, compiled for FP16)."""
+    cfg = config_for_gpu(gpu_of(device), tokens, groups, n, k)
+    return cfg if cfg.dtype == dtype else replace(cfg, dtype=dtype, out_dtype=dtype)
 
 
 def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = float("inf"),
@@ -241,6 +245,35 @@ class GroupedSchedule:
     burst: int  #: claims per block of the mixed order (1 without it)
 
 
+def check_options(problem: GroupedProblem, config=None, *, fences=True, by_size=None, l2_promotion=L2_PROMOTION,
+                  dynamic=None, overlap_store=None, mixed=None, burst=None) -> dict:
+    """The grouped call's options, checked before anything asks about the machine: a ``TypeError`` or
+    ``ValueError`` naming the option, or the options as Python values (None stays None: the rule decides).
+
+    ``config``: a tile the grouped kernel runs, for the problem's dtype; ``fences``: a bool; ``by_size``,
+    ``dynamic``, ``overlap_store``: a bool or None; ``l2_promotion``: one of
+    :data:`~gemmlab.family.configs.L2_PROMOTIONS`; ``mixed`` (rows) an int >= 0 or None, ``burst`` (claims) an int
+    >= 1 or None (numpy ints count; floats and bools do not). An explicit mixed order (``mixed`` > 0) cannot run
+    with ``dynamic=False``, ``by_size=False`` (it visits the groups largest first) or a 2-CTA ``config``.
+    """
+    if config is not None:
+        check_grouped_config(config, problem.dtype)
+    flags = {"fences": check_choice("fences", fences, (False, True))}
+    for name, value in (("by_size", by_size), ("dynamic", dynamic), ("overlap_store", overlap_store)):
+        flags[name] = None if value is None else check_choice(name, value, (False, True))
+    l2_promotion = check_choice("l2_promotion", l2_promotion, L2_PROMOTIONS)
+    mixed = None if mixed is None else check_int("mixed", mixed, lo=0, hi=INT32_MAX)
+    burst = None if burst is None else check_int("burst", burst, lo=1, hi=INT32_MAX)
+    if mixed:
+        why = ("dynamic=False: it claims tiles from the counter" if flags["dynamic"] is False else
+               "by_size=False: it visits the groups largest first" if flags["by_size"] is False else
+               f"config {config.name}: it runs one CTA per tile" if config is not None and config.cluster != (1, 1)
+               else None)
+        if why:
+            raise ValueError(f"mixed={mixed}: the mixed order cannot run with {why} (pass mixed=0 or None)")
+    return dict(flags, l2_promotion=l2_promotion, mixed=mixed, burst=burst)
+
+
 def schedule(cfg: Sm90Config, problem: GroupedProblem, *, dynamic: bool | None = None, by_size: bool | None = None,
              overlap_store: bool | None = None, mixed: int | None = None, burst: int | None = None) -> GroupedSchedule:
     """The schedule of tile ``cfg`` on ``problem``: each argument that is not None overrides its rule.
@@ -249,6 +282,8 @@ def schedule(cfg: Sm90Config, problem: GroupedProblem, *, dynamic: bool | None =
     main loops and never mixes. The mixed order is off when the call asks for static tiles or index order, and with
     more than :data:`~gemmlab.family.configs.ORDER_MAX` groups (the light groups are found by the ranking, which
     covers that many); on, it visits the groups largest first (the heavy groups' tiles come first in the numbers).
+    An explicit ``mixed`` that cannot run as asked (the list form, ``by_size=False``, static tiles, pairs) is a
+    ``ValueError``, not a silent change of the other choices.
     """
     tokens, groups, ragged = problem.tokens, problem.groups, problem.mode == "ragged"
     if overlap_store is None:
@@ -256,13 +291,16 @@ def schedule(cfg: Sm90Config, problem: GroupedProblem, *, dynamic: bool | None =
     if mixed is None:
         light = mixed_rows(cfg, tokens, groups) if ragged and dynamic is not False and by_size is not False else 0
     else:
-        light = int(mixed)
-    if light:
-        if groups > ORDER_MAX:
-            light = 0
-        else:
-            by_size = True
+        light = check_int("mixed", mixed, lo=0, hi=INT32_MAX)
+    if light and groups > ORDER_MAX:
+        light = 0
     dynamic = dynamic_schedule(cfg) if dynamic is None else bool(dynamic)
+    if light and mixed is not None and (not ragged or by_size is False or not dynamic or cfg.cluster != (1, 1)):
+        raise ValueError(f"mixed={light}: the mixed order needs the ragged form, largest first, dynamic scheduling "
+                         f"and one CTA per tile; got mode {problem.mode!r}, by_size={by_size}, dynamic={dynamic}, "
+                         f"{cfg.name}")
+    if light:
+        by_size = True
     by_size = largest_first(cfg, tokens, dynamic) if by_size is None else bool(by_size)
     return GroupedSchedule(dynamic, by_size, bool(overlap_store), light, (MIXED_BURST if burst is None else burst)
                            if light else 1)

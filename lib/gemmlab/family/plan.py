@@ -203,6 +203,13 @@ def make_plan(problem: GemmProblem, device=None, config=None) -> Plan:
     if arch == "sm90" and (cfg.dtype, cfg.out_dtype) != (problem.dtype, problem.out_dtype):
         raise ValueError(f"config is for {cfg.dtype} -> {cfg.out_dtype}; the problem is "
                          f"{problem.dtype} -> {problem.out_dtype}")
+    if arch == "sm100":
+        if problem.out_dtype != problem.dtype:  # chapter 10's kernel stores C in A's dtype
+            raise TypeError(f"out must have a's dtype {problem.dtype} on Blackwell (chapter 10's kernel writes C in "
+                            f"its inputs' dtype); got {problem.out_dtype}")
+        if (cfg.dtype, cfg.b_major) != (problem.dtype, problem.b_major):
+            raise ValueError(f"config is for {cfg.dtype} with b {cfg.b_major}-major; the problem is "
+                             f"{problem.dtype} with b {problem.b_major}-major")
     return Plan(problem, cfg, arch, sms)
 
 
@@ -215,6 +222,7 @@ def prepare(a, b, out, config=None):
     if out is None:
         raise ValueError("out must be given to prepare (the launch writes into it)")
     problem = problem_of(a, b, out)
+    arch_of_machine("gemmlab.family.plan.prepare")  # the tier before the devices, as gemmlab.gemm
     check_devices(a, b, out)
     plan = make_plan(problem, a.device, config)
     a, b, out = canonical_operands(a, b, out, problem.b_major)
@@ -328,12 +336,21 @@ class GroupedPlan:
                 f"mixed={s.mixed})")
 
 
+def grouped_machine(device, caller: str = "gemmlab.grouped_gemm") -> None:
+    """After the arguments, the machine: a Hopper GPU (:class:`gemmlab.tiers.TierError` elsewhere: the grouped kernel
+    is sm_90a only), then the tensors' device (checked one device already) must be a CUDA one."""
+    tiers.require_tier("sm90", caller)
+    if device.type != "cuda":
+        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {device}")
+
+
 def make_grouped_plan(problem: GroupedProblem, device, config: Sm90Config | None = None, *, shapes=None,
                       fences: bool = True, l2_promotion: int | None = L2_PROMOTION, **overrides) -> GroupedPlan:
     """The plan of ``problem`` on CUDA ``device``: the tile (``config``, else the heuristic's for this GPU), the
     schedule (``overrides``: ``dynamic``, ``by_size``, ``overlap_store``, ``mixed``, ``burst``; None lets the rule
     decide), the grid (the list form needs the problems' ``(M, N)`` ``shapes``), the compiled kernel, the workspace."""
-    cfg = config or heuristic_grouped.default_config(problem.tokens, problem.groups, problem.n, problem.k, device)
+    cfg = config or heuristic_grouped.default_config(problem.tokens, problem.groups, problem.n, problem.k, device,
+                                                      problem.dtype)
     sms = hardware.sm_count(device)
     if problem.mode == "ragged":
         grid = heuristic_grouped.ragged_grid(cfg, sms, problem.tokens, problem.groups, problem.n)
@@ -435,9 +452,7 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
         tiers.require_tier("gpu", "gemmlab.gated_dual_gemm")  # raises TierError on this machine
         raise AssertionError("unreachable: require_tier accepted a cpu tier")  # pragma: no cover
     from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
-    from ..kernels.dual_gemm_sm90_pipelined import check_compact_out
 
-    check_compact_out(tensors[6], problem.n)
     cfg = config or heuristic_gated.choose_sm90(problem)
     if not isinstance(cfg, PipelinedConfig):
         raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")

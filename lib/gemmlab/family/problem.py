@@ -9,8 +9,8 @@ One problem kind per call, each built once per call signature (the plans cache t
 
 Everything here runs on the CPU tier: bad input gets a ``TypeError`` or ``ValueError``
 naming the argument and the rule before anything compiles or launches. What a
-signature cannot vouch for, the alignment of the data pointers, is checked on every
-call (:func:`check_alignment`, :func:`check_row_major`).
+signature cannot vouch for, where the tensors start (16-byte alignment, and an output sharing no byte with
+an input), is checked on every call (:func:`check_pointers` and its grouped and gated kin).
 
 The dense contract, ``C = A @ B`` with the meaning of ``torch.matmul``, on both architectures:
 
@@ -19,10 +19,12 @@ The dense contract, ``C = A @ B`` with the meaning of ``torch.matmul``, on both 
   ``w.t()`` view of an N x K weight stored row-major, as a linear layer keeps
   it). Both are free views; nothing is copied.
 * BF16 or FP16 in (``a`` and ``b`` alike), FP32 accumulation, the output in
-  ``out``'s dtype (BF16 or FP16; by default ``a``'s dtype), M x N row-major.
-* Any M, N, K >= 1, as long as every contiguous dimension (K of ``a``, the
-  contiguous one of ``b``, N of ``out``) is a multiple of 8 elements (16 bytes:
-  TMA's rule for global strides) and every tensor starts 16-byte aligned.
+  ``out``'s dtype (BF16 or FP16; by default ``a``'s dtype; chapter 10's kernel
+  writes ``a``'s dtype only), M x N row-major, sharing no byte with ``a`` or ``b``.
+* Any M, N, K from 1 to 2^31 - 1 (the kernels' sizes are 32-bit ints), as long
+  as every contiguous dimension (K of ``a``, the contiguous one of ``b``, N of
+  ``out``) is a multiple of 8 elements (16 bytes: TMA's rule for global strides)
+  and every tensor starts 16-byte aligned.
 
 M = 1 (and any size-1 dimension): torch may give a size-1 dimension any
 stride (``torch.randn(k, 1).t()`` has strides (1, 1)); the stride of a
@@ -43,6 +45,8 @@ ALIGN_BYTES = 16
 #: The dtypes ``gemmlab.gemm`` takes and writes, by torch name.
 IN_DTYPES = ("bfloat16", "float16")
 OUT_DTYPES = ("bfloat16", "float16")
+#: The largest extent a tensor of the family's calls may have: the kernels take sizes as 32-bit ints.
+MAX_EXTENT = 2 ** 31 - 1
 #: Bits per element of every dtype the family knows (FP4 packs two values per byte).
 DTYPE_BITS = {"bfloat16": 16, "float16": 16, "float32": 32, "float8_e4m3fn": 8, "float8_e5m2": 8,
               "float4_e2m1": 4}
@@ -77,9 +81,9 @@ class GemmProblem:
         check_choice("b_major", self.b_major, ("k", "n"))
         align = int(ALIGN_BYTES // dtype_bytes(self.dtype))
         if self.k % align:
-            raise ValueError(f"K must be a multiple of {align} (16 bytes of a's rows); got K={self.k}")
+            raise ValueError(f"K must be a multiple of {align} (16-byte rows of a); got K={self.k}")
         if self.n % align:
-            raise ValueError(f"N must be a multiple of {align} (16 bytes of the output's rows); got N={self.n}")
+            raise ValueError(f"N must be a multiple of {align} (16-byte rows of the output); got N={self.n}")
 
     @property
     def flops(self) -> int:
@@ -95,6 +99,13 @@ def _torch_dtypes():
     import torch
 
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_extents(name: str, t) -> None:
+    """Every extent of ``t`` at most :data:`MAX_EXTENT` (the kernels' sizes are 32-bit ints)."""
+    if any(s > MAX_EXTENT for s in t.shape):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}: the kernels take sizes as 32-bit ints, each at most "
+                         f"2^31 - 1")
 
 
 def _packed(t) -> bool:
@@ -117,6 +128,7 @@ def problem_of(a, b, out=None) -> GemmProblem:
             raise ValueError(f"{name} must be 2-D; got shape {tuple(t.shape)}")
         if t.numel() == 0:
             raise ValueError(f"{name} must hold at least one element; got shape {tuple(t.shape)}")
+        check_extents(name, t)
     if a.dtype != b.dtype:
         raise TypeError(f"a and b must have the same dtype; got {dtype_name(a.dtype)} and {dtype_name(b.dtype)}")
     m, k = a.shape
@@ -143,17 +155,58 @@ def problem_of(a, b, out=None) -> GemmProblem:
         if not _packed(out):
             raise ValueError(f"out must be contiguous (row-major M x N, rows packed); got strides {tuple(out.stride())}")
     prob = GemmProblem(m, n, k, dtype_name(a.dtype), out_dtype, b_major)
-    check_alignment(a, b, out)
+    check_pointers(a, b, out)
     return prob
 
 
-def check_alignment(a, b, out=None) -> None:
-    """Every tensor must start 16-byte aligned (TMA's rule); the one check repeated on every call."""
-    if (a.data_ptr() | b.data_ptr() | (out.data_ptr() if out is not None else 0)) % ALIGN_BYTES:
-        for name, t in (("a", a), ("b", b), ("out", out)):
-            if t is not None and t.data_ptr() % ALIGN_BYTES:
-                raise ValueError(f"{name} must start at a 16-byte aligned address; its data pointer is "
-                                 f"{t.data_ptr() % ALIGN_BYTES} bytes past alignment")
+def span(t) -> int:
+    """The bytes ``t`` addresses, from its first element to one past its last (0 when empty): with its data
+    pointer, the address range two tensors must not share when one is written and the other read."""
+    if t.numel() == 0:
+        return 0
+    return (sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def spans(*tensors) -> tuple:
+    """:func:`span` of each tensor (0 for None): fixed by a call signature, so a plan's entry keeps them."""
+    return tuple(0 if t is None else span(t) for t in tensors)
+
+
+def overlap_error(out_name: str, name: str) -> ValueError:
+    return ValueError(f"{out_name} overlaps {name} in memory ({out_name}={name}, or a view of the same storage): "
+                      f"the kernel would overwrite {name} while it still reads it; pass a separate output tensor")
+
+
+def check_pointers(a, b, out=None, extents=None) -> None:
+    """What no call signature can vouch for, checked on every call: every tensor starts 16-byte aligned (TMA's
+    rule), and ``out`` shares no byte with ``a`` or ``b`` (``extents``: their :func:`spans`, kept by the plan's
+    entry; computed here when not given). A disjoint slice of the same storage is fine."""
+    pa, pb = a.data_ptr(), b.data_ptr()
+    if out is None:
+        if (pa | pb) % ALIGN_BYTES:
+            _misaligned((("a", a), ("b", b)))
+        return
+    po = out.data_ptr()
+    if (pa | pb | po) % ALIGN_BYTES:
+        _misaligned((("a", a), ("b", b), ("out", out)))
+    sa, sb, so = extents or spans(a, b, out)
+    if po < pa + sa and pa < po + so:
+        raise overlap_error("out", "a")
+    if po < pb + sb and pb < po + so:
+        raise overlap_error("out", "b")
+
+
+def check_aligned(name: str, t):
+    """``t`` starts 16-byte aligned (TMA's rule)."""
+    if t.data_ptr() % ALIGN_BYTES:
+        raise ValueError(f"{name} must start at a 16-byte aligned address; its data pointer is "
+                         f"{t.data_ptr() % ALIGN_BYTES} bytes past alignment")
+
+
+def _misaligned(named) -> None:
+    """The error for the first misaligned tensor of ``named`` ((name, tensor) pairs; one of them is)."""
+    for name, t in named:
+        check_aligned(name, t)
 
 
 def check_devices(a, b, out=None) -> None:
@@ -252,6 +305,15 @@ def check_row_major(name: str, t):
         raise ValueError(f"{name} must start at a 16-byte-aligned address (TMA); it starts at {t.data_ptr():#x}")
 
 
+def check_output_rows(name: str, t):
+    """An output's rows must not overlap (a row stride of at least its width: not 0, not a sliding window), or
+    the kernel's stores of one row would land in another's."""
+    rows, cols = t.shape[-2], t.shape[-1]
+    if rows > 1 and t.stride(-2) < cols:
+        raise ValueError(f"{name}'s rows overlap (row stride {t.stride(-2)} < its {cols} columns): every row "
+                         f"must have memory of its own")
+
+
 def b_major_of(name: str, b) -> str:
     """``"n"`` when the weights' rows (N) are contiguous, ``"k"`` when each column of K is; else an error."""
     k, n = b.shape[-2], b.shape[-1]
@@ -264,8 +326,8 @@ def b_major_of(name: str, b) -> str:
 
 
 def check_offs(offs, groups: int, rows: int, *, validate: bool = True) -> None:
-    """``offs``: int32, shape (G,), same device; with ``validate`` (one device-to-host copy) also
-    non-decreasing and at most T."""
+    """``offs``: int32, shape (G,), contiguous; with ``validate`` (one device-to-host copy) also non-decreasing
+    and at most T."""
     import torch
     if not isinstance(offs, torch.Tensor):
         raise TypeError(f"offs must be a torch.Tensor of int32; got {type(offs).__name__}")
@@ -295,7 +357,8 @@ def check_offs_values(offs, rows: int) -> None:
 
 
 def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
-    """Every rule of ``grouped_gemm``'s arguments; returns B's layout ("k" or "n")."""
+    """Every rule of ``grouped_gemm``'s arguments (the device's kind is the machine's question, asked after the
+    tier: :func:`gemmlab.family.plan.grouped_machine`); returns B's layout ("k" or "n")."""
     import torch
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"a must be a torch.Tensor; got {type(a).__name__}")
@@ -303,10 +366,14 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
     if dtype not in ("bfloat16", "float16"):
         raise TypeError(f"a must be bfloat16 or float16; got {dtype}")
     _check_matrix("b", b, dtype)
+    if out is not None:
+        _check_matrix("out", out, dtype)
     if a.dim() != 2:
         raise ValueError(f"a must be 2-D (tokens x K); got shape {tuple(a.shape)}")
     if b.dim() != 3:
         raise ValueError(f"b must be 3-D (groups x K x N); got shape {tuple(b.shape)}")
+    for name, t in (("a", a), ("b", b)):
+        check_extents(name, t)
     rows, k = a.shape
     groups, kb, n = b.shape
     if kb != k:
@@ -315,21 +382,22 @@ def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
         raise ValueError(f"K and N must be multiples of 8 (16-byte TMA rows); got K = {k}, N = {n}")
     if k == 0 or n == 0 or groups == 0:
         raise ValueError(f"K, N and the group count must be positive; got K = {k}, N = {n}, G = {groups}")
+    check_offs(offs, groups, rows, validate=False)
     check_row_major("a", a)
     major = b_major_of("b", b)
     if groups > 1 and (b.stride(0) * b.element_size()) % 16:
         raise ValueError(f"b's group stride must be a multiple of 16 bytes; got {b.stride(0)} elements")
     if out is not None:
-        _check_matrix("out", out, dtype)
         if tuple(out.shape) != (rows, n):
             raise ValueError(f"out must have shape ({rows}, {n}); got {tuple(out.shape)}")
         check_row_major("out", out)
+        check_output_rows("out", out)
     devices = {t.device for t in (a, b, offs) + ((out,) if out is not None else ())}
     if len(devices) != 1:
         raise ValueError(f"a, b, offs and out must be on one device; got {sorted(map(str, devices))}")
-    check_offs(offs, groups, rows, validate=validate)
-    if a.device.type != "cuda":
-        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {a.device}")
+    check_pointers(a, b, out)
+    if validate and groups:
+        check_offs_values(offs, rows)
     return major
 
 
@@ -341,13 +409,28 @@ def ragged_problem(a, b, offs, out=None, *, validate: bool = False) -> GroupedPr
     return GroupedProblem("ragged", rows, groups, n, k, dtype_name(a.dtype), major)
 
 
-def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
-    """Every rule of ``grouped_gemm_list``'s arguments; returns ``(pairs, outs, b_major)`` (lists; ``outs`` None
-    when not given)."""
+def as_list(name: str, items, what: str) -> list:
+    """``items`` (any iterable but a tensor or a string) as a list; else a ``TypeError`` naming ``name``."""
     import torch
-    pairs = list(pairs)
+    if isinstance(items, (str, bytes, dict, torch.Tensor)):
+        raise TypeError(f"{name} must be a list of {what}; got {type(items).__name__}")
+    try:
+        return list(items)
+    except TypeError:
+        raise TypeError(f"{name} must be a list of {what}; got {type(items).__name__}") from None
+
+
+def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
+    """Every rule of ``grouped_gemm_list``'s arguments (the device's kind is asked after the tier); returns
+    ``(pairs, outs, b_major)`` (lists; ``outs`` None when not given)."""
+    import torch
+    pairs = as_list("pairs", pairs, "(a, b) pairs of tensors")
     if not pairs:
         raise ValueError("pairs must hold at least one (a, b) problem")
+    for i, pair in enumerate(pairs):
+        if isinstance(pair, (str, bytes, torch.Tensor)) or not hasattr(pair, "__len__") or len(pair) != 2:
+            size = f" of {len(pair)}" if hasattr(pair, "__len__") and not isinstance(pair, torch.Tensor) else ""
+            raise TypeError(f"pairs[{i}] must be an (a, b) pair of tensors; got {type(pair).__name__}{size}")
     a0 = pairs[0][0]
     if not isinstance(a0, torch.Tensor):
         raise TypeError(f"pairs[0][0] must be a torch.Tensor; got {type(a0).__name__}")
@@ -355,14 +438,13 @@ def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
     if dtype not in ("bfloat16", "float16"):
         raise TypeError(f"pairs[0][0] must be bfloat16 or float16; got {dtype}")
     majors = set()
-    for i, pair in enumerate(pairs):
-        if len(pair) != 2:
-            raise ValueError(f"pairs[{i}] must be an (a, b) pair")
-        ai, bi = pair
+    for i, (ai, bi) in enumerate(pairs):
         _check_matrix(f"pairs[{i}][0]", ai, dtype)
         _check_matrix(f"pairs[{i}][1]", bi, dtype)
         if ai.dim() != 2 or bi.dim() != 2:
             raise ValueError(f"pairs[{i}] must hold 2-D matrices; got {tuple(ai.shape)} and {tuple(bi.shape)}")
+        check_extents(f"pairs[{i}][0]", ai)
+        check_extents(f"pairs[{i}][1]", bi)
         if ai.shape[1] != bi.shape[0]:
             raise ValueError(f"pairs[{i}]: a is {tuple(ai.shape)}, b is {tuple(bi.shape)}: K must match")
         kk, nn = bi.shape
@@ -370,14 +452,13 @@ def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
             raise ValueError(f"pairs[{i}]: K and N must be positive multiples of 8; got K = {kk}, N = {nn}")
         check_row_major(f"pairs[{i}][0]", ai)
         majors.add(b_major_of(f"pairs[{i}][1]", bi))
+        check_aligned(f"pairs[{i}][1]", bi)
         if ai.device != a0.device or bi.device != a0.device:
             raise ValueError(f"pairs[{i}] is not on {a0.device} like pairs[0][0]")
     if len(majors) > 1:
         raise ValueError("every b must have the same layout (all K-contiguous or all N-contiguous); got both")
-    if a0.device.type != "cuda":
-        raise ValueError(f"the grouped GEMM runs on a CUDA device; the tensors are on {a0.device}")
     if outs is not None:
-        outs = list(outs)
+        outs = as_list("outs", outs, "output tensors")
         if len(outs) != len(pairs):
             raise ValueError(f"outs must hold one matrix per pair: {len(pairs)}; got {len(outs)}")
         for i, ((ai, bi), ci) in enumerate(zip(pairs, outs)):
@@ -385,7 +466,41 @@ def check_list(pairs, outs=None) -> tuple[list, list | None, str]:
             if tuple(ci.shape) != (ai.shape[0], bi.shape[1]):
                 raise ValueError(f"outs[{i}] must have shape ({ai.shape[0]}, {bi.shape[1]}); got {tuple(ci.shape)}")
             check_row_major(f"outs[{i}]", ci)
+            check_output_rows(f"outs[{i}]", ci)
+            if ci.device != a0.device:
+                raise ValueError(f"outs[{i}] is not on {a0.device} like pairs[0][0]")
     return pairs, outs, majors.pop()
+
+
+def check_table_pointers(rows, index, b_major: str, element_size: int, *, outs_given: bool) -> None:
+    """The list form's per-call checks, read from its problem table (:func:`gemmlab.family.plan.problem_table`:
+    one row per problem with rows, ``index`` its place in ``pairs``): every ``a``, ``b`` and ``out`` starts 16-byte
+    aligned, and, when the caller gave ``outs``, no output shares a byte with another output or with any input.
+    One sort and a binary search per input: O(G log G), nothing when ``outs`` were made here."""
+    from bisect import bisect_left
+    for (pa, pb, pc, *_), i in zip(rows, index):
+        if (pa | pb | pc) % ALIGN_BYTES:
+            for name, p in ((f"pairs[{i}][0]", pa), (f"pairs[{i}][1]", pb), (f"outs[{i}]", pc)):
+                if p % ALIGN_BYTES:
+                    raise ValueError(f"{name} must start at a 16-byte aligned address; its data pointer is "
+                                     f"{p % ALIGN_BYTES} bytes past alignment")
+    if not outs_given:
+        return
+    es, written, read = element_size, [], []
+    for (pa, pb, pc, m, n, k, lda, ldb, ldc), i in zip(rows, index):
+        written.append((pc, pc + ((m - 1) * ldc + n) * es, i))
+        read.append((pa, pa + ((m - 1) * lda + k) * es, f"pairs[{i}][0]"))
+        b_span = ((k - 1) * ldb + n) if b_major == "n" else ((n - 1) * ldb + k)
+        read.append((pb, pb + b_span * es, f"pairs[{i}][1]"))
+    written.sort()
+    for (_, end, i), (start, _, j) in zip(written, written[1:]):
+        if start < end:
+            raise overlap_error(f"outs[{j}]", f"outs[{i}]")
+    starts = [w[0] for w in written]
+    for start, end, name in read:
+        j = bisect_left(starts, end) - 1  # the last output starting before this input ends
+        if j >= 0 and written[j][1] > start:
+            raise overlap_error(f"outs[{written[j][2]}]", name)
 
 
 def list_problem(pairs, b_major: str) -> GroupedProblem:
@@ -401,6 +516,15 @@ def list_problem(pairs, b_major: str) -> GroupedProblem:
 # --------------------------------------------------------------------------------------
 
 
+def check_gated_sizes(m, n, k) -> tuple[int, int, int]:
+    """Sizes the gated kernels take, as Python ints: :func:`gemmlab.nvfp4.check_problem`'s (M, N >= 1, K a positive
+    multiple of 256) and N a multiple of 8: C's FP16 rows are stored in 16-byte pieces."""
+    m, n, k, _ = fp4.check_problem(m, n, k)
+    if n % 8:
+        raise ValueError(f"N must be a multiple of 8 (16-byte rows of the FP16 output); got N={n}")
+    return m, n, k
+
+
 @dataclass(frozen=True)
 class GatedProblem:
     """``C = silu(A B1^T) * (A B2^T)`` in FP16 from NVFP4 operands (GPU MODE's layouts, L = 1): M, N, K."""
@@ -410,13 +534,14 @@ class GatedProblem:
     k: int
 
     def __post_init__(self):
-        m, n, k, _ = fp4.check_problem(self.m, self.n, self.k)  # stored as Python ints, as GemmProblem's
+        m, n, k = check_gated_sizes(self.m, self.n, self.k)  # stored as Python ints, as GemmProblem's
         for name, v in (("m", m), ("n", n), ("k", k)):
             object.__setattr__(self, name, v)
 
 
 def check_gated_output(out, m: int, n: int):
-    """``out`` must be None or an FP16 ``(M, N, 1)`` tensor, N-major (stride 1 along N)."""
+    """``out`` must be None or an FP16 ``(M, N, 1)`` tensor, row-major with packed rows (strides (N, 1) over M, N:
+    both kernels store C with row stride N)."""
     import torch
 
     from ..checks import check_tensor
@@ -428,6 +553,20 @@ def check_gated_output(out, m: int, n: int):
         raise ValueError(f"out must have shape {(m, n, 1)} (M, N, L); got {tuple(out.shape)}")
     if out[..., 0].stride(1) != 1:
         raise ValueError(f"out must be N-major (stride 1 along N); got strides {out.stride()}")
+    if m > 1 and out.stride(0) != n:
+        raise ValueError(f"out must be compact (row stride N={n}); got strides {out.stride()}")
+
+
+def _check_packed_rows(name: str, t, width: int, what: str):
+    """``t`` (rows, width, 1) row-major with packed rows: the kernels read rows of ``width`` bytes, one after the
+    other (a row stride of ``width``; stride 1 along them)."""
+    rows = t.shape[0]
+    if (t.stride(1) != 1 and width > 1) or (rows > 1 and t.stride(0) != width):
+        raise ValueError(f"{name} must be row-major with packed rows ({what}: strides ({width}, 1) over its first "
+                         f"two dimensions); got strides {tuple(t.stride())}. Pass {name}.contiguous()")
+
+
+GATED_NAMES = ("a", "b1", "b2", "sfa", "sfb1", "sfb2", "out")
 
 
 def check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
@@ -435,12 +574,34 @@ def check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
     m, n, k, l = fp4.check_operands(a, b1, b2, sfa, sfb1, sfb2)
     if l != 1:
         raise ValueError(f"L must be 1 (the kernels' batch is one problem); got L={l}")
-    if n % 8:
-        raise ValueError(f"N must be a multiple of 8 (each FP16 row of C is stored in 16-byte pieces); got N={n}")
+    check_gated_sizes(m, n, k)
+    for name, t in (("a", a), ("b1", b1), ("b2", b2)):
+        check_extents(name, t)
+        _check_packed_rows(name, t, k // 2, "K/2 packed bytes a row")
+    for name, t in (("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2)):
+        _check_packed_rows(name, t, k // fp4.SF_VEC, "K/16 scales a row")
     check_gated_output(out, m, n)
     if out is not None and out.device != a.device:
         raise ValueError(f"out must be on a's device {a.device}; got {out.device}")
+    tensors = (a, b1, b2, sfa, sfb1, sfb2, out)
+    check_gated_pointers(tensors, spans(*tensors))
     return m, n, k
+
+
+def check_gated_pointers(tensors, extents) -> None:
+    """``gated_dual_gemm``'s per-call checks (a signature cannot vouch for them): every tensor of ``tensors`` (a, b1,
+    b2, sfa, sfb1, sfb2, out) starts 16-byte aligned (the kernels' TMA copies), and ``out`` shares no byte with an
+    input (``extents``: their :func:`spans`)."""
+    a, b1, b2, sfa, sfb1, sfb2, out = tensors
+    ptrs = (a.data_ptr(), b1.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb1.data_ptr(), sfb2.data_ptr())
+    po = 0 if out is None else out.data_ptr()
+    if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | po) % ALIGN_BYTES:
+        _misaligned([(name, t) for name, t in zip(GATED_NAMES, tensors) if t is not None])
+    if out is not None:
+        end = po + extents[6]
+        for name, p, size in zip(GATED_NAMES, ptrs, extents):
+            if po < p + size and p < end:
+                raise overlap_error("out", name)
 
 
 def gated_problem(a, b1, b2, sfa, sfb1, sfb2, out=None) -> GatedProblem:

@@ -79,6 +79,7 @@ from ..family.configs import (DUAL_SM100_TILE_NS as TILE_N_SUPPORTED, EPI_C_STAG
                               EPILOGUE_WARPS, GATED_TILE_M as TILE_M, GROUP_M, K_BLOCK, MMA_K_FP4 as MMA_K, RASTER,
                               STEPS, DualSm100Config)
 from ..checks import check_int
+from ..family.problem import check_gated_sizes
 from ..pipeline import DevicePipelineState
 from ..scheduler import device_tile
 from ..tmem import tcgen05_fence_after_thread_sync, tcgen05_fence_before_thread_sync
@@ -530,10 +531,8 @@ def dual_host(cfg: DualSm100Config, m: int, n: int, k: int):
     return dual_gemm_sm100_host
 
 
-def _check_shape(m, n, k):
-    m, n, k, _ = fp4.check_problem(m, n, k)
-    if n % 8:
-        raise ValueError(f"N must be a multiple of 8 (16-byte rows of the FP16 output for the TMA store); got N={n}")
+def _check_shape(m, n, k) -> tuple[int, int, int]:
+    return check_gated_sizes(m, n, k)  # N a multiple of 8: the FP16 output's rows are TMA-stored in 16-byte pieces
 
 
 def _fake_operands(m: int, n: int, k: int):
@@ -560,7 +559,7 @@ def compile_dual_sm100(target: str, cfg: DualSm100Config | None, m: int, n: int,
     check_target(target)
     if target != "sm_100a":
         raise ValueError(f"the tcgen05 dual GEMM needs target sm_100a (tcgen05.mma kind::mxf4nvf4); got {target!r}")
-    _check_shape(m, n, k)
+    m, n, k = _check_shape(m, n, k)  # as Python ints: the DSL takes nothing else
     cfg = cfg or DualSm100Config()
     if not isinstance(cfg, DualSm100Config):
         raise TypeError(f"cfg must be a DualSm100Config; got {type(cfg).__name__}")

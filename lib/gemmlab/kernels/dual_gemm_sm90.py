@@ -57,6 +57,7 @@ from cutlass.memory import SmemAllocator
 
 from .. import nvfp4 as fp4
 from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K, SLICES, DualSm90Config
+from ..family.problem import check_gated_sizes
 from ..pipeline import DevicePipelineState
 
 PRODUCER_REGS = 40
@@ -374,7 +375,7 @@ def compile_dual(target: str, cfg: DualSm90Config | None, m: int, n: int, k: int
     from ..compile import compile_for, fake_stream
 
     check_sm90_target(target)
-    m, n, k, _ = fp4.check_problem(m, n, k)
+    m, n, k = check_gated_sizes(m, n, k)  # N a multiple of 8 too, before the DSL sees it
     cfg = cfg or DualSm90Config()
     if not isinstance(cfg, DualSm90Config):
         raise TypeError(f"cfg must be a DualSm90Config; got {type(cfg).__name__}")

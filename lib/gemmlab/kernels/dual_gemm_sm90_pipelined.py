@@ -58,6 +58,7 @@ from cutlass.tensor_utils import LayoutEnum
 from .. import nvfp4 as fp4
 from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K, SLICES, PipelinedConfig
 from ..family.heuristic_gated import choose_tile_n
+from ..family.problem import check_gated_sizes
 from .dual_gemm_sm90 import (check_devices, check_sm90_target, fake_operands, gate_epilogue, operands_2d, tma_atoms,
                              tma_copies)
 from ..fp4_dequant import fp4x8_to_f16, gather_bytes, scale_f16x2
@@ -454,7 +455,7 @@ def compile_pipelined(target: str, cfg: PipelinedConfig | None, m: int, n: int, 
     from ..compile import compile_for, fake_stream
 
     check_sm90_target(target)
-    m, n, k, _ = fp4.check_problem(m, n, k)
+    m, n, k = check_gated_sizes(m, n, k)  # N a multiple of 8 too, before the DSL sees it
     cfg = _config(m, n, cfg)
     return compile_for(target, pipelined_host(cfg), *fake_operands(m, n, k), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)

@@ -459,9 +459,11 @@ def compile_gemm_sm100(target: str = "sm_100a", cfg: Sm100Config | None = None, 
     if target != "sm_100a":
         raise ValueError(f"the tcgen05 GEMM needs target sm_100a; got {target!r}")
     m, n, k = (check_int(name, v, lo=1) for name, v in (("m", m), ("n", n), ("k", k)))  # before the DSL sees them
-    cfg = cfg or choose(GemmProblem(m, n, k))
-    if not isinstance(cfg, Sm100Config):
+    if cfg is not None and not isinstance(cfg, Sm100Config):
         raise TypeError(f"cfg must be an Sm100Config; got {type(cfg).__name__}")
+    # The contract's rules (K and N multiples of 8: 16-byte TMA rows), for cfg's dtype and layout when given
+    problem = GemmProblem(m, n, k) if cfg is None else GemmProblem(m, n, k, cfg.dtype, cfg.dtype, cfg.b_major)
+    cfg = cfg or choose(problem)
     cfg.check_fits()
     return compile_for(target, _gemm_host(cfg, m, n, k), *_fake_operands(cfg, m, n, k),
                        fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)

@@ -84,8 +84,9 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
-from ..family.configs import (DESC_BYTES, DESC_WORDS, ORDER_MAX, TABLE_COLUMNS, Sm90Config,  # noqa: F401
-                              ab_slots, light_base, sched_slot, slots_per_cta)
+from ..family.configs import (DESC_BYTES, DESC_WORDS, INT32_MAX, L2_PROMOTIONS, ORDER_MAX,  # noqa: F401
+                              TABLE_COLUMNS, Sm90Config, ab_slots, check_grouped_config, light_base, sched_slot,
+                              slots_per_cta)
 from .gemm_sm90 import (CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, epilogue_operands,
                         mma_and_smem_layouts, mma_operands, mma_tile, release_stage, store_tile)
 from ..pipeline import DevicePipelineState
@@ -149,7 +150,6 @@ def start_descriptor(atom: cute.CopyAtom, smem_slot):
 #: templates with 128 B and ``tensormap.replace`` has no field for it, so :func:`set_l2_promotion` writes it
 #: into the shared-memory copy: bits 17-18 of the descriptor's third 32-bit word (bytes 8-11), where
 #: ``cuTensorMapEncodeTiled`` puts it (checked on the GPU by ``tests/test_grouped.py``).
-L2_PROMOTIONS = (None, 0, 1, 2, 3)  # None: keep the template's
 L2_PROMOTION_WORD, L2_PROMOTION_SHIFT = 1, 17  # 64-bit word 1 (bytes 8-15), bits 17-18
 
 
@@ -985,22 +985,26 @@ def compile_grouped(target: str = "sm_90a", cfg: Sm90Config | None = None, mode:
     ``mixed``: light experts' rows (0: off): the tiles of groups of at most that many rows are claimed among the
     others' (:func:`mixed_tile`), in blocks of ``burst`` claims; ragged, dynamic, one CTA, largest first only.
     """
-    from ..checks import check_choice
+    from ..checks import check_choice, check_int
     from ..compile import check_target, compile_for, fake_stream, fake_tensor
 
     check_target(target)
     if target != "sm_90a":
         raise ValueError(f"target: the grouped Hopper GEMM needs sm_90a (wgmma, setmaxnreg); got {target!r}")
-    cfg = cfg or Sm90Config()
-    if not isinstance(cfg, Sm90Config):
-        raise TypeError(f"cfg must be an Sm90Config; got {type(cfg).__name__}")
-    if cfg.cluster not in ((1, 1), (2, 1)) or cfg.swap_ab or cfg.split_k:
-        raise ValueError(f"cfg: the grouped kernel runs clusters of 1 or 2 CTAs along M (cluster (1, 1) or "
-                         f"(2, 1)), no swap, no split-K; got {cfg.name}")
+    cfg = check_grouped_config(cfg or Sm90Config())
     check_choice("mode", mode, MODES)
     check_choice("b_major", b_major, ("k", "n"))
     check_choice("l2_promotion", l2_promotion, L2_PROMOTIONS)
-    dynamic = bool(dynamic)
+    flags = (("tvm_ffi", tvm_ffi), ("fences", fences), ("by_size", by_size), ("trace", trace), ("dynamic", dynamic),
+             ("overlap_store", overlap_store))
+    tvm_ffi, fences, by_size, trace, dynamic, overlap_store = (check_choice(name, v, (False, True))
+                                                               for name, v in flags)
+    mixed = check_int("mixed", mixed, lo=0, hi=INT32_MAX)
+    burst = check_int("burst", burst, lo=1, hi=INT32_MAX)  # numpy ints count (it was isinstance(burst, int))
+    if mixed and (mode != "ragged" or not dynamic or cfg.cluster != (1, 1) or not by_size):
+        raise ValueError(f"mixed: claiming light experts' tiles among the heavy ones' needs the ragged form, dynamic "
+                         f"scheduling, one CTA per tile and largest first; got mode={mode!r}, dynamic={dynamic}, "
+                         f"{cfg.name}, by_size={by_size}")
     dt, ct = _CUTLASS_TYPES[cfg.dtype], _CUTLASS_TYPES[cfg.out_dtype]
     t, n, k = cute.sym_int(), cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
     a = fake_tensor(dt, (t, k), stride_order=(1, 0))
@@ -1013,14 +1017,7 @@ def compile_grouped(target: str = "sm_90a", cfg: Sm90Config | None = None, mode:
     table = fake_tensor(Int64, (cute.sym_int(), len(TABLE_COLUMNS)), align=8, stride_order=(1, 0))
     workspace = fake_tensor(Int64, (cute.sym_int(), slots_per_cta(cfg, trace, bool(mixed)), DESC_WORDS),
                             align=DESC_BYTES, stride_order=(2, 1, 0))
-    mixed = int(mixed)
-    if not (isinstance(burst, int) and burst >= 1):
-        raise ValueError(f"burst: claims per block of the mixed order, an int >= 1; got {burst!r}")
-    if mixed and (mode != "ragged" or not dynamic or cfg.cluster != (1, 1) or not by_size):
-        raise ValueError(f"mixed: claiming light experts' tiles among the heavy ones' needs the ragged form, dynamic "
-                         f"scheduling, one CTA per tile and largest first; got mode={mode!r}, dynamic={dynamic}, "
-                         f"{cfg.name}, by_size={by_size}")
-    host = grouped_host(cfg, mode, bool(fences), bool(by_size), l2_promotion, bool(trace), dynamic, bool(overlap_store),
-                        mixed, int(burst) if mixed else 1)
+    host = grouped_host(cfg, mode, fences, by_size, l2_promotion, trace, dynamic, overlap_store, mixed,
+                        burst if mixed else 1)
     return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
                        tvm_ffi=tvm_ffi)

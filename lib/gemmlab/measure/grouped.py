@@ -15,7 +15,7 @@ from .. import hardware
 from ..family.configs import Sm90Config
 from ..family.heuristic_grouped import (config_for_gpu, default_config, dynamic_schedule, ragged_grid, schedule,
                                         store_under_next)
-from ..family.plan import dummies, grouped_kernel, new_workspace
+from ..family.plan import dummies, grouped_kernel, grouped_machine, new_workspace
 from ..family.problem import DTYPE_BITS, ragged_problem
 from ..grouped_model import skewed_sizes
 from .bench import geomean, line_fit
@@ -265,8 +265,9 @@ def trace_launches(a, b, offs, *, launches: int = 3, config: Sm90Config | None =
 
     from ..kernels.grouped_sm90 import TRACE_POINTS
     problem = ragged_problem(a, b, offs, validate=True)
+    grouped_machine(a.device, "gemmlab.measure.grouped.trace_launches")  # Hopper, CUDA tensors
     rows, groups, n = problem.tokens, problem.groups, problem.n
-    cfg = config or default_config(rows, groups, n, problem.k, a.device)
+    cfg = config or default_config(rows, groups, n, problem.k, a.device, problem.dtype)
     sms = hardware.sm_count(a.device)
     grid = ragged_grid(cfg, sms, rows, groups, n)
     sched = schedule(cfg, problem, dynamic=dynamic, overlap_store=False, mixed=0)
