@@ -340,7 +340,8 @@ def test_gemm_without_tvm_ffi_raises_a_clear_error_on_the_gpu(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "tvm_ffi", None)
     monkeypatch.setattr(plan, "_KERNELS", {})
-    monkeypatch.setattr(api, "_PLANS", {})  # no plan made earlier in the session may answer for it
+    for cache in ("_PLANS", "_BY_PROBLEM"):  # no plan made earlier in the session may answer for it
+        monkeypatch.setattr(api, cache, {})
     plan._have_tvm_ffi.cache_clear()
     try:
         a = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
