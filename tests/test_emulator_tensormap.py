@@ -759,3 +759,68 @@ def test_the_course_blackwell_kernels_maps_decode_and_their_tile_bytes_add_up():
     got = maps(dual.compile_dual_sm100("sm_100a", None, m, n, k), ops)
     assert [x.elemtype for x in got] == ["b4x16"] * 3 + ["u16"] * 3 + ["f16"]
     assert sum(T.tile_bytes(x) for x in got[:6]) == dual.DualSm100Config().tx_bytes
+
+
+# ---------------------------------------------------------------------------
+# benchmarks/emulator_tma_check.py's verdicts (the GPU run's rows, judged on any machine)
+# ---------------------------------------------------------------------------
+
+
+def _tma_check():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = "emulator_tma_check"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def _row_a(driver_bits, fields=(), dsl_ok=True):
+    return {"part": "a", "case": "f16 2-D 128B", "dsl": {"ok": dsl_ok, "fields": [], "bits_vs_model": []},
+            "driver": {"fields": list(fields), "bits_vs_model": list(driver_bits)},
+            "dsl_bytes_0_63_eq_driver": not driver_bits, "driver_bits_vs_dsl": list(driver_bits)}
+
+
+def test_tma_check_passes_only_the_named_driver_differences():
+    m = _tma_check()
+    for bits, fields, ok in [([], [], True), (["0x08.b1=0"], [], True),
+                             (["0x08.b1=0", "0x08.b21=0"], ["big_extent: False != True"], True),
+                             (["0x08.b2=1"], [], False),  # any other bit is a failure
+                             (["0x08.b1=0"], ["swizzle: '64B' != '128B'"], False)]:
+        row = _row_a(bits, fields)
+        m.verdict_a(row, 9)
+        assert row["ok"] is ok, (bits, fields)
+        assert row.get("known", []) == sorted({b.split("=")[0] for b in bits} & set(m.KNOWN_DRIVER_DIFFERENCES))
+    row = _row_a([], dsl_ok=False)
+    m.verdict_a(row, 9)
+    assert row["ok"] is False
+
+
+def test_tma_check_expects_refusals_of_sm100_features_only_on_hopper():
+    m = _tma_check()
+    err = "RuntimeError: cuTensorMapEncodeTiled failed: CUDA_ERROR_INVALID_VALUE"
+    for case, major, ok in [("elemtype b4x16", 9, True), ("128B atomicity 64B", 9, True),
+                            ("elemtype b4x16", 10, False), ("f32 rank 1", 9, False)]:
+        row = {"part": "a", "case": case, "source": "driver", "error": err}
+        m.verdict_a(row, major)
+        assert row["ok"] is ok, (case, major)
+
+
+def test_tma_check_rows_after_a_lost_context_are_not_run():
+    m = _tma_check()
+    fault = "AcceleratorError: CUDA error: an illegal instruction was encountered"
+    rows = [{"part": "b", "case": "c0", "ok": True, "mismatched_bytes": 0},
+            {"part": "b", "case": "c1", "coords": [56, 60], "ok": False, "error": fault},
+            {"part": "b", "case": "c2", "coords": [0, 0], "ok": False, "error": fault, "trace": "..."},
+            {"part": "b", "case": "sm100 only", "ok": True, "note": "not run: sm_100 only"}]
+    out = m.reclassify_rows(rows, 9)
+    assert [r["ok"] for r in out] == [True, False, None, True]
+    assert "'c1' at [56, 60]" in out[2]["note"] and out[2]["error_after_fault"].startswith("AcceleratorError")
+    meta = m.summary(out, "m")
+    assert (meta["passed"], meta["failed"], meta["not_run"]) == (2, 1, 1)

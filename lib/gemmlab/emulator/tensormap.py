@@ -54,7 +54,11 @@ are written as zero by the DSL (dim 1, box 1, element stride 1, stride 0) and ig
 The bit-21 flag: the DSL's host code sets it when ``dim0 * elem_bytes + sum((dim_i - 1) *
 stride_i)`` is at least 2**17; its meaning is not documented and nothing here depends on it
 (``tensormap.replace`` of a dimension does not update it, and ``.swizzle_atomicity`` clears it:
-ptxas's mask for that field is bits 19..21). Lists are innermost dimension first, like the
+ptxas's mask for that field is bits 19..21). The driver's encoder (``cuTensorMapEncodeTiled``,
+CUDA 13.0 on an H100, ``benchmarks/emulator_tma_check.py``) differs from the DSL's in exactly
+two bits of bytes 0..63 in every map compared: it writes 0 in the mode nibble of a tiled map
+(:func:`decode` reads 0 as tiled too) and never sets bit 21; the driver's and the DSL's maps
+loaded the same bytes in that run's copies. Lists are innermost dimension first, like the
 driver's; ``global_stride[i]`` is the byte stride of dimension ``i + 1`` (the driver's
 ``globalStrides``: rank - 1 entries).
 """
