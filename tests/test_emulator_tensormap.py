@@ -454,15 +454,29 @@ def test_load_in_bounds_and_batched_reads():
 def test_load_out_of_bounds_past_the_end_and_negative():
     a = mat(4, 32)
     m = Memory(a)
-    tm = u8_map(4, 32, (2, 16))
-    out = T.load_tile(tm, (24, 3), m.read).reshape(2, 16)
-    assert (out[0, :8] == a[3, 24:]).all() and not out[0, 8:].any() and not out[1].any()
-    out = T.load_tile(tm, (-8, -1), m.read).reshape(2, 16)
-    assert not out[0].any() and not out[1, :8].any() and (out[1, 8:] == a[0, :8]).all()
+    tm = u8_map(4, 32, (2, 32))
+    out = T.load_tile(tm, (16, 3), m.read).reshape(2, 32)
+    assert (out[0, :16] == a[3, 16:]).all() and not out[0, 16:].any() and not out[1].any()
+    out = T.load_tile(tm, (-16, -1), m.read).reshape(2, 32)
+    assert not out[0].any() and not out[1, :16].any() and (out[1, 16:] == a[0, :16]).all()
     m.reads.clear()
     assert not T.load_tile(tm, (32, 0), m.read).any() and not T.load_tile(tm, (0, -2), m.read).any()
-    assert not T.load_tile(tm, (-16, 0), m.read).any() and m.reads == []
-    assert T.tile_bytes(tm) == 32  # the full box, in bounds or not
+    assert not T.load_tile(tm, (-32, 0), m.read).any() and m.reads == []
+    assert T.tile_bytes(tm) == 64  # the full box, in bounds or not
+
+
+@pytest.mark.parametrize("elemtype, coord", [("u8", 8), ("u8", -8), ("u8", 250), ("bf16", 150), ("f32", 2),
+                                             ("f16", 4)])
+def test_an_innermost_coordinate_off_16_bytes_is_refused_like_the_gpu(elemtype, coord):
+    # the H100 raised 'illegal instruction' for these offsets (benchmarks/emulator_tma_check.py, 2026-11-26)
+    eb = T.ELEMTYPE[elemtype].bits // 8
+    tm = T.TensorMap(BASE, elemtype, (512 // eb, 8), (512,), (16 // eb, 4))
+    mem = Memory(np.zeros(4096, np.uint8))
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        T.load_tile(tm, (coord, 0), mem.read)
+    with pytest.raises(ValueError, match="illegal instruction"):
+        T.store_tile(tm, (coord, 0), np.zeros(T.smem_span(tm), np.uint8), mem.write)
+    T.load_tile(tm, (coord - coord % (16 // eb), 0), mem.read)  # the 16-byte multiple below is fine
 
 
 def test_load_element_strides():
@@ -602,9 +616,14 @@ def test_load_and_store_against_an_element_by_element_reference(seed):
     smem_addr = 128 * int(rng.integers(0, 8))
     for _ in range(4):
         coords = [int(rng.integers(-box[d], dims[d] + 1)) for d in range(rank)]
+        coords[0] -= coords[0] % (16 // eb)  # the innermost coordinate lands on 16 bytes (T.COORD_ALIGN)
         got = T.load_tile(tm, coords, m.read, smem_addr=smem_addr)
         assert (got == reference_load(tm, coords, a, smem_addr)).all(), (tm, coords)
         # store: what the load brought in goes back to exactly the in-bounds elements, nothing else
+        if min(coords) < 0:  # a store may not start before the tensor (the GPU faults)
+            with pytest.raises(ValueError, match="negative"):
+                T.store_tile(tm, coords, got, Memory(np.zeros_like(a)).write, smem_addr=smem_addr)
+            continue
         dst = Memory(np.zeros_like(a))
         n = T.store_tile(tm, coords, got, dst.write, smem_addr=smem_addr)
         back = Memory(dst.data)
@@ -619,12 +638,17 @@ def test_store_skips_out_of_bounds_elements():
     tm = u8_map(4, 32, (2, 16))
     smem = np.arange(1, 33, dtype=np.uint8)
     dst = Memory(np.zeros((4, 32), np.uint8))
-    assert T.store_tile(tm, (24, 3), smem, dst.write) == 8
+    assert T.store_tile(tm, (16, 3), smem, dst.write) == 16
     d = dst.data.reshape(4, 32)
-    assert (d[3, 24:] == smem[:8]).all() and np.count_nonzero(d) == 8
+    assert (d[3, 16:] == smem[:16]).all() and np.count_nonzero(d) == 16
     dst = Memory(np.zeros((4, 32), np.uint8))
-    assert T.store_tile(tm, (-8, -1), smem, dst.write) == 8
-    assert (dst.data.reshape(4, 32)[0, :8] == smem[24:]).all()
+    assert T.store_tile(tm, (32, 2), smem, dst.write) == 0  # past the end of every row
+    assert T.store_tile(tm, (16, 4), smem, dst.write) == 0 and not dst.data.any()  # past the last row
+    # before the start: the H100 faults (illegal instruction) where a load would fill
+    for coords in [(-16, 3), (0, -1), (-32, -2)]:
+        with pytest.raises(ValueError, match=r"coords\[\d\] is negative.*illegal instruction"):
+            T.store_tile(tm, coords, smem, dst.write)
+    assert not dst.data.any() and dst.writes == []
     assert T.store_tile(tm, (0, 4), smem, dst.write) == 0
     del a
 
@@ -824,3 +848,58 @@ def test_tma_check_rows_after_a_lost_context_are_not_run():
     assert "'c1' at [56, 60]" in out[2]["note"] and out[2]["error_after_fault"].startswith("AcceleratorError")
     meta = m.summary(out, "m")
     assert (meta["passed"], meta["failed"], meta["not_run"]) == (2, 1, 1)
+
+    # rows a fresh process ran after the fault are its own results, not casualties of the lost context
+    fresh = dict(rows[2], process=1)
+    out = m.reclassify_rows(rows[:2] + [fresh], 9)
+    assert out[2]["ok"] is False and "note" not in out[2] and out[2]["error"] == fault
+
+
+def test_tma_check_goes_on_in_a_fresh_process_after_a_fault(monkeypatch):
+    import torch
+
+    m = _tma_check()
+    fault = "AcceleratorError: CUDA error: an illegal instruction was encountered"
+    ran = []
+
+    def case(name, error=None):
+        def fn(gpu, c, seed):
+            ran.append(name)
+            return [{"part": "b", "case": name, "ok": error is None, **({"error": error} if error else {})}]
+        return (fn, None, 0)
+
+    work = [case("w0"), case("w1", fault), case("w2"), case("w3")]
+    children = []
+
+    def child(start, restarts, fault_row, names):
+        children.append((start, restarts, fault_row["case"], names))
+        return [{"part": "b", "case": n, "ok": True, "process": restarts} for n in names]
+
+    monkeypatch.setattr(m, "_work", lambda major: work)
+    monkeypatch.setattr(m, "Gpu", lambda: None)
+    monkeypatch.setattr(m, "_continue_in_child", child)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    rows = m.part_b()
+    assert ran == ["w0", "w1"]  # nothing more launches in the faulted process
+    assert children == [(2, 1, "w1", ["expect_tx = smem_span"] * 2)]
+    assert [r["ok"] for r in rows] == [True, False, True, True]
+    monkeypatch.setattr(m, "MAX_RESTARTS", 0)
+    rows = m.part_b()
+    assert [r["ok"] for r in rows] == [True, False, None, None, True]
+    assert rows[-1]["note"].startswith("not run: sm_100 only")
+
+
+def test_tma_check_expects_a_fault_where_the_model_refuses_the_coordinate():
+    m = _tma_check()
+    tm = T.tiled_map(0, "u8", (64, 64), (64,), (16, 8), swizzle="32B")
+    assert m._model_refusal(tm, (48, 60)) is None
+    refusal = m._model_refusal(tm, (8, 0))
+    assert "multiple of 16 bytes" in refusal
+
+    def fault():
+        raise RuntimeError("AcceleratorError: CUDA error: an illegal instruction was encountered")
+
+    row = m._expect_fault({"part": "b", "case": "c"}, refusal, fault)
+    assert row["ok"] is True and m._lost_context(row)  # agreed, and the next case needs a fresh process
+    row = m._expect_fault({"part": "b", "case": "c"}, refusal, lambda: None)
+    assert row["ok"] is False and "completed a copy the model refuses" in row["error"]

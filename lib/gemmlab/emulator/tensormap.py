@@ -620,6 +620,14 @@ def smem_span(tm: TensorMap) -> int:
     return _geometry(tm).span
 
 
+#: The innermost tile coordinate must land on a 16-byte multiple of the row, in loads and stores alike. Not in
+#: the PTX ISA's text; measured on an H100 (2026-11-26, benchmarks/emulator_tma_check.py: u8 boxes at inner
+#: offsets 8, 56, -8 and 250 bytes and a bf16 box at 150 elements (300 bytes) each raised "an illegal
+#: instruction was encountered"; offsets 0, 48, -16, -48, 112 ... loaded correctly), as Triton documents for
+#: its TMA descriptors ("the innermost coordinate must be 16-byte aligned", Gluon tutorial 04).
+COORD_ALIGN = 16
+
+
 def check_smem_address(tm: TensorMap, addr: int) -> None:
     """Raise ``ValueError`` unless ``addr`` is a shared-memory address a tile-mode copy of ``tm`` may use.
 
@@ -683,6 +691,30 @@ def _check_coords(tm: TensorMap, coords) -> tuple:
     coords = tuple(_int(f"coords[{i}]", c, -2 ** 31, 2 ** 31 - 1) for i, c in enumerate(coords))
     if (coords[0] * tm.elem.bits) % 8:
         raise NotImplementedError(f"coords[0] = {coords[0]} starts a row inside a byte of {tm.elemtype}; not modelled")
+    inner = coords[0] * tm.elem.bits // 8
+    if inner % COORD_ALIGN:
+        raise ValueError(f"coords[0] = {coords[0]} puts the box's rows {inner} bytes into the tensor's rows; a tile copy "
+                         f"needs a multiple of {COORD_ALIGN} bytes there ({COORD_ALIGN * 8 // tm.elem.bits} "
+                         f"{tm.elemtype} elements). The GPU stops with 'an illegal instruction was encountered' "
+                         "(measured on an H100: benchmarks/emulator_tma_check.py)")
+    return coords
+
+
+def check_store_coords(tm: TensorMap, coords) -> tuple:
+    """The coordinates of a tile-mode store, checked: those of any tile copy, and none negative.
+
+    Measured on an H100 (2026-11-26, benchmarks/emulator_tma_check.py): f16 stores at (0, -5),
+    (-32, 0), (-64, 0), (0, -16), each swizzle mode, and an f32 rank-1 store at (-8,) each raised
+    'an illegal instruction was encountered', while loads at the same coordinates filled the
+    outside and stores past the end were clipped. The PTX ISA's text does not single this out.
+    """
+    coords = _check_coords(tm, coords)
+    bad = [i for i, c in enumerate(coords) if c < 0]
+    if bad:
+        raise ValueError(f"a TMA tile store at coords {coords}: coords[{bad[0]}] is negative. A store box may run "
+                         "past the end of the tensor (clipped) but not start before it: the GPU stops with 'an "
+                         "illegal instruction was encountered' (measured on an H100: "
+                         "benchmarks/emulator_tma_check.py); loads accept negative coordinates")
     return coords
 
 
@@ -791,16 +823,17 @@ def store_tile(tm: TensorMap, coords, smem_bytes, write, *, smem_addr: int = 0) 
     ``smem_bytes``: the shared-memory bytes from ``smem_addr`` (at least :func:`smem_span`
     of them), laid out as :func:`load_tile` lays out a load (same swizzle, padding and
     traversal); ``write(address, data)`` stores global bytes, called once per run of
-    contiguous in-bounds bytes. Elements outside the tensor, negative coordinates included,
-    are not written (PTX ISA 5.5.3.3; course chapter 04 measured clipped stores past the end;
-    the GPU check also measures negative coordinates). Returns the bytes written.
+    contiguous in-bounds bytes. Elements past the end of the tensor are not written (PTX ISA
+    5.5.3.3; course chapter 04 measured clipped stores past the end). A *negative* coordinate,
+    which a load accepts (it fills), is refused: the H100 stopped every such store with 'an
+    illegal instruction was encountered' (:func:`check_store_coords`). Returns the bytes written.
     """
     if not isinstance(tm, TensorMap):
         raise TypeError(f"tm must be a TensorMap (decode the map's bytes first); got {type(tm).__name__}")
     _modelled(tm, "store_tile")
     validate(tm)
     check_smem_address(tm, smem_addr)
-    coords = _check_coords(tm, coords)
+    coords = check_store_coords(tm, coords)
     g = _geometry(tm)
     src = _as_bytes(smem_bytes)
     if src.size < g.span:
