@@ -213,6 +213,38 @@ def test_prediction_is_a_range_above_the_roofline():
         dg.predict_b200((256, 4096))
 
 
+def test_plan_operands_reuse_a_view_only_for_the_same_tensor_at_the_same_address(small):
+    import gc
+
+    from gemmlab.kernels.dual_gemm_sm90 import operands_2d
+
+    p = plan.GatedPlan.__new__(plan.GatedPlan)  # no compile: operands() needs only its slots
+    p._views = [None] * 7
+    p._forget = plan._forgetters(p._views)
+    tensors = [*small.inputs(), torch.empty(200, 136, 1, dtype=torch.float16)]
+    first = p.operands(tensors)
+    for got, want in zip(first, operands_2d(*tensors)):  # the same operands as made afresh
+        assert (got.data_ptr(), got.shape, got.stride(), got.dtype) == \
+            (want.data_ptr(), want.shape, want.stride(), want.dtype)
+    again = p.operands(tensors)
+    assert all(x is y for x, y in zip(first, again))  # the weights' views, call after call
+    # a new tensor object gets its own view, even where the old one was
+    a2 = tensors[0].clone()
+    views = p.operands([a2, *tensors[1:]])
+    assert views[0] is not first[0] and views[0].data_ptr() == fp4.as_bytes(a2).data_ptr()
+    assert all(x is y for x, y in zip(first[1:], views[1:]))
+    # the same object moved to other memory (set_) is made anew
+    moved = tensors[6].clone()
+    out = tensors[6]
+    out.set_(moved)
+    views = p.operands([a2, *tensors[1:6], out])
+    assert views[6] is not first[6] and views[6].data_ptr() == moved.data_ptr()
+    # a dead tensor's view is dropped with it: the cache keeps no memory alive
+    del a2, views
+    gc.collect()
+    assert p._views[0] is None and p._views[1] is not None
+
+
 def test_time_case_checks_before_the_tier():
     with pytest.raises(ValueError, match="K must be a multiple of 256"):
         dg.time_case(128, 128, 384)
@@ -308,6 +340,28 @@ def test_public_call_allocates_and_prepared_launch_matches():
     run()
     torch.cuda.synchronize()
     assert fp4.check_close(ops.c, ref).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_public_call_with_fresh_activations_and_kept_weights():
+    # the plan reuses the weights' operands: fresh a / out (new objects, often at a freed one's address) and a
+    # tensor moved with set_ must each be read where they are now
+    ops = _gpu_ops((256, 256, 512), seed=10)
+    a, b1, b2, sfa, sfb1, sfb2 = ops.inputs()
+    for seed in (11, 12, 13):
+        fresh = _gpu_ops((256, 256, 512), seed=seed)
+        out = torch.full((256, 256, 1), float("nan"), dtype=torch.float16, device="cuda")
+        api.gated_dual_gemm(fresh.a, b1, b2, fresh.sfa, sfb1, sfb2, out=out)
+        torch.cuda.synchronize()
+        assert fp4.check_close(out, fp4.reference(fresh.a, b1, b2, fresh.sfa, sfb1, sfb2)).ok, seed
+        del fresh, out
+    other = _gpu_ops((256, 256, 512), seed=14)
+    a.set_(other.a.clone())  # same object, other memory
+    out = torch.full((256, 256, 1), float("nan"), dtype=torch.float16, device="cuda")
+    api.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=out)
+    torch.cuda.synchronize()
+    assert fp4.check_close(out, fp4.reference(a, b1, b2, sfa, sfb1, sfb2)).ok
 
 
 @pytest.mark.gpu

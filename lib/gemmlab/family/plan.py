@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import time
+import weakref
 
 from .. import hardware, tiers
 from . import heuristic_gated, heuristic_grouped
@@ -397,10 +398,12 @@ class GatedPlan:
     on Blackwell the SM100 kernel's own call (compile-verified only: it permutes the scales on every call).
     """
 
-    __slots__ = ("problem", "config", "arch", "fn")
+    __slots__ = ("problem", "config", "arch", "fn", "_views", "_forget")
 
     def __init__(self, problem: GatedProblem, config, arch: str):
         self.problem, self.config, self.arch = problem, config, arch
+        self._views = [None] * 7  # per argument: (weak reference, data_ptr, its kernel operand) of the last call
+        self._forget = _forgetters(self._views)
         if arch == "sm100":
             mod = sm100_kernels()
             if mod is None:
@@ -425,6 +428,29 @@ class GatedPlan:
         conv = [to_cute(t) for t in args]  # pragma: no cover
         return lambda: fn(*conv, current_stream())  # pragma: no cover
 
+    def operands(self, tensors) -> list:
+        """The kernel operands of ``tensors`` (a, b1, b2, sfa, sfb1, sfb2, out): the 2-D byte views
+        (:func:`~gemmlab.kernels.dual_gemm_sm90.operands_2d`), each reused while the same tensor object comes back
+        at the same address (the weights, call after call), made anew otherwise.
+
+        Making the seven views cost more host time than the launch. A view is reused only for the very object it
+        was made from (a weak reference: a new tensor, even at the same address, gets its own) whose data still
+        starts where it did (``set_`` can move it); the signature (the plan's key) vouches for shape, strides and
+        dtype. A view is dropped when its tensor dies, so the cache never keeps memory alive.
+        """
+        views, forget, make = self._views, self._forget, _operand_2d()
+        args = []
+        for i, t in enumerate(tensors):
+            entry = views[i]
+            ptr = t.data_ptr()
+            if entry is not None and entry[0]() is t and entry[1] == ptr:
+                args.append(entry[2])
+            else:
+                view = make(i, t)
+                views[i] = (weakref.ref(t, forget[i]), ptr, view)
+                args.append(view)
+        return args
+
     def __call__(self, a, b1, b2, sfa, sfb1, sfb2, out=None):
         if self.arch == "sm100":
             return self.fn(a, b1, b2, sfa, sfb1, sfb2, out=out)
@@ -432,12 +458,34 @@ class GatedPlan:
             import torch
 
             out = torch.empty((self.problem.m, self.problem.n, 1), dtype=torch.float16, device=a.device)
-        self.bind(a, b1, b2, sfa, sfb1, sfb2, out)()
+        if _have_tvm_ffi():
+            self.fn(*self.operands((a, b1, b2, sfa, sfb1, sfb2, out)))
+        else:  # pragma: no cover - without apache-tvm-ffi
+            self.bind(a, b1, b2, sfa, sfb1, sfb2, out)()
         return out
 
     def __repr__(self) -> str:
         p = self.problem
         return f"GatedPlan({p.m}x{p.n}x{p.k}, {self.arch}: {self.config})"
+
+
+def _forgetters(views: list) -> tuple:
+    """Per slot of ``views``: the weak-reference callback that empties the slot when its tensor dies (unless the
+    slot has moved on to another tensor)."""
+    def forgetter(i):
+        def forget(ref):
+            entry = views[i]
+            if entry is not None and entry[0] is ref:
+                views[i] = None
+        return forget
+    return tuple(forgetter(i) for i in range(len(views)))
+
+
+@functools.cache
+def _operand_2d():
+    from ..kernels.dual_gemm_sm90 import operand_2d  # the kernel module loads the DSL: on first use only
+
+    return operand_2d
 
 
 def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:

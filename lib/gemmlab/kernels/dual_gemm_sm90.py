@@ -356,10 +356,16 @@ def fake_operands(m: int, n: int, k: int) -> list:
 
 def operands_2d(a, b1, b2, sfa, sfb1, sfb2, out) -> list:
     """Both twins' kernel arguments: packed and scale bytes as uint8 (rows, bytes), ``out`` as (M, N)."""
+    return [operand_2d(i, t) for i, t in enumerate((a, b1, b2, sfa, sfb1, sfb2, out))]
+
+
+def operand_2d(i: int, t):
+    """Argument ``i`` of :func:`operands_2d` (0-2 packed FP4, 3-5 scales, 6 out) as its kernel operand."""
     import torch
 
-    return [fp4.as_bytes(t)[..., 0] for t in (a, b1, b2)] + \
-        [t.view(torch.uint8)[..., 0] for t in (sfa, sfb1, sfb2)] + [out[..., 0]]
+    if i < 3:
+        return fp4.as_bytes(t)[..., 0]
+    return (t.view(torch.uint8) if i < 6 else t)[..., 0]
 
 
 def check_devices(a, b1, b2, sfa, sfb1, sfb2, out=None):
