@@ -4,6 +4,7 @@
     python benchmarks/gemm_family.py host           # per-call host cost: gemmlab.gemm vs torch.matmul
     python benchmarks/gemm_family.py sweep          # forced configs vs the heuristic's pick (calibration)
     python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
+    python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
     python benchmarks/gemm_family.py all            # check, host, family
 
 Results go to ``results/<device>/gemm_family*.json`` (``--out DIR`` writes there instead); the
@@ -203,9 +204,18 @@ def family(out_dir, quick: bool = False) -> list[dict]:
     return rows
 
 
+def wide(out_dir) -> list[dict]:
+    """Issue 28's widened family: other models' layers, M not a power of two."""
+    rows = fb.run(fb.wide_cases())
+    s = fb.summary(rows)
+    _write("gemm_family_wide", {"rows": rows, "summary": s, "method": fb.METHOD}, out_dir)
+    print(json.dumps(s, indent=1))
+    return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["check", "host", "sweep", "family", "quick", "all"])
+    p.add_argument("what", choices=["check", "host", "sweep", "family", "quick", "wide", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 references in FP32
@@ -220,6 +230,8 @@ def main() -> int:
         family(args.out)
     if args.what == "quick":
         family(args.out, quick=True)
+    if args.what == "wide":
+        wide(args.out)
     print(f"done in {time.time() - t0:.0f} s")
     return 0
 

@@ -211,8 +211,19 @@ def test_candidates_sorted_and_explained():
         h.candidates((1000, 1032, 520))
 
 
+def test_the_wide_family_covers_other_models_off_powers_of_two():
+    from gemmlab.measure.gemm_family import LLM_NK, WIDE_MS, wide_cases
+
+    cases = wide_cases()
+    assert len(cases) == len(LLM_NK) * len(WIDE_MS) and {c.group for c in cases} == set(LLM_NK)
+    assert sum(m & (m - 1) != 0 for m in WIDE_MS) >= len(WIDE_MS) - 1  # all but one not a power of two
+    assert 384 in WIDE_MS and all(n % 8 == 0 and k % 8 == 0 for n, k in LLM_NK.values())
+
+
 def test_every_family_choice_is_valid():
-    for case in family_cases():
+    from gemmlab.measure.gemm_family import wide_cases
+
+    for case in family_cases() + wide_cases():
         p = GemmProblem(case.m, case.n, case.k, case.dtype, case.dtype, case.b_major)
         c = h.choose(p, 132)
         assert c.smem_bytes() <= hardware.SMEM_PER_BLOCK and c.tile_n % c.epi_n == 0

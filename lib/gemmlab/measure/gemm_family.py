@@ -33,6 +33,19 @@ CHAPTER07_SHAPES = tuple((4096, n, k) for n, k in DEEPGEMM_NK) + ((4096, 4096, 4
                                                                   (2048, 2048, 8192))
 #: Shapes whose sizes are multiples of no tile.
 PARTIAL_SHAPES = ((4095, 4104, 4096), (1000, 1032, 520), (777, 1608, 1112), (100, 2120, 7168))
+#: Linear layers of other models (N, K) by name (issue 28's widened family): the attention's fused QKV and output
+#: projections and the MLP's fused gate+up and down projections of Llama-3 8B (which Mistral 7B shares) and 70B,
+#: and Qwen2.5 7B and 72B (hidden size, intermediate size, 128-wide heads and the KV heads of each model's
+#: published configuration).
+LLM_NK = {
+    "llama3-8b qkv": (6144, 4096), "llama3-8b o": (4096, 4096), "llama3-8b gate+up": (28672, 4096),
+    "llama3-8b down": (4096, 14336),
+    "llama3-70b qkv": (10240, 8192), "llama3-70b down": (8192, 28672),
+    "qwen2.5-7b qkv": (4608, 3584), "qwen2.5-7b gate+up": (37888, 3584), "qwen2.5-7b down": (3584, 18944),
+    "qwen2.5-72b up": (29568, 8192),
+}
+#: M of the widened family: between decode and prefill, mostly not powers of two (issue 28: M = 384 was weak).
+WIDE_MS = (96, 200, 384, 640, 1000, 1536, 3000)
 #: The tiny shape the per-call host cost is measured on.
 HOST_SHAPE = (128, 1024, 1024)
 
@@ -68,6 +81,11 @@ def family_cases() -> list[Case]:
     cases += [Case(*s, dtype="float16", group="fp16") for s in picks]
     cases += [Case(*s, group="partial tiles") for s in PARTIAL_SHAPES]
     return cases
+
+
+def wide_cases() -> list[Case]:
+    """The widened family (:data:`LLM_NK` x :data:`WIDE_MS`), grouped by model layer."""
+    return [Case(m, n, k, group=name) for name, (n, k) in LLM_NK.items() for m in WIDE_MS]
 
 
 def _operands(case: Case, sets: int, seed: int = 0):
