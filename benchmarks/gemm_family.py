@@ -3,6 +3,7 @@
     python benchmarks/gemm_family.py check          # every kernel variant against FP32, poisoned outputs
     python benchmarks/gemm_family.py host           # per-call host cost: gemmlab.gemm vs torch.matmul
     python benchmarks/gemm_family.py sweep          # forced configs vs the heuristic's pick (calibration)
+    python benchmarks/gemm_family.py sweep --wide   # the same on the wide family's 12 weakest shapes
     python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
     python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
     python benchmarks/gemm_family.py all            # check, host, family
@@ -163,9 +164,18 @@ SWEEP_SHAPES = [(64, 2112, 7168), (64, 576, 7168), (64, 24576, 1536), (128, 4096
                 (256, 7168, 2048), (512, 576, 7168), (512, 2112, 7168), (2048, 576, 7168), (1024, 2112, 7168)]
 
 
-def sweep(out_dir, top: int = 6) -> list[dict]:
+def weakest_wide(count: int = 12) -> list[tuple[int, int, int]]:
+    """The ``count`` shapes of this device's stored wide family with the lowest public ratio."""
+    path = bench.RESULTS_DIR / bench.device_slug(torch.cuda.get_device_name()) / "gemm_family_wide.json"
+    if not path.exists():
+        raise SystemExit(f"sweep --wide reads {path}: run 'gemm_family.py wide' on this device first")
+    rows = sorted(json.loads(path.read_text())["rows"], key=lambda r: r["ratio_public"])
+    return [(r["m"], r["n"], r["k"]) for r in rows[:count]]
+
+
+def sweep(out_dir, top: int = 6, shapes=None, name: str = "gemm_family_sweep") -> list[dict]:
     rows = []
-    for m, n, k in SWEEP_SHAPES:
+    for m, n, k in shapes or SWEEP_SHAPES:
         prob = GemmProblem(m, n, k)
         seen, cands = set(), []
         for c in h.candidates(prob, 132):
@@ -189,7 +199,7 @@ def sweep(out_dir, top: int = 6) -> list[dict]:
             except Exception as e:
                 traceback.print_exc()
                 print(f"FAIL {m}x{n}x{k} {c.config.name}: {e}", flush=True)
-    _write("gemm_family_sweep", {"rows": rows}, out_dir)
+    _write(name, {"rows": rows}, out_dir)
     return rows
 
 
@@ -217,6 +227,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["check", "host", "sweep", "family", "quick", "wide", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
+    p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 references in FP32
     t0 = time.time()
@@ -225,7 +236,10 @@ def main() -> int:
     if args.what in ("host", "all"):
         host(args.out)
     if args.what == "sweep":
-        sweep(args.out)
+        if args.wide:
+            sweep(args.out, shapes=weakest_wide(), name="gemm_family_sweep_wide")
+        else:
+            sweep(args.out)
     if args.what in ("family", "all"):
         family(args.out)
     if args.what == "quick":
