@@ -1,7 +1,10 @@
 """Small grouped GEMMs for compute-sanitizer (memcheck, racecheck): every tile, both forms, both schedulings,
 both places of the store, the mixed order.
 
-    compute-sanitizer --tool memcheck python benchmarks/sanitize_grouped.py [mixed]
+    compute-sanitizer --tool memcheck python benchmarks/sanitize_grouped.py [mixed | bad]
+
+``bad``: only the calls with a bad ``offs`` (decreasing, past the rows): the kernel clamps it, so nothing is read
+or written outside ``a`` and ``out``, and reports it through host memory (:func:`gemmlab.check_grouped_offs`).
 """
 from __future__ import annotations
 
@@ -31,6 +34,9 @@ def main():
     runs += [(configs.LARGE, True, None, True, {"mixed": 128, "burst": q}) for q in (None, 5)]
     if sys.argv[1:] == ["mixed"]:  # only the mixed order
         runs = [r for r in runs if r[4]]
+    if sys.argv[1:] == ["bad"]:
+        runs = []
+    bad_offs(gen)
     for cfg, dyn, by_size, overlap, extra in runs:
         sizes = [0, 70, 3, 0, 200, 1] if not extra else [0, 700, 3, 0, 200, 1, 90, 40]
         n, k = 264, 200
@@ -53,6 +59,27 @@ def main():
             for (x, w), c in zip(pairs, outs) if x.shape[0]]
     print(f"list form: rel. Frobenius error {max(errs):.2e}")
     torch.cuda.synchronize()
+
+
+def bad_offs(gen):
+    """Bad offs on every tile, static and dynamic: the kernel's own check reports each, nothing faults."""
+    sizes, n, k = [0, 70, 3, 0, 200, 1], 264, 200
+    a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+    out = torch.empty(sum(sizes), n, device="cuda", dtype=torch.bfloat16)
+    bad = {"decreasing": [0, 70, 3, 3, 273, 274], "past the rows": [0, 70, 73, 73, 5000, 6000],
+           "negative": [-8, 70, 73, 73, 273, 274]}
+    for cfg in (configs.SMALL, configs.MEDIUM, configs.LARGE, configs.LARGE_C2):
+        for dyn in (False, True):
+            for what, offs in bad.items():
+                api.grouped_gemm(a, b, torch.tensor(offs, dtype=torch.int32, device="cuda"), out, config=cfg,
+                                 dynamic=dyn)
+                try:
+                    api.check_grouped_offs()
+                    print(f"bad offs ({what}) {cfg.name} {'dynamic' if dyn else 'static'}: NOT reported")
+                except ValueError as e:
+                    print(f"bad offs ({what}) {cfg.name} {'dynamic' if dyn else 'static'}: reported: "
+                          f"{str(e).split('(')[1].split(')')[0]}")
 
 
 if __name__ == "__main__":

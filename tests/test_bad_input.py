@@ -5,6 +5,7 @@ and torch scalars are numbers, floats and bools are not ints, out-of-range value
 too large to finish is refused with the limit named.
 """
 import math
+import re
 
 import numpy as np
 import pytest
@@ -596,6 +597,67 @@ def test_grouped_gemm_options_are_in_the_key_with_their_types(machine, monkeypat
     with pytest.raises(TypeError, match="^fences must be one of False, True"):
         _grouped_call(dict(mixed=64, dynamic=True, fences=1))()
     assert len(calls) == 2
+
+
+def test_grouped_gemm_offs_checked_by_the_kernel_and_raised_by_the_next_call(machine, monkeypatch):
+    """validate=True hands the kernel the report's address (it checks offs on the GPU, nothing waits); a finding
+    in the report is raised by the next validate=True call, before its launch, and emptied; False and "sync" hand
+    it 0 (sync checks offs on the host, at once)."""
+    from gemmlab.family import api, plan
+
+    machine("sm90")
+    calls = []
+    monkeypatch.setattr(plan, "grouped_kernel", lambda *args, **kw: lambda *t: calls.append(t))
+    a, b, offs = _ragged()
+    api.grouped_gemm(a, b, offs)
+    report = plan.offs_report(a.device)
+    assert calls[-1][-1] == report.address != 0
+    api.grouped_gemm(a, b, offs, validate=False)
+    api.grouped_gemm(a, b, offs, validate="sync")
+    assert [c[-1] for c in calls[1:]] == [0, 0]
+    with pytest.raises(ValueError, match=r"^offs\[-1\] = 99 is past the 32 rows"):
+        api.grouped_gemm(a, b, torch.tensor([16, 99], dtype=torch.int32), validate="sync")
+    report.view[:] = (2, 99, 16, 32)  # what the kernel writes for offs = [16, 99]
+    api.grouped_gemm(a, b, offs, validate=False)  # not asked: the finding waits
+    with pytest.raises(ValueError, match=r"an earlier gemmlab.grouped_gemm call on cpu had a bad offs "
+                                         r"\(offs\[1\] = 99 is past the 32 rows of a\)"):
+        api.grouped_gemm(a, b, offs)
+    assert len(calls) == 4 and not report.view.any()  # raised before the launch, the report emptied
+    api.grouped_gemm(a, b, offs)
+    assert len(calls) == 5
+    with pytest.raises(ValueError, match="^validate must be one of False, True, 'sync'"):
+        api.grouped_gemm(a, b, offs, validate="host")
+
+
+@pytest.mark.parametrize("words, rule", [
+    ((2, 20, 30, 128), r"offs must be non-decreasing from 0: offs\[1\] = 20 < offs\[0\] = 30"),
+    ((1, -5, 0, 128), r"offs\[0\] = -5 < 0"),
+    ((3, 10000, 100, 128), r"offs\[2\] = 10000 is past the 128 rows of a"),
+])
+def test_offs_report_says_what_the_kernel_found(words, rule):
+    from gemmlab.family.plan import OffsReport
+
+    r = OffsReport(torch.device("cpu"))
+    assert r.take() is None
+    r.view[:] = words
+    err = r.take()
+    assert isinstance(err, ValueError) and re.search(rule, str(err)) and "validate='sync'" in str(err)
+    assert r.take() is None
+
+
+def test_only_the_ragged_kernel_checks_offs():
+    from gemmlab.compile import ptx_of
+    from gemmlab.family import configs
+    from gemmlab.kernels.grouped_sm90 import compile_grouped
+
+    ragged = ptx_of(compile_grouped("sm_90a", configs.SMALL, "ragged", "k"))
+    table = ptx_of(compile_grouped("sm_90a", configs.SMALL, "table", "k"))
+    assert ragged.count("vote.sync.ballot.b32") == 1 and "vote.sync.ballot" not in table
+    # the report: the three words, a system-scope fence, then the flag the host reads (in that order)
+    lines = [ln.strip() for ln in ragged.splitlines()]
+    fence = next(i for i, ln in enumerate(lines) if ln.startswith("fence.acq_rel.sys"))
+    assert any(ln.startswith("st.global") for ln in lines[fence - 8:fence])
+    assert lines[fence + 1].startswith("st.global.b32") or lines[fence + 2].startswith("st.global.b32")
 
 
 def test_grouped_gemm_checks_where_the_tensors_are_on_every_call(machine, monkeypatch):

@@ -1008,10 +1008,64 @@ def test_bad_offs_clamped_without_validation():
     a, b, offs = _ragged([64, 64], 128, 128)
     bad = torch.tensor([100, 10_000], dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match="past the 128 rows"):
-        api.grouped_gemm(a, b, bad)
+        api.grouped_gemm(a, b, bad, validate="sync")
     out = api.grouped_gemm(a, b, bad, validate=False)  # clamped: no fault, rows 0..127 written
-    torch.cuda.synchronize()
+    api.check_grouped_offs()  # nothing reported: validate=False asks the kernel for no check
     assert out.shape == (128, 128)
+
+
+def _expected(a, b, offs_list):
+    ref, start = torch.full((a.shape[0], b.shape[2]), float("nan"), device=a.device), 0
+    for g, end in enumerate(offs_list):
+        ref[start:end] = a[start:end].float() @ b[g].float()
+        start = end
+    return ref
+
+
+@pytest.mark.sm90
+@pytest.mark.parametrize("bad, first, rule", [
+    ([30, 20, 128], 1, r"offs must be non-decreasing from 0: offs\[1\] = 20 < offs\[0\] = 30"),
+    ([-5, 64, 128], 0, r"offs\[0\] = -5 < 0"),
+    ([64, 100, 10_000], 2, r"offs\[2\] = 10000 is past the 128 rows of a"),
+    ([8] * 40 + [7] + [128] * 3, 40, r"offs\[40\] = 7 < offs\[39\] = 8"),  # past the first 32 lanes
+])
+def test_the_kernel_checks_offs_and_the_next_call_raises(bad, first, rule):
+    """The default call checks offs on the GPU: no round trip, the finding raised by the next call (or
+    check_grouped_offs), the bad call's kernel confined to the clamped rows (it never faults)."""
+    groups = len(bad)
+    sizes = [128 // groups] * groups
+    sizes[-1] += 128 - sum(sizes)
+    a, b, offs = _ragged(sizes, 128, 128)
+    good = offs.clone()
+    api.check_grouped_offs()  # nothing pending from an earlier test
+    out = torch.full((128, 128), float("nan"), dtype=a.dtype, device="cuda")
+    api.grouped_gemm(a, b, torch.tensor(bad, dtype=torch.int32, device="cuda"), out)  # returns: no wait
+    torch.cuda.synchronize()
+    # The groups before the bad one are right up to where a later group's clamped start reaches back (group g
+    # starts at offs[g - 1] clamped to [0, rows]: a decreasing offs makes two groups write the same rows, inside c).
+    rows = min(max(x, 0) for x in bad[first - 1:]) if first else 0
+    if rows:
+        ref = _expected(a, b, bad[:first])
+        assert torch.allclose(out[:rows].float(), ref[:rows], rtol=2e-2, atol=2e-2)
+    before = out.clone()
+    with pytest.raises(ValueError, match=rule):
+        api.grouped_gemm(a, b, good, out)  # the next call on the device raises the finding, before its launch
+    torch.cuda.synchronize()
+    assert torch.equal(out.isnan(), before.isnan()) and torch.equal(out.nan_to_num(), before.nan_to_num())
+    api.check_grouped_offs()  # the report was emptied by the raise
+    again = api.grouped_gemm(a, b, good)
+    api.check_grouped_offs()
+    assert torch.allclose(again.float(), _expected(a, b, good.tolist()), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.sm90
+def test_check_grouped_offs_waits_and_raises():
+    a, b, offs = _ragged([64, 64], 128, 128)
+    api.check_grouped_offs()
+    api.grouped_gemm(a, b, torch.tensor([64, 129], dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match=r"offs\[1\] = 129 is past the 128 rows"):
+        api.check_grouped_offs()
+    api.check_grouped_offs()  # reported once
 
 
 def test_exercise_solutions_by_hand(ragged_ptx):

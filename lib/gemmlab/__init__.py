@@ -26,5 +26,6 @@ The kernels are imported on a call's first use, so ``import gemmlab`` stays ligh
 """
 __version__ = "0.1.0"
 
-from .family.api import gated_dual_gemm, gemm, grouped_gemm, grouped_gemm_list  # noqa: F401  (kernels load lazily)
+from .family.api import (check_grouped_offs, gated_dual_gemm, gemm, grouped_gemm,  # noqa: F401  (kernels load lazily)
+                         grouped_gemm_list)
 from .tiers import TierError, detect_tier, require_tier  # noqa: F401

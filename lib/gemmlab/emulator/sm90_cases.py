@@ -904,7 +904,7 @@ def _sms() -> int:
 
 def _grouped_cases():
     import torch
-    from cutlass import Int32
+    from cutlass import Int32, Int64
 
     from .. import grouped_model
     from ..family import api, heuristic_grouped, plan
@@ -951,8 +951,8 @@ def _grouped_cases():
             table = torch.zeros((1, len(gs.TABLE_COLUMNS)), dtype=torch.int64)
             ws = torch.zeros((grid, gs.slots_per_cta(cfg, False, bool(mixed)), gs.DESC_WORDS), dtype=torch.int64)
             groups = x["offs"].numel()
-            rep = _emulate(compiled(), [x["a"], x["b"], o, x["offs"], table, ws, Int32(groups), Int32(grid)],
-                           seed, dynamic=True, aligns={3: 4, 4: 8})
+            rep = _emulate(compiled(), [x["a"], x["b"], o, x["offs"], table, ws, Int32(groups), Int32(grid),
+                                        Int64(0)], seed, dynamic=True, aligns={3: 4, 4: 8})
             return {"c": o}, rep
 
         def gpu(x, cfg=cfg, fences=fences, dynamic=dynamic, by_size=by_size, overlap=overlap, mixed=mixed,
@@ -1008,8 +1008,8 @@ def _grouped_cases():
             offs = torch.zeros(1, dtype=torch.int32)
             (a0, b0), c0 = live[0]
             extra = [t for p in pairs for t in p] + outs
-            rep = _emulate(c, [a0, b0, c0, offs, table, ws, Int32(len(live)), Int32(grid)], seed, dynamic=True,
-                           aligns={3: 4, 4: 8}, extra=extra)
+            rep = _emulate(c, [a0, b0, c0, offs, table, ws, Int32(len(live)), Int32(grid), Int64(0)], seed,
+                           dynamic=True, aligns={3: 4, 4: 8}, extra=extra)
             return {f"c{i}": o for i, o in enumerate(outs)}, rep
 
         def gpu_table(x):
@@ -1033,7 +1033,7 @@ def _grouped_cases():
 def unfenced_grouped_case() -> Case:
     """Chapter 08's "break it": descriptors published with plain stores, no release, no acquire (``fences=False``)."""
     import torch
-    from cutlass import Int32
+    from cutlass import Int32, Int64
 
     from ..family import api, heuristic_grouped
     from ..family.configs import Sm90Config
@@ -1052,8 +1052,8 @@ def unfenced_grouped_case() -> Case:
         o = torch.full((x["a"].shape[0], n), float("nan"), dtype=torch.bfloat16)
         table = torch.zeros((1, len(gs.TABLE_COLUMNS)), dtype=torch.int64)
         ws = torch.zeros((grid, gs.slots_per_cta(cfg), gs.DESC_WORDS), dtype=torch.int64)
-        rep = _emulate(c, [x["a"], x["b"], o, x["offs"], table, ws, Int32(x["offs"].numel()), Int32(grid)], seed,
-                       dynamic=True, aligns={3: 4, 4: 8})
+        rep = _emulate(c, [x["a"], x["b"], o, x["offs"], table, ws, Int32(x["offs"].numel()), Int32(grid), Int64(0)],
+                       seed, dynamic=True, aligns={3: 4, 4: 8})
         return {"c": o}, rep
 
     def gpu(x):

@@ -10,8 +10,8 @@
 The rules of each call are its contract's (:mod:`gemmlab.family.problem`). The call path is built to cost
 no more host time than torch's own call: one dictionary lookup keyed on what a plan depends on (shapes,
 strides, dtypes, devices, the options), the per-call checks no signature can vouch for (where the tensors start:
-16-byte alignment, and an output sharing no byte with an input; the grouped call's read of ``offs``, unless
-``validate=False``), and the plan's launch. Everything else (argument checks, the heuristics, compiling) happens
+16-byte alignment, and an output sharing no byte with an input; the grouped call's ``offs`` is checked by its
+kernel, on the GPU), and the plan's launch. Everything else (argument checks, the heuristics, compiling) happens
 once per key, when the plan is made (:mod:`gemmlab.family.plan`). Bad input always reaches the checks: an
 argument that has no signature (not a tensor) goes down the slow path, which says what is wrong, and an option's
 type is part of the grouped key (``mixed=64.0`` never finds the plan of ``mixed=64``). The order is the course's:
@@ -26,8 +26,8 @@ from __future__ import annotations
 from ..checks import check_choice
 from .configs import check_grouped_config
 from .heuristic_grouped import L2_PROMOTION, check_options
-from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, grouped_machine, make_gated_plan, make_grouped_plan,
-                   make_plan, problem_table)
+from .plan import (_REPORTS, GatedPlan, GroupedPlan, Plan, arch_of_machine, grouped_machine, make_gated_plan,
+                   make_grouped_plan, make_plan, offs_report, problem_table)
 from .problem import (as_list, canonical_operands, check_devices, check_gated_pointers, check_list, check_offs_values,
                       check_pointers, check_table_pointers, dtype_name, gated_problem, list_problem, problem_of,
                       ragged_problem, spans)
@@ -129,7 +129,7 @@ def plans() -> list[Plan]:
 _GROUPED: dict = {}
 
 
-def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool = True, fences: bool = True,
+def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool | str = True, fences: bool = True,
                  by_size: bool | None = None, l2_promotion: int | None = L2_PROMOTION, dynamic: bool | None = None,
                  overlap_store: bool | None = None, mixed: int | None = None, burst: int | None = None):
     """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` for every group g, in one launch.
@@ -139,9 +139,13 @@ def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool = True, fe
     ``torch._grouped_mm(a, b, offs=offs)``. Rows after ``offs[-1]`` are not written. BF16 (or FP16) in, FP32
     accumulation, the input dtype out.
 
-    ``validate=False`` skips the one check that reads ``offs`` back to the host
-    (monotonic, within ``a``): then the kernel clamps ``offs`` instead, so a bad
-    ``offs`` gives empty groups rather than a memory fault. ``fences=False``
+    ``offs`` must be non-decreasing from 0 and at most ``a``'s rows. It is on the GPU, and reading it back would
+    make the call wait for all the GPU work queued before it, so by default (``validate=True``) the kernel checks
+    it while it runs: a bad ``offs`` is raised as a ``ValueError`` by the next ``grouped_gemm`` call on that device,
+    or by :func:`check_grouped_offs`, which waits for the GPU (CUDA reports a kernel's own errors the same way:
+    later). Whatever ``offs`` holds, the kernel clamps it to ``[previous end, rows]``, so a bad one never makes it
+    read or write outside ``a`` or ``out``. ``validate="sync"`` checks ``offs`` on the host inside the call (it
+    waits for the GPU; the error comes from this call); ``validate=False`` checks nothing. ``fences=False``
     runs the broken variant without the descriptor release/acquire (chapter 08
     uses it to show what the fences are for; never use it for results).
     The schedule's knobs, each None for its rule (:mod:`gemmlab.family.heuristic_grouped`):
@@ -156,8 +160,8 @@ def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool = True, fe
     Bad input raises ``TypeError`` / ``ValueError`` naming the argument (options included) on every machine;
     then a machine without a Hopper GPU raises ``TierError``, then tensors off a CUDA device a ``ValueError``.
     """
-    if validate is not True and validate is not False:  # checked on every call: it is not in the plan's key
-        validate = check_choice("validate", validate, (False, True))
+    if validate is not True and validate is not False and not (type(validate) is str and validate == "sync"):
+        validate = check_choice("validate", validate, (False, True, "sync"))  # every call: not in the plan's key
     options = (config, fences, by_size, l2_promotion, dynamic, overlap_store, mixed, burst)
     sig = _signature(a, b, offs, out)
     # The options' types are in the key too: 64.0 == 64 and 1 == True, but only the ints and bools are accepted.
@@ -178,14 +182,35 @@ def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool = True, fe
         import torch
 
         out = torch.empty((plan.problem.tokens, plan.problem.n), dtype=a.dtype, device=a.device)
-    if validate:
-        # Last, with everything else ready: reading offs waits for the GPU to finish the work queued
+    report = 0
+    if validate is True:  # the kernel checks offs (check_offs); an earlier call's finding is raised now
+        r = offs_report(a.device)
+        if r.view[0]:
+            raise r.take()
+        report = r.address
+    elif validate:
+        # "sync": last, with everything else ready: reading offs waits for the GPU to finish the work queued
         # before this call, and the GPU idles from then until the launch below.
         check_offs_values(offs, plan.problem.tokens)
     if plan.problem.tokens == 0:
         return out
-    plan.ragged(a, b, out, offs)
+    plan.ragged(a, b, out, offs, report)
     return out
+
+
+def check_grouped_offs(device=None) -> None:
+    """Wait for the GPU, then raise the ``ValueError`` of a bad ``offs`` an earlier :func:`grouped_gemm` call's
+    kernel found on ``device`` (default: the current CUDA device), if any; the report is emptied."""
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.synchronize(device)
+    r = _REPORTS.get(device)
+    err = None if r is None else r.take()
+    if err is not None:
+        raise err
 
 
 def grouped_gemm_list(pairs, outs=None, *, config=None):

@@ -321,20 +321,70 @@ class GroupedPlan:
         self.problem, self.config, self.schedule, self.grid, self.fn = problem, config, schedule, grid, fn
         self.workspace, self.offs, self.table_rows = workspace, dummy_offs, dummy_table
 
-    def ragged(self, a, b, out, offs):
-        """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]``: the ragged form's launch."""
-        self.fn(a, b, out, offs, self.table_rows, self.workspace, self.problem.groups, self.grid)
+    def ragged(self, a, b, out, offs, report: int = 0):
+        """``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]``: the ragged form's launch. ``report``: the
+        address of an :class:`OffsReport` for the kernel's check of ``offs``, 0 for none."""
+        self.fn(a, b, out, offs, self.table_rows, self.workspace, self.problem.groups, self.grid, report)
 
     def table(self, table, a0, b0, c0):
         """The list form's launch: ``table`` (G, 9) on the device, ``a0, b0, c0`` the first problem's tensors (the
         template every group's descriptors are rewritten from)."""
-        self.fn(a0, b0, c0, self.offs, table, self.workspace, self.problem.groups, self.grid)
+        self.fn(a0, b0, c0, self.offs, table, self.workspace, self.problem.groups, self.grid, 0)
 
     def __repr__(self) -> str:
         p, s = self.problem, self.schedule
         return (f"GroupedPlan({p.mode}, {p.tokens} tokens in {p.groups} groups, N={p.n}, K={p.k}: {self.config.name}, "
                 f"grid {self.grid}, dynamic={s.dynamic}, by_size={s.by_size}, overlap_store={s.overlap_store}, "
                 f"mixed={s.mixed})")
+
+
+class OffsReport:
+    """Where the grouped kernel reports a bad ``offs`` (:func:`gemmlab.kernels.grouped_sm90.check_offs`): four int32
+    words of pinned host memory, which the GPU writes through the same address (unified addressing) and the host
+    reads without waiting for the GPU. One per device; :func:`offs_report` makes it.
+
+    Word 0 is the first bad group + 1 (0: nothing to report), then that group's ``offs``, the previous end and the
+    rows of ``a``. The kernel writes only into an empty report, so the first error stays until :meth:`take` reads it.
+    """
+
+    __slots__ = ("device", "words", "view", "address")
+
+    def __init__(self, device):
+        import torch
+
+        self.device = device
+        # pinned for a GPU; plain memory for the CPU stand-ins of the tests, whose "kernels" never write it
+        self.words = torch.zeros(4, dtype=torch.int32, pin_memory=torch.device(device).type == "cuda")
+        self.view = self.words.numpy()  # reads host memory directly: no copy, no synchronisation
+        self.address = self.words.data_ptr()
+
+    def take(self):
+        """The pending error as a ``ValueError`` (the report emptied), or None."""
+        if not self.view[0]:
+            return None
+        g, end, prev, rows = (int(x) for x in self.view)
+        self.view[:] = 0
+        g -= 1
+        if end > rows and end >= prev:
+            rule = f"offs[{g}] = {end} is past the {rows} rows of a"
+        else:
+            rule = (f"offs must be non-decreasing from 0: offs[{g}] = {end} < "
+                    f"{'offs[%d] = %d' % (g - 1, prev) if g else 0}")
+        return ValueError(f"an earlier gemmlab.grouped_gemm call on {self.device} had a bad offs ({rule}); the "
+                          "kernel found it while that call ran. That call's groups were clamped to the valid rows, "
+                          "so it wrote nothing outside out, but its output is not the product of the offs given. "
+                          "Pass validate='sync' to have offs checked (and waited for) inside the call itself")
+
+
+_REPORTS: dict = {}
+
+
+def offs_report(device) -> OffsReport:
+    """The device's :class:`OffsReport` (made on first use)."""
+    r = _REPORTS.get(device)
+    if r is None:
+        r = _REPORTS[device] = OffsReport(device)
+    return r
 
 
 def grouped_machine(device, caller: str = "gemmlab.grouped_gemm") -> None:

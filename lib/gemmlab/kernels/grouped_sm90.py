@@ -240,6 +240,50 @@ def group_shape(g: Int32, offs: cute.Tensor, table: cute.Tensor, rows: Int32, n:
     return Int32(0), Int32(table[(g, 3)]), Int32(table[(g, 4)]), Int32(table[(g, 5)])
 
 
+#: Words of the offs report (:func:`check_offs`): the first bad group + 1 (0: none), its ``offs``, the previous
+#: end (0 for group 0) and the rows of ``a``.
+OFFS_REPORT_WORDS = 4
+
+
+@cute.jit
+def check_offs(offs: cute.Tensor, groups: Int32, rows: Int32, report_addr: Int64):
+    """One warp checks ``offs`` on the device: non-decreasing from 0 and at most ``rows``, the rule
+    :func:`gemmlab.family.problem.check_offs_values` applies on the host. The first bad group goes to the
+    report at ``report_addr`` (:data:`OFFS_REPORT_WORDS` words, host memory the host reads without waiting),
+    unless the report already holds one (an earlier call's error is kept until the host has read it).
+
+    Nothing else depends on it: :func:`group_shape` clamps ``offs`` whatever this finds, so the kernel
+    computes the good groups and never reads or writes outside ``a`` or ``c``. Lanes take 32 groups a round;
+    the lowest bad lane of the first round that has one writes.
+    """
+    report = cute.make_tensor(cute.make_ptr(Int32, report_addr, cute.AddressSpace.gmem, assumed_align=16),
+                              cute.make_layout(OFFS_REPORT_WORDS))
+    lane = cute.arch.lane_idx()
+    base = Int32(0)
+    while base < groups:
+        g = base + lane
+        bad = False
+        end = Int32(0)
+        prev = Int32(0)
+        if g < groups:
+            end = offs[g]
+            if g > 0:
+                prev = offs[g - 1]
+            bad = (end < prev) | (end > rows)
+        mask = cute.arch.vote_ballot_sync(bad)
+        if mask != 0:
+            below = mask & ((Int32(1) << lane) - 1)
+            if bad and below == 0 and report[0] == 0:
+                report[1] = end
+                report[2] = prev
+                report[3] = rows
+                cute.arch.fence_acq_rel_sys()  # the host may read while the kernel runs: the words before the flag
+                report[0] = g + 1  # last: the word the host polls
+            base = groups  # the first bad group is reported; done
+        else:
+            base += 32
+
+
 @cute.jit
 def group_tiles(m: Int32, n: Int32, bm: cutlass.Constexpr, bn: cutlass.Constexpr):
     """``(m_tiles, tiles)`` of a group (0 tiles when M is 0)."""
@@ -538,7 +582,7 @@ def grouped_kernel(
     tma_c: cute.CopyAtom, mC: cute.Tensor,
     tA0: cute.Tensor, tB0: cute.Tensor, tC0: cute.Tensor,
     offs: cute.Tensor, table: cute.Tensor, workspace: cute.Tensor,
-    groups: Int32, rows: Int32, n: Int32, k: Int32, b_group_stride: Int64,
+    groups: Int32, rows: Int32, n: Int32, k: Int32, b_group_stride: Int64, offs_report: Int64,
     tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
     a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
     cfg: cutlass.Constexpr, mode: cutlass.Constexpr, b_major_n: cutlass.Constexpr,
@@ -629,6 +673,9 @@ def grouped_kernel(
         # mixed: two streams' cursors need 8 more registers, which the consumers give up (setmaxnreg only moves
         # registers within the CTA's 384 x 168 at launch: 128 x 48 + 256 x 224 fit, 128 x 48 + 256 x 232 never would).
         cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS + (8 if mixed > 0 else 0))
+        if cutlass.const_expr(mode == "ragged"):
+            if warp == 2 and bid == 0 and offs_report != 0:  # an otherwise idle warp of CTA 0
+                check_offs(offs, groups, rows, offs_report)
         if warp == 0:
             smem_a = smem_slot(sDesc, 0)
             smem_b = smem_slot(sDesc, 1)
@@ -899,7 +946,7 @@ def grouped_kernel(
 
 @cute.jit
 def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
-                   workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream,
+                   workspace: cute.Tensor, groups: Int32, grid: Int32, offs_report: Int64, stream: cuda.CUstream,
                    cfg: cutlass.Constexpr, mode: cutlass.Constexpr, fences: cutlass.Constexpr = True,
                    by_size: cutlass.Constexpr = True, l2_promotion: cutlass.Constexpr = None,
                    trace: cutlass.Constexpr = False, dynamic: cutlass.Constexpr = False,
@@ -909,7 +956,8 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
 
     Ragged: ``a`` (T, K), ``b`` (G, K, N), ``c`` (T, N). Table: ``a`` (M0, K0),
     ``b`` (K0, N0), ``c`` (M0, N0) are group 0's tensors (their layouts are the
-    template every group's descriptor is rewritten from).
+    template every group's descriptor is rewritten from). ``offs_report``: the
+    address of :func:`check_offs`'s report (host memory), 0 for no check.
     """
     ab_type = a.element_type
     if cutlass.const_expr(mode == "ragged"):
@@ -935,7 +983,7 @@ def launch_grouped(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Te
     k = cute.size(a, mode=[1])
     b_major_n = b_layout == utils.LayoutEnum.COL_MAJOR  # the (N, K) view is N-contiguous
     grouped_kernel(tma_a, tA, tma_b, tB, tma_c, tC, a, b_nk, c, offs, table, workspace,
-                   groups, rows, n, k, b_group_stride, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
+                   groups, rows, n, k, b_group_stride, offs_report, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
                    cfg, mode, b_major_n, ab_type, c.element_type, fences, by_size, l2_promotion, trace, dynamic,
                    overlap_store, mixed, burst).launch(
         grid=(grid, 1, 1), block=(cfg.threads, 1, 1), cluster=(cm, 1, 1), stream=stream,
@@ -955,9 +1003,10 @@ def grouped_host(cfg: Sm90Config, mode: str, fences: bool = True, by_size: bool 
 
     @cute.jit
     def grouped_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, table: cute.Tensor,
-                          workspace: cute.Tensor, groups: Int32, grid: Int32, stream: cuda.CUstream):
-        launch_grouped(a, b, c, offs, table, workspace, groups, grid, stream, cfg, mode, fences, by_size,
-                       l2_promotion, trace, dynamic, overlap_store, mixed, burst)
+                          workspace: cute.Tensor, groups: Int32, grid: Int32, offs_report: Int64,
+                          stream: cuda.CUstream):
+        launch_grouped(a, b, c, offs, table, workspace, groups, grid, offs_report, stream, cfg, mode, fences,
+                       by_size, l2_promotion, trace, dynamic, overlap_store, mixed, burst)
 
     return grouped_sm90_host
 
@@ -1019,5 +1068,5 @@ def compile_grouped(target: str = "sm_90a", cfg: Sm90Config | None = None, mode:
                             align=DESC_BYTES, stride_order=(2, 1, 0))
     host = grouped_host(cfg, mode, fences, by_size, l2_promotion, trace, dynamic, overlap_store, mixed,
                         burst if mixed else 1)
-    return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), fake_stream(env=tvm_ffi),
-                       tvm_ffi=tvm_ffi)
+    return compile_for(target, host, a, b, c, offs, table, workspace, Int32(1), Int32(1), Int64(0),
+                       fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)
