@@ -141,9 +141,9 @@ def grouped_gemm(a, b, offs, out=None, *, config=None, validate: bool | str = Tr
 
     ``offs`` must be non-decreasing from 0 and at most ``a``'s rows. It is on the GPU, and reading it back would
     make the call wait for all the GPU work queued before it, so by default (``validate=True``) the kernel checks
-    it while it runs: a bad ``offs`` is raised as a ``ValueError`` by the next ``grouped_gemm`` call on that device,
-    or by :func:`check_grouped_offs`, which waits for the GPU (CUDA reports a kernel's own errors the same way:
-    later). Whatever ``offs`` holds, the kernel clamps it to ``[previous end, rows]``, so a bad one never makes it
+    it while it runs: a bad ``offs`` is raised as a ``ValueError`` by a later ``grouped_gemm`` call on that device
+    (the first one after the kernel has written its report), or by :func:`check_grouped_offs`, which waits for the
+    GPU (CUDA reports a kernel's own errors the same way: later). Whatever ``offs`` holds, the kernel clamps it to ``[previous end, rows]``, so a bad one never makes it
     read or write outside ``a`` or ``out``. ``validate="sync"`` checks ``offs`` on the host inside the call (it
     waits for the GPU; the error comes from this call); ``validate=False`` checks nothing. ``fences=False``
     runs the broken variant without the descriptor release/acquire (chapter 08
