@@ -205,3 +205,40 @@ def test_half_rounding_from_an_exact_pair():
     assert half_from_exact(one + 2.0 ** -11, np.array([-2.0 ** -60]), "f16")[0] == 1.0
     assert half_from_exact(one + 2.0 ** -8, np.array([2.0 ** -60]), "bf16")[0] == 1 + 2.0 ** -7
     assert half_from_exact(one + 3 * 2.0 ** -8, np.array([0.0]), "bf16")[0] == 1 + 2.0 ** -6  # a tie: to even
+
+
+# ---- chapter 08's offs check: the kernel finds a bad offs and writes its report (issue 28)
+
+
+@pytest.mark.parametrize("offs, want", [
+    ([8] * 40 + [7, 96, 96], [41, 7, 8, 96]),  # decreasing at group 40: past the first round of 32 lanes
+    ([16, 48, 200], [3, 200, 48, 96]),  # past the 96 rows
+    ([-1, 48, 96], [1, -1, 0, 96]),  # negative
+    ([16, 48, 96], [0, 0, 0, 0]),  # good: nothing written
+])
+def test_grouped_kernel_reports_a_bad_offs_on_the_emulator(offs, want):
+    from cutlass import Int32, Int64
+
+    from gemmlab.family import heuristic_grouped
+    from gemmlab.family.configs import Sm90Config
+    from gemmlab.kernels import grouped_sm90 as gs
+
+    cfg = Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1))
+    c = S._compiled(("grouped", cfg, "ragged", "k", True, "offs check"),
+                    lambda: gs.compile_grouped(cfg=cfg, mode="ragged", b_major="k", target=S.TARGET, by_size=False,
+                                               dynamic=False, l2_promotion=heuristic_grouped.L2_PROMOTION))
+    g = torch.Generator().manual_seed(0)
+    groups, rows, n, k = len(offs), 96, 64, 64
+    a = torch.randn(rows, k, generator=g).bfloat16()
+    b = torch.randn(groups, n, k, generator=g).bfloat16().transpose(1, 2)
+    out = torch.full((rows, n), float("nan")).bfloat16()
+    table = torch.zeros((1, len(gs.TABLE_COLUMNS)), dtype=torch.int64)
+    ws = torch.zeros((2, gs.slots_per_cta(cfg), gs.DESC_WORDS), dtype=torch.int64)
+    report = torch.zeros(16, dtype=torch.int32)  # 64 bytes: the kernel's four words, 16-byte aligned
+    o = torch.tensor(offs, dtype=torch.int32)
+    S._emulate(c, [a, b, out, o, table, ws, Int32(groups), Int32(2), Int64(report.data_ptr())], 0,
+               dynamic=True, aligns={3: 4, 4: 8}, extra=[report])
+    assert report[:4].tolist() == want and not report[4:].any()
+    if not any(want):  # the good offs: the product, group by group
+        ref = torch.cat([a[s:e].float() @ b[i].float() for i, (s, e) in enumerate(zip([0] + offs[:-1], offs))])
+        assert torch.allclose(out.float(), ref, rtol=2e-2, atol=2e-2)
