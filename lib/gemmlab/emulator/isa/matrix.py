@@ -69,17 +69,21 @@ def _row_addresses(warp, addrs: np.ndarray, num: int, generic: bool, what: str) 
     return rows
 
 
+def _setup(ctx, regs, address, role: str):
+    """What both instructions take from their operands: ``(num, generic, registers, address, (rows_of, cols_of),
+    opcode)``; refuses a register count other than the ``.x`` count (``role``: destination or source)."""
+    num, trans, generic = _parse(ctx)
+    items = regs.items if isinstance(regs, Vec) else (regs,)
+    if len(items) != num:
+        ctx.unsupported(f"{len(items)} {role} registers for .x{num} in")
+    return num, generic, items, ctx.addr(address), fragment_positions(trans), ctx.inst.opcode
+
+
 @handler("ldmatrix")
 def h_ldmatrix(ctx):
-    num, trans, generic = _parse(ctx)
     d, a = ctx.inst.operands
-    items = d.items if isinstance(d, Vec) else (d,)
-    if len(items) != num:
-        ctx.unsupported(f"{len(items)} destination registers for .x{num} in")
+    num, generic, items, addr, (rows_of, cols_of), what = _setup(ctx, d, a, "destination")
     writers = [ctx.dst(x, "b32") for x in items]
-    addr = ctx.addr(a)
-    rows_of, cols_of = fragment_positions(trans)
-    what = ctx.inst.opcode
 
     def run(warp, mask):
         require_converged(warp, mask)
@@ -94,15 +98,9 @@ def h_ldmatrix(ctx):
 
 @handler("stmatrix")
 def h_stmatrix(ctx):
-    num, trans, generic = _parse(ctx)
     a, v = ctx.inst.operands
-    items = v.items if isinstance(v, Vec) else (v,)
-    if len(items) != num:
-        ctx.unsupported(f"{len(items)} source registers for .x{num} in")
+    num, generic, items, addr, (rows_of, cols_of), what = _setup(ctx, v, a, "source")
     readers = [ctx.src(x, "b32") for x in items]
-    addr = ctx.addr(a)
-    rows_of, cols_of = fragment_positions(trans)
-    what = ctx.inst.opcode
 
     def run(warp, mask):
         require_converged(warp, mask)
