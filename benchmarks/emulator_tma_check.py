@@ -346,6 +346,11 @@ def ptx_module() -> str:
     out = [".version 8.0", ".target sm_90", ".address_size 64", "",
            ".extern .shared .align 1024 .b8 dsm[];"]
     coord_params = ", ".join(f".param .s32 p_c{i}" for i in range(5))
+    # both kernels: registers, thread index and count, the 1024-aligned buffer + p_off (%r5), p_nbytes (%r6)
+    start = "\n".join(["\t.reg .pred %p<4>;", "\t.reg .b32 %r<32>;", "\t.reg .b64 %rd<12>;",
+                       "\tmov.u32 %r1, %tid.x;", "\tmov.u32 %r2, %ntid.x;", "\tmov.u32 %r3, dsm;",
+                       "\tadd.u32 %r3, %r3, 1023;", "\tand.b32 %r3, %r3, -1024;", "\tld.param.u32 %r4, [p_off];",
+                       "\tadd.u32 %r5, %r3, %r4;", "\tld.param.u32 %r6, [p_nbytes];"])
     for n in range(1, 6):
         lc = "\n".join(f"\tld.param.s32 %r{20 + i}, [p_c{i}];" for i in range(n))
         out.append(f"""
@@ -353,17 +358,7 @@ def ptx_module() -> str:
 .visible .entry tma_load_{n}(.param .align 64 .b8 p_tmap[128], .param .u64 p_out, .param .u64 p_status,
 \t.param .u32 p_off, .param .u32 p_nbytes, .param .u32 p_tx, .param .u32 p_poison, {coord_params})
 {{
-\t.reg .pred %p<4>;
-\t.reg .b32 %r<32>;
-\t.reg .b64 %rd<12>;
-\tmov.u32 %r1, %tid.x;
-\tmov.u32 %r2, %ntid.x;
-\tmov.u32 %r3, dsm;
-\tadd.u32 %r3, %r3, 1023;
-\tand.b32 %r3, %r3, -1024;
-\tld.param.u32 %r4, [p_off];
-\tadd.u32 %r5, %r3, %r4;
-\tld.param.u32 %r6, [p_nbytes];
+{start}
 \tld.param.u32 %r7, [p_poison];
 \tshl.b32 %r8, %r1, 2;
 \tshl.b32 %r9, %r2, 2;
@@ -426,17 +421,7 @@ END:
 .visible .entry tma_store_{n}(.param .align 64 .b8 p_tmap[128], .param .u64 p_src, .param .u32 p_off,
 \t.param .u32 p_nbytes, {coord_params})
 {{
-\t.reg .pred %p<4>;
-\t.reg .b32 %r<32>;
-\t.reg .b64 %rd<12>;
-\tmov.u32 %r1, %tid.x;
-\tmov.u32 %r2, %ntid.x;
-\tmov.u32 %r3, dsm;
-\tadd.u32 %r3, %r3, 1023;
-\tand.b32 %r3, %r3, -1024;
-\tld.param.u32 %r4, [p_off];
-\tadd.u32 %r5, %r3, %r4;
-\tld.param.u32 %r6, [p_nbytes];
+{start}
 \tld.param.u64 %rd5, [p_src];
 \tcvta.to.global.u64 %rd5, %rd5;
 \tshl.b32 %r8, %r1, 2;
