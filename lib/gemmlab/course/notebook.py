@@ -360,8 +360,13 @@ class NoNotebooks(FileNotFoundError):
 
 
 def notebook_paths(names) -> list[Path] | None:
-    """``names`` as paths, or :func:`default_notebooks` when there are none; None (after printing why) if
-    there is no notebook to take: the command-line tools then exit 2."""
+    """The command-line tools' notebooks: ``names`` as paths, or :func:`default_notebooks` when there are none.
+    None (after printing why) if the notebook stack is missing (:func:`missing_notebook_modules`) or there is no
+    notebook to take: the tools then exit 2."""
+    missing = missing_notebook_modules()
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return None
     try:
         return [Path(p) for p in names] or default_notebooks()
     except NoNotebooks as exc:
@@ -392,15 +397,11 @@ def main(argv=None) -> int:
     ap.add_argument("notebooks", nargs="*", help="notebook paths (default: the repository's notebooks/*.ipynb)")
     args = ap.parse_args(argv)
 
-    missing = missing_notebook_modules()
-    if missing:
-        print(f"error: {missing}", file=sys.stderr)
-        return 2
-    import nbformat
-
     paths = notebook_paths(args.notebooks)
     if paths is None:
         return 2
+    import nbformat
+
     bad = 0
     for p in paths:
         try:

@@ -362,10 +362,6 @@ def main(argv=None) -> int:
                        help="folder for the executed notebooks (default: build/notebooks/ of the repository)")
     ap.add_argument("--timeout", type=_positive_seconds, default=900, help="seconds per cell, at least 1 (default 900)")
     args = ap.parse_args(argv)
-    missing = missing_notebook_modules()
-    if missing:
-        print(f"error: {missing}", file=sys.stderr)
-        return 2
     paths = notebook_paths(args.notebooks)
     if paths is None:
         return 2
