@@ -18,16 +18,13 @@ import torch
 
 from gemmlab.family import api
 from gemmlab.measure import bench
+from gemmlab.measure.gemm_family import weakest_wide
 
 FALLBACK = [(384, 29568, 8192), (384, 8192, 8192), (384, 3584, 18944), (640, 4096, 14336)]
 
 
 def shapes(worst: int):
-    path = bench.RESULTS_DIR / bench.device_slug(torch.cuda.get_device_name()) / "gemm_family_wide.json"
-    if not path.exists():
-        return FALLBACK
-    rows = sorted(json.loads(path.read_text())["rows"], key=lambda r: r["ratio_public"])
-    return [(r["m"], r["n"], r["k"]) for r in rows[:worst]]
+    return weakest_wide(torch.cuda.get_device_name(), worst) or FALLBACK
 
 
 def kernels_of(fn, reps=5):

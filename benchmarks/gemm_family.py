@@ -166,11 +166,10 @@ SWEEP_SHAPES = [(64, 2112, 7168), (64, 576, 7168), (64, 24576, 1536), (128, 4096
 
 def weakest_wide(count: int = 12) -> list[tuple[int, int, int]]:
     """The ``count`` shapes of this device's stored wide family with the lowest public ratio."""
-    path = bench.RESULTS_DIR / bench.device_slug(torch.cuda.get_device_name()) / "gemm_family_wide.json"
-    if not path.exists():
-        raise SystemExit(f"sweep --wide reads {path}: run 'gemm_family.py wide' on this device first")
-    rows = sorted(json.loads(path.read_text())["rows"], key=lambda r: r["ratio_public"])
-    return [(r["m"], r["n"], r["k"]) for r in rows[:count]]
+    shapes = fb.weakest_wide(torch.cuda.get_device_name(), count)
+    if shapes is None:
+        raise SystemExit("sweep --wide reads this device's gemm_family_wide.json: run 'gemm_family.py wide' first")
+    return shapes
 
 
 def sweep(out_dir, top: int = 6, shapes=None, name: str = "gemm_family_sweep") -> list[dict]:

@@ -220,6 +220,20 @@ def test_the_wide_family_covers_other_models_off_powers_of_two():
     assert 384 in WIDE_MS and all(n % 8 == 0 and k % 8 == 0 for n, k in LLM_NK.values())
 
 
+def test_weakest_wide_reads_the_stored_run(tmp_path, monkeypatch):
+    import json
+
+    from gemmlab.measure import bench
+    from gemmlab.measure.gemm_family import weakest_wide
+
+    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
+    assert weakest_wide("NVIDIA H100 80GB HBM3") is None
+    rows = [{"m": m, "n": 64, "k": 64, "ratio_public": r} for m, r in ((96, 1.0), (384, 0.6), (640, 0.8))]
+    (tmp_path / "nvidia-h100-80gb-hbm3").mkdir()
+    (tmp_path / "nvidia-h100-80gb-hbm3" / "gemm_family_wide.json").write_text(json.dumps({"rows": rows}))
+    assert weakest_wide("NVIDIA H100 80GB HBM3", 2) == [(384, 64, 64), (640, 64, 64)]
+
+
 def test_every_family_choice_is_valid():
     from gemmlab.measure.gemm_family import wide_cases
 

@@ -88,6 +88,18 @@ def wide_cases() -> list[Case]:
     return [Case(m, n, k, group=name) for name, (n, k) in LLM_NK.items() for m in WIDE_MS]
 
 
+def weakest_wide(device_name: str, count: int = 12) -> list[tuple[int, int, int]] | None:
+    """The ``count`` shapes of ``device_name``'s stored wide family (``gemm_family_wide.json``) with the lowest
+    public ratio, weakest first; None when that device has no stored run."""
+    from .bench import load_results
+
+    doc = load_results("gemm_family_wide", device_name)
+    if doc is None:
+        return None
+    rows = sorted(doc["rows"], key=lambda r: r["ratio_public"])
+    return [(r["m"], r["n"], r["k"]) for r in rows[:count]]
+
+
 def _operands(case: Case, sets: int, seed: int = 0):
     import torch
 
