@@ -40,7 +40,8 @@ from . import heuristic_gated, heuristic_grouped
 from .configs import (DESC_WORDS, TABLE_COLUMNS, PipelinedConfig, Sm90Config, Sm100Config, effective_splits,
                       slots_per_cta)
 from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
-from .problem import GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, pad_rows, problem_of
+from .problem import (GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, offs_rule, pad_rows,
+                      problem_of)
 
 #: Every compiled kernel of the family, by what it was compiled for (the kernel's module and its compile-time
 #: choices): the dense Hopper kernel shared by every problem size, the grouped one by every size and group count.
@@ -364,12 +365,7 @@ class OffsReport:
             return None
         g, end, prev, rows = (int(x) for x in self.view)
         self.view[:] = 0
-        g -= 1
-        if end > rows and end >= prev:
-            rule = f"offs[{g}] = {end} is past the {rows} rows of a"
-        else:
-            rule = (f"offs must be non-decreasing from 0: offs[{g}] = {end} < "
-                    f"{'offs[%d] = %d' % (g - 1, prev) if g else 0}")
+        rule = offs_rule(g - 1, end, prev, rows)
         return ValueError(f"an earlier gemmlab.grouped_gemm call on {self.device} had a bad offs ({rule}); the "
                           "kernel found it while that call ran. That call's groups were clamped to the valid rows, "
                           "so it wrote nothing outside out, but its output is not the product of the offs given. "

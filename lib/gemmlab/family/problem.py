@@ -341,6 +341,15 @@ def check_offs(offs, groups: int, rows: int, *, validate: bool = True) -> None:
         check_offs_values(offs, rows)
 
 
+def offs_rule(g: int, end: int, prev: int, rows: int) -> str:
+    """Which rule ``offs[g] = end`` breaks (``prev``: the end before it, 0 for group 0): decreasing, else past
+    ``rows``. The host check (:func:`check_offs_values`) and the kernel's report
+    (:class:`gemmlab.family.plan.OffsReport`) say it in these words."""
+    if end < prev:
+        return f"offs must be non-decreasing from 0: offs[{g}] = {end} < {'offs[%d] = %d' % (g - 1, prev) if g else 0}"
+    return f"offs[{g}] = {end} is past the {rows} rows of a"
+
+
 def check_offs_values(offs, rows: int) -> None:
     """``offs`` non-decreasing from 0 and at most ``rows``: one device-to-host copy, which waits for the GPU."""
     host = offs.tolist()
@@ -349,11 +358,10 @@ def check_offs_values(offs, rows: int) -> None:
     prev = 0
     for g, end in enumerate(host):
         if end < prev:
-            raise ValueError(f"offs must be non-decreasing from 0: offs[{g}] = {end} < "
-                             f"{'offs[%d] = %d' % (g - 1, prev) if g else 0}")
+            raise ValueError(offs_rule(g, end, prev, rows))
         prev = end
     if prev > rows:
-        raise ValueError(f"offs[-1] = {prev} is past the {rows} rows of a")
+        raise ValueError(offs_rule(-1, prev, prev, rows))
 
 
 def check_ragged(a, b, offs, out, *, validate: bool = True) -> str:
