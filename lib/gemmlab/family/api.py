@@ -26,8 +26,8 @@ from __future__ import annotations
 from ..checks import check_choice
 from .configs import check_grouped_config
 from .heuristic_grouped import L2_PROMOTION, check_options
-from .plan import (_REPORTS, GatedPlan, GroupedPlan, Plan, arch_of_machine, grouped_machine, make_gated_plan,
-                   make_grouped_plan, make_plan, offs_report, problem_table)
+from .plan import (GatedPlan, GroupedPlan, Plan, arch_of_machine, grouped_machine, make_gated_plan, make_grouped_plan,
+                   make_plan, offs_report, problem_table, take_offs_error)
 from .problem import (as_list, canonical_operands, check_devices, check_gated_pointers, check_list, check_offs_values,
                       check_pointers, check_table_pointers, dtype_name, gated_problem, list_problem, problem_of,
                       ragged_problem, spans)
@@ -207,8 +207,7 @@ def check_grouped_offs(device=None) -> None:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.synchronize(device)
-    r = _REPORTS.get(device)
-    err = None if r is None else r.take()
+    err = take_offs_error(device)
     if err is not None:
         raise err
 

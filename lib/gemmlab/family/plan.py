@@ -383,6 +383,12 @@ def offs_report(device) -> OffsReport:
     return r
 
 
+def take_offs_error(device) -> ValueError | None:
+    """The pending error of ``device``'s report (emptied), or None; a device without a report has none."""
+    r = _REPORTS.get(device)
+    return None if r is None else r.take()
+
+
 def grouped_machine(device, caller: str = "gemmlab.grouped_gemm") -> None:
     """After the arguments, the machine: a Hopper GPU (:class:`gemmlab.tiers.TierError` elsewhere: the grouped kernel
     is sm_90a only), then the tensors' device (checked one device already) must be a CUDA one."""
