@@ -34,9 +34,10 @@ def main():
     runs += [(configs.LARGE, True, None, True, {"mixed": 128, "burst": q}) for q in (None, 5)]
     if sys.argv[1:] == ["mixed"]:  # only the mixed order
         runs = [r for r in runs if r[4]]
-    if sys.argv[1:] == ["bad"]:
+    if sys.argv[1:] == ["bad"]:  # only the bad offs
         runs = []
-    bad_offs(gen)
+    if sys.argv[1:] != ["mixed"]:
+        bad_offs(gen)
     for cfg, dyn, by_size, overlap, extra in runs:
         sizes = [0, 70, 3, 0, 200, 1] if not extra else [0, 700, 3, 0, 200, 1, 90, 40]
         n, k = 264, 200
