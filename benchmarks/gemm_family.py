@@ -178,7 +178,7 @@ def sweep(out_dir, top: int = 6, shapes=None, name: str = "gemm_family_sweep") -
         prob = GemmProblem(m, n, k)
         seen, cands = set(), []
         for c in h.candidates(prob, 132):
-            key = (c.config.tile_m, c.config.tile_n, c.config.swap_ab, c.config.splits)
+            key = (c.config.tile_m, c.config.tile_n, c.config.cluster, c.config.swap_ab, c.config.splits)
             if key not in seen:
                 seen.add(key)
                 cands.append(c)

@@ -2,6 +2,7 @@
 
     python benchmarks/grouped_gemm.py check      # ragged + list forms, edge cases, vs FP32 and torch._grouped_mm
     python benchmarks/grouped_gemm.py moe        # MoE sets: gemmlab vs torch._grouped_mm, a matmul loop, roofline
+    python benchmarks/grouped_gemm.py moe_wide   # nine models' expert GEMMs, 32 to 16384 rows: the public call vs torch
     python benchmarks/grouped_gemm.py tail       # decode launches of 1 to 64 experts: fixed cost, the last wave
     python benchmarks/grouped_gemm.py sweep_sched  # every tile, static and dynamic: the heuristic's data
     python benchmarks/grouped_gemm.py sweep_pairs  # 2-CTA pairs with dynamic scheduling
@@ -253,6 +254,58 @@ def moe(out_dir=None, tokens=TOKENS, groups=GROUPS, shapes=MOE_SHAPES, rounds=7)
                             "offs_check": "kernel"}, out_dir)
     print(f"measured ceilings: copy {measured['copy_tbs']:.2f} TB/s, cuBLAS {measured['gemm_tflops']:.0f} TFLOP/s "
           f"(each the better of {len(ceilings)}: before and after the sets)")
+    print(json.dumps(summary, indent=1))
+    return summary
+
+
+def moe_wide(out_dir=None, sets=None, tokens=mg.MOE_WIDE_TOKENS, rounds=7):
+    """Issue 28's widened MoE family: the public call as users make it against ``torch._grouped_mm``.
+
+    Three competitors interleaved (the default call, ``validate=False``, torch), then the kernels alone
+    (``gpu_only``); every output is checked against an FP32 reference first, on a poisoned buffer.
+    """
+    rows = []
+    for label, G, n, k in sets or mg.moe_wide_sets():
+        for T in tokens:
+            sizes = gm.skewed_sizes(T, G)
+            a, b, offs = ragged_inputs(sizes, n, k)
+            out = torch.full((T, n), POISON, device="cuda", dtype=a.dtype)
+            cfg = hg.default_config(T, G, n, k, a.device)
+            api.grouped_gemm(a, b, offs, out=out)
+            api.check_grouped_offs()
+            ref = gm.reference(a, b, offs)
+            err = rel_err(out, ref, T)
+            del ref
+            launches = {
+                "gemmlab": [lambda: api.grouped_gemm(a, b, offs, out=out)],
+                "gemmlab_novalidate": [lambda: api.grouped_gemm(a, b, offs, out=out, validate=False)],
+                "torch_grouped_mm": [lambda: torch._grouped_mm(a, b, offs=offs)],
+            }
+            t = bench.time_interleaved(launches, rounds=rounds, per_round=5, warmup=2)
+            kernels = {"gemmlab_kernel": launches["gemmlab_novalidate"],
+                       "torch_grouped_mm_kernel": launches["torch_grouped_mm"]}
+            tg = bench.time_interleaved(kernels, rounds=rounds, per_round=5, warmup=2, gpu_only=True)
+            api.check_grouped_offs()
+            flops, nbytes = gm.flops_bytes(sizes, n, k)
+            row = {"shape": label, "groups": G, "n": n, "k": k, "tokens": T,
+                   "nonempty": sum(1 for x in sizes if x), "max_group": max(sizes), "config": cfg.name,
+                   "rel_err": err, "flops": flops, "bytes": nbytes}
+            for name, v in list(t.items()) + list(tg.items()):
+                row[f"{name}_ms"] = v["median_ms"]
+            row["vs_torch"] = row["torch_grouped_mm_ms"] / row["gemmlab_ms"]
+            row["vs_torch_novalidate"] = row["torch_grouped_mm_ms"] / row["gemmlab_novalidate_ms"]
+            row["vs_torch_kernel"] = row["torch_grouped_mm_kernel_ms"] / row["gemmlab_kernel_ms"]
+            rows.append(row)
+            print(f"{label:26s} G={G:3d} T={T:5d} {cfg.name:18s} err={err:.1e} ours={row['gemmlab_ms']:.3f} "
+                  f"torch={row['torch_grouped_mm_ms']:.3f} x{row['vs_torch']:.2f} nov x{row['vs_torch_novalidate']:.2f} "
+                  f"kernel x{row['vs_torch_kernel']:.2f}", flush=True)
+            del a, b, offs, out
+            torch.cuda.empty_cache()
+    summary = mg.summarize_wide(rows)
+    _write("grouped_gemm_moe_wide", {"rows": rows, "summary": summary, "clocks": bench.gpu_clocks(),
+                                     "models": [list(m) for m in mg.MOE_WIDE_MODELS],
+                                     "method": "public calls interleaved with torch._grouped_mm (5 calls a round, "
+                                               f"{rounds} rounds, median); kernels alone with gpu_only"}, out_dir)
     print(json.dumps(summary, indent=1))
     return summary
 
@@ -625,8 +678,8 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "moe", "quick", "sweep", *SWEEP_MODES, "tail", "order", "overlap",
-                                    "fences", "mixed", "kernel", "all"))
+    p.add_argument("what", choices=("check", "moe", "moe_wide", "quick", "sweep", *SWEEP_MODES, "tail", "order",
+                                    "overlap", "fences", "mixed", "kernel", "all"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ok = True
@@ -652,6 +705,8 @@ def main(argv=None):
         mixed(args.out)
     if args.what in ("moe", "all"):
         moe(args.out)
+    if args.what in ("moe_wide", "all"):
+        moe_wide(args.out)
     return 0 if ok else 1
 
 

@@ -35,10 +35,16 @@ constants (:data:`MODEL`) were fitted to measurements on an H100 and an H200
 
 Rules that are not the model's:
 
-* **Cluster.** Without swap: ``(2, 1)`` (two CTAs on neighbouring M tiles
-  share, and multicast, the B panel) when there are at least two M tiles,
-  else ``(1, 2)`` when there are two N tiles, else none. With swap the weight
-  is A' and no two tiles share it: no cluster.
+* **Cluster.** Without swap, every cluster the grid allows is modelled:
+  ``(2, 1)`` (two CTAs on neighbouring M tiles share, and multicast, the B
+  panel), ``(1, 2)`` (neighbouring N tiles share A) and none. A cluster
+  covers whole pairs of tiles, so ``(2, 1)`` on an odd number of M tiles
+  runs a CTA of padding in every cluster of the last M pair: at M = 384 on
+  128-row tiles (3 M tiles) a quarter of the CTAs compute nothing, and
+  ``(1, 2)`` wastes nothing when N has many tiles. The model counts that
+  padding in its waves; among variants within 1 % of each other the rule's
+  old preference stands (``(2, 1)``, then ``(1, 2)``, then none). With swap
+  the weight is A' and no two tiles share it: no cluster.
 * **Raster and group.** Bands of ``group = 8`` cluster tiles along the
   dimension with more tiles, so a wave reads few panels of each operand
   (:mod:`gemmlab.scheduler`).
@@ -145,24 +151,38 @@ def epi_shape_for(tile_n: int) -> tuple[int, int]:
     return (32 if tile_n % 32 == 0 else 16), 4
 
 
-def _cluster(swap: bool, mt: int, nt: int) -> tuple[int, int]:
+#: The clusters the heuristic models, in the order it prefers among equals.
+CLUSTERS = ((2, 1), (1, 2), (1, 1))
+
+
+def clusters_for(swap: bool, mt: int, nt: int, num_sms: int = H100.sms) -> tuple[tuple[int, int], ...]:
+    """The clusters worth modelling for an ``mt x nt`` grid of tiles, the preferred one first.
+
+    A pair along a dimension needs two tiles along it; a cluster needs as many SMs as CTAs;
+    swapped problems take none (the weight, A', is shared by no two tiles).
+    """
     if swap:
-        return (1, 1)
-    if mt >= 2:
-        return (2, 1)
-    if nt >= 2:
-        return (1, 2)
-    return (1, 1)
+        return ((1, 1),)
+    out = tuple(c for c in CLUSTERS if (c[0] == 1 or mt >= 2) and (c[1] == 1 or nt >= 2)
+                and c[0] * c[1] <= num_sms)
+    return out
 
 
 def make_config(problem: GemmProblem, tile_m: int, tile_n: int, *, swap: bool = False, splits: int = 1,
-                num_sms: int = H100.sms) -> Sm90Config:
-    """The full config for a tile choice: cluster, raster, stages and epilogue by the rules above."""
+                num_sms: int = H100.sms, cluster: tuple[int, int] | None = None) -> Sm90Config:
+    """The full config for a tile choice: cluster, raster, stages and epilogue by the rules above.
+
+    ``cluster``: one of :func:`clusters_for`'s; ``None`` takes its first (the preferred one).
+    """
     m, n = (problem.n, problem.m) if swap else (problem.m, problem.n)
     mt, nt = -(-m // tile_m), -(-n // tile_n)
-    cluster = _cluster(swap, mt, nt)
-    if cluster[0] * cluster[1] > num_sms:
-        cluster = (1, 1)
+    allowed = clusters_for(swap, mt, nt, num_sms)
+    if cluster is None:
+        cluster = allowed[0]
+    elif tuple(cluster) not in allowed:
+        raise ValueError(f"cluster must be one of {allowed} for {mt} x {nt} tiles"
+                         f"{' (swap A/B)' if swap else ''} on {num_sms} SMs; got {cluster}")
+    cluster = tuple(cluster)
     cmt, cnt = -(-mt // cluster[0]), -(-nt // cluster[1])
     k_tiles = -(-problem.k // 64)
     splits = effective_splits(k_tiles, splits)
@@ -243,19 +263,22 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
     k_tiles = -(-problem.k // 64)
     out = []
     for tile_m, tile_n, swap in _tile_choices(problem):
+        m, n = (problem.n, problem.m) if swap else (problem.m, problem.n)
         tried = set()
-        for s in range(1, min(MAX_SPLITS, k_tiles) + 1):
-            cfg = make_config(problem, tile_m, tile_n, swap=swap, splits=s, num_sms=num_sms)
-            if cfg in tried:
-                continue
-            tried.add(cfg)
-            if cfg.split_k and 4 * cfg.splits * problem.m * problem.n >= 2**31:
-                continue  # the reduction indexes the workspace with 32-bit integers
-            out.append(predict(problem, cfg, num_sms, model))
+        for cluster in clusters_for(swap, -(-m // tile_m), -(-n // tile_n), num_sms):
+            for s in range(1, min(MAX_SPLITS, k_tiles) + 1):
+                cfg = make_config(problem, tile_m, tile_n, swap=swap, splits=s, num_sms=num_sms, cluster=cluster)
+                if cfg in tried:
+                    continue
+                tried.add(cfg)
+                if cfg.split_k and 4 * cfg.splits * problem.m * problem.n >= 2**31:
+                    continue  # the reduction indexes the workspace with 32-bit integers
+                out.append(predict(problem, cfg, num_sms, model))
     # Fastest first; among equals (within 1 %: typically several variants all bound by HBM) the one with
-    # more units (more SMs streaming), then fewer splits, then the bigger tile.
+    # more units (more SMs streaming), then fewer splits, then the bigger tile, then the preferred cluster.
     return sorted(out, key=lambda c: (round(math.log(c.time_us) / math.log(1.01)), -min(c.units, num_sms),
-                                      c.config.splits, -c.config.tile_m * c.config.tile_n))
+                                      c.config.splits, -c.config.tile_m * c.config.tile_n,
+                                      CLUSTERS.index(c.config.cluster)))
 
 
 def choose(problem: GemmProblem, num_sms: int = H100.sms, model: MachineModel = MODEL) -> Sm90Config:

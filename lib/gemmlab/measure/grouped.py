@@ -21,6 +21,52 @@ from ..grouped_model import skewed_sizes
 from .bench import geomean, line_fit
 
 
+#: Issue 28's widened MoE family: ``(model, experts on one GPU, hidden size, expert width)`` from each model's
+#: published configuration. Each gives two expert GEMMs: gate/up (N = width, K = hidden) and down (N = hidden,
+#: K = width). DeepSeek-V3's 256 experts are spread 8 ways (expert parallelism): 32 on one GPU.
+MOE_WIDE_MODELS = (
+    ("Mixtral-8x7B", 8, 4096, 14336),
+    ("Mixtral-8x22B", 8, 6144, 16384),
+    ("DBRX", 16, 6144, 10752),
+    ("Qwen2-57B-A14B", 64, 3584, 2560),
+    ("Qwen3-30B-A3B", 128, 2048, 768),
+    ("Qwen3-235B-A22B", 128, 4096, 1536),
+    ("DeepSeek-V3 EP8", 32, 7168, 2048),
+    ("OLMoE-1B-7B", 64, 2048, 1024),
+    ("gpt-oss-120b", 128, 2880, 2880),
+)
+#: Routed rows per launch (tokens x top-k reaching the layer): decode batches to a long prefill, not powers of two.
+MOE_WIDE_TOKENS = (32, 96, 384, 1000, 4096, 16384)
+
+
+def moe_wide_sets(models=MOE_WIDE_MODELS):
+    """``(label, groups, N, K)`` of every expert GEMM of :data:`MOE_WIDE_MODELS`."""
+    out = []
+    for name, experts, hidden, width in models:
+        out.append((f"{name} gate/up", experts, width, hidden))
+        out.append((f"{name} down", experts, hidden, width))
+    return out
+
+
+def summarize_wide(rows) -> dict:
+    """The widened family's headline: the public call (default arguments), ``validate=False`` and the kernels
+    against ``torch._grouped_mm``, overall, by token count and by model."""
+    def stats(key, rs):
+        vals = [r[key] for r in rs]
+        worst = min(rs, key=lambda r: r[key])
+        return {"geomean": geomean(vals), "min": min(vals), "below_1": sum(v < 1.0 for v in vals),
+                "worst": f"{worst['shape']} T={worst['tokens']}"}
+    out = {"sets": len(rows), "max_rel_err": max(r["rel_err"] for r in rows)}
+    for key in ("vs_torch", "vs_torch_novalidate", "vs_torch_kernel"):
+        out[key] = stats(key, rows)
+    out["by_tokens"] = {str(t): geomean([r["vs_torch"] for r in rows if r["tokens"] == t])
+                        for t in sorted({r["tokens"] for r in rows})}
+    models = sorted({r["shape"].rsplit(" ", 1)[0] for r in rows})
+    out["by_model"] = {m: geomean([r["vs_torch"] for r in rows if r["shape"].rsplit(" ", 1)[0] == m])
+                       for m in models}
+    return out
+
+
 def sweep_column(cfg: Sm90Config, dynamic: bool) -> str:
     """The column of ``benchmarks/grouped_gemm.py sweep*`` that times ``cfg`` (e.g. ``"128x256 c2 s4"``,
     ``"64x128 s8 dyn"``)."""
