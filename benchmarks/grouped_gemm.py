@@ -401,6 +401,16 @@ SWEEP_MODES = {
     "sweep_narrow": dict(shapes=[(f"narrow N={n}", n, 4096) for n in (512, 1024, 1536, 2048, 3072)],
                          tokens=(64, 256), groups=(16, 32, 128), configs=("64x128 s8 dyn", "64x256 s5 dyn"),
                          doc_name="grouped_gemm_sweep_narrow"),
+    # the widened family's narrow layers (N <= 2048) at decode sizes: many experts, few of them hit
+    "sweep_wide_decode": dict(shapes=[(label, n, k) for label, _, n, k in mg.moe_wide_sets() if n <= 2048],
+                              tokens=(32, 96), groups=(64, 128),
+                              configs=("64x64 s12 dyn", "64x128 s8 dyn", "64x192 s6 dyn"),
+                              doc_name="grouped_gemm_sweep_wide_decode"),
+    # ... and at prefill sizes, where K or N is small (768 to 2048)
+    "sweep_wide_narrow": dict(shapes=[(label, n, k) for label, _, n, k in mg.moe_wide_sets() if min(n, k) <= 1024],
+                              tokens=(4096, 16384), groups=(64, 128),
+                              configs=("128x128 s6 dyn", "128x192 s4 dyn", "128x256 s4 dyn", "64x256 s5 dyn"),
+                              doc_name="grouped_gemm_sweep_wide_narrow"),
     # 2-CTA pairs with dynamic scheduling against the pairs and single CTAs
     "sweep_pairs": dict(tokens=(512, 4096, 16384), groups=GROUPS,
                         configs=("128x192 s4", "128x256 s4 dyn", "128x256 c2 s4", "128x192 c2 s4 dyn",

@@ -52,6 +52,39 @@ def main():
         mix = f", mixed in blocks of {extra['burst'] or hg.MIXED_BURST}" if extra else ""
         print(f"ragged {cfg.name} {'dynamic' if dyn else 'static'}{order}{store}{mix}: rel. Frobenius error "
               f"{((out.float() - ref).norm() / ref.norm()).item():.2e}")
+    # 40 groups, most of them empty: from 32 groups each tile's group is found by bisection in a shared-memory
+    # prefix of the groups' tiles (kernels.grouped_sm90.tile_prefix), here in both visiting orders and both forms
+    # of scheduling, in pairs and in the mixed order; then a bad offs over as many groups.
+    many = [0] * 7 + [16] + [0] * 12 + [700] + [0] * 9 + [10] + [0] * 4 + [90, 0, 0, 40, 3]
+    many_runs = [(configs.SMALL, True, None, {}), (configs.SMALL_WIDE, True, None, {}),
+                 (configs.LARGE, True, True, {}), (configs.LARGE, False, None, {}), (configs.LARGE_C2, False, None, {}),
+                 (configs.LARGE, True, None, {"mixed": 128, "burst": 5})]
+    if sys.argv[1:] == ["bad"]:
+        many_runs = []
+    if sys.argv[1:] == ["mixed"]:
+        many_runs = [r for r in many_runs if r[3]]
+    for cfg, dyn, by_size, extra in many_runs:
+        n, k = 264, 200
+        a = torch.randn(sum(many), k, device="cuda", dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(len(many), n, k, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+        offs = gm.offsets_of(many)
+        out = api.grouped_gemm(a, b, offs, config=cfg, dynamic=dyn, by_size=by_size, **extra)
+        ref = gm.reference(a, b, offs)
+        print(f"ragged, {len(many)} groups, {cfg.name} {'dynamic' if dyn else 'static'}"
+              f"{', largest first' if by_size else ''}{', mixed in blocks of 5' if extra else ''}: "
+              f"rel. Frobenius error {((out.float() - ref).norm() / ref.norm()).item():.2e}")
+    if sys.argv[1:] != ["mixed"]:
+        bad = torch.tensor(many, dtype=torch.int32).cumsum(0).to(torch.int32)
+        bad[25] = 5  # decreasing at group 25
+        for cfg, dyn in ((configs.SMALL, True), (configs.LARGE, False)):
+            a = torch.randn(sum(many), 200, device="cuda", dtype=torch.bfloat16, generator=gen)
+            b = torch.randn(len(many), 264, 200, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+            api.grouped_gemm(a, b, bad.cuda(), config=cfg, dynamic=dyn)
+            try:
+                api.check_grouped_offs()
+                print(f"bad offs, {len(many)} groups, {cfg.name}: NOT reported")
+            except ValueError as e:
+                print(f"bad offs, {len(many)} groups, {cfg.name}: reported: {str(e).split('(')[1].split(')')[0]}")
     pairs = [(torch.randn(m, kk, device="cuda", dtype=torch.bfloat16, generator=gen),
               torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16, generator=gen))
              for m, nn, kk in [(130, 136, 64), (0, 64, 64), (7, 256, 128)]]

@@ -215,6 +215,8 @@ def test_half_rounding_from_an_exact_pair():
     ([16, 48, 200], [3, 200, 48, 96]),  # past the 96 rows
     ([-1, 48, 96], [1, -1, 0, 96]),  # negative
     ([16, 48, 96], [0, 0, 0, 0]),  # good: nothing written
+    # good, 40 groups (most of them empty): each tile's group is found by bisection in the tile prefix
+    ([0] * 9 + [16] * 20 + [40] + [48] * 9 + [96], [0, 0, 0, 0]),
 ])
 def test_grouped_kernel_reports_a_bad_offs_on_the_emulator(offs, want):
     from cutlass import Int32, Int64
@@ -242,3 +244,34 @@ def test_grouped_kernel_reports_a_bad_offs_on_the_emulator(offs, want):
     if not any(want):  # the good offs: the product, group by group
         ref = torch.cat([a[s:e].float() @ b[i].float() for i, (s, e) in enumerate(zip([0] + offs[:-1], offs))])
         assert torch.allclose(out.float(), ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("by_size", [True, False])
+def test_grouped_kernel_finds_tiles_among_many_empty_groups_on_the_emulator(by_size):
+    """40 groups, most empty, largest first or in index order: from 32 groups a tile's group is found by bisection
+    in the tiles' prefix (kernels.grouped_sm90.tile_prefix), built in the visiting order."""
+    from cutlass import Int32, Int64
+
+    from gemmlab.family import heuristic_grouped
+    from gemmlab.family.configs import Sm90Config
+    from gemmlab.kernels import grouped_sm90 as gs
+
+    cfg = Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1))
+    c = S._compiled(("grouped", cfg, "ragged", "k", by_size, "many groups"),
+                    lambda: gs.compile_grouped(cfg=cfg, mode="ragged", b_major="k", target=S.TARGET, by_size=by_size,
+                                               dynamic=False, l2_promotion=heuristic_grouped.L2_PROMOTION))
+    sizes = [0] * 7 + [16] + [0] * 12 + [70] + [0] * 9 + [10] + [0] * 9  # 40 groups, three of them used
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
+    assert len(sizes) >= gs.PREFIX_FROM
+    g = torch.Generator().manual_seed(1)
+    groups, rows, n, k = len(sizes), sum(sizes), 128, 64
+    a = torch.randn(rows, k, generator=g).bfloat16()
+    b = torch.randn(groups, n, k, generator=g).bfloat16().transpose(1, 2)
+    out = torch.full((rows, n), float("nan")).bfloat16()
+    table = torch.zeros((1, len(gs.TABLE_COLUMNS)), dtype=torch.int64)
+    ws = torch.zeros((2, gs.slots_per_cta(cfg), gs.DESC_WORDS), dtype=torch.int64)
+    S._emulate(c, [a, b, out, offs, table, ws, Int32(groups), Int32(2), Int64(0)], 0, dynamic=True,
+               aligns={3: 4, 4: 8})
+    ends = offs.tolist()
+    ref = torch.cat([a[s:e].float() @ b[i].float() for i, (s, e) in enumerate(zip([0] + ends[:-1], ends))])
+    assert torch.allclose(out.float(), ref, rtol=2e-2, atol=2e-2)

@@ -491,6 +491,14 @@ def test_choose_config_by_tokens_and_experts():
     assert choose(4096 * 4, 16, 4096, 7168, pairs_from=512) is configs.LARGE_C2  # 1024, 16 experts
     assert choose(16384, 32, 4096, 7168, pairs_from=512) is configs.LARGE  # 512 per expert, 32 experts
     assert choose(16384, 8, 4096, 7168) is configs.LARGE  # no pairs on GPUs not measured
+    narrow = 2048 * 1024
+    assert choose(4096, 128, 768, 2048, narrow_up_to=narrow) is configs.SMALL_WIDE  # Qwen3-30B-A3B's experts
+    assert choose(16384, 64, 2048, 1024, narrow_up_to=narrow) is configs.SMALL_WIDE  # OLMoE's: just at the limit
+    assert choose(16384, 64, 2048, 1032, narrow_up_to=narrow) is configs.LARGE  # one k-step of 8 past it
+    assert choose(1024, 16, 768, 2048, narrow_up_to=narrow) is configs.MEDIUM  # 64 per expert, too few tokens in all
+    assert choose(4096, 128, 768, 2048) is configs.LARGE  # not measured: no narrow rule
+    assert hg.config_for_gpu("H100", 4096, 128, 768, 2048) is configs.SMALL_WIDE
+    assert hg.config_for_gpu("H200", 4096, 128, 768, 2048) is configs.LARGE
 
 
 @pytest.mark.parametrize("gpu", ["H100", "H200"])

@@ -40,6 +40,13 @@ DECODE_TILE = {"H100": SMALL, "H200": SMALL_WIDE}
 #: 2 % faster but spread over 0.89-1.10x. The benchmark's N of 4096 and more: 1.03x faster (``sweep_sched``).
 #: On an H100 (decode tile 64 x 128 at every width) the wide tile is 1.03-1.09x slower at 512, 1536 and 2048.
 DECODE_WIDE_FROM_TILES = 12
+#: Past decode, with at least 2048 tokens, experts of at most this many weights (N x K) run the 64 x 256 tile, by
+#: GPU. Measured on an H100 (``benchmarks/grouped_gemm.py sweep_wide_narrow``: Qwen3-30B-A3B's and OLMoE's expert
+#: GEMMs, 768 x 2048 to 2048 x 1024, 64 and 128 experts, 4096 and 16384 tokens): 64 x 256 was the fastest tile on
+#: 13 of the 16 sets and within 1.05x of it on the rest, up to 1.18x faster than 128 x 256; with 14.7 M weights
+#: and more (DeepSeek-V3, Mixtral: ``sweep_sched``) 128 x 256 wins at every set of 4096 tokens or more, by 1.03x
+#: to 1.49x. Between 2 M and 14.7 M nothing was swept. Other GPUs: never (not measured).
+NARROW_UP_TO = {"H100": 2048 * 1024}
 
 
 def gpu_of(device) -> str | None:
@@ -55,9 +62,10 @@ def decode_tile(device) -> Sm90Config:
 
 
 def config_for_gpu(gpu: str | None, tokens: int, groups: int, n: int, k: int) -> Sm90Config:
-    """:func:`choose_config` with what was measured on ``gpu`` (``GPUSpec.short``): :data:`PAIRS_FROM` and
-    :data:`DECODE_TILE`; elsewhere no pairs and ``SMALL``."""
-    return choose_config(tokens, groups, n, k, PAIRS_FROM.get(gpu, float("inf")), DECODE_TILE.get(gpu, SMALL))
+    """:func:`choose_config` with what was measured on ``gpu`` (``GPUSpec.short``): :data:`PAIRS_FROM`,
+    :data:`DECODE_TILE` and :data:`NARROW_UP_TO`; elsewhere no pairs, ``SMALL`` and no narrow rule."""
+    return choose_config(tokens, groups, n, k, PAIRS_FROM.get(gpu, float("inf")), DECODE_TILE.get(gpu, SMALL),
+                         NARROW_UP_TO.get(gpu, 0))
 
 
 def default_config(tokens: int, groups: int, n: int, k: int, device, dtype: str = "bfloat16") -> Sm90Config:
@@ -68,7 +76,7 @@ def default_config(tokens: int, groups: int, n: int, k: int, device, dtype: str 
 
 
 def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = float("inf"),
-                  decode: Sm90Config = SMALL) -> Sm90Config:
+                  decode: Sm90Config = SMALL, narrow_up_to: int = 0) -> Sm90Config:
     """A tile configuration from the tokens and the experts (the host never reads ``offs``).
 
     Measured on an H100 and an H200, every tile on the 64 MoE sets in one run
@@ -79,6 +87,10 @@ def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = 
       rows past a group's end), ``decode`` wide (:data:`DECODE_TILE`) if
       ``n`` gives it :data:`DECODE_WIDE_FROM_TILES` tiles per expert, else 128
       wide (on narrow outputs the narrower tile keeps twice the SMs busy);
+    * at least 2048 tokens, experts of at most ``narrow_up_to`` weights
+      (:data:`NARROW_UP_TO`): 64 x 256, one CTA per tile, dynamic: the
+      experts' GEMMs are short (K or N of 768 to 2048), and twice the tiles of
+      128 x 256 keep more SMs streaming weights;
     * fewer than 2048 tokens in all: 128 x 192 (128 x 256 past 160 per
       expert): the few tiles of 128 x 256 fill the SMs unevenly;
     * more: 128 x 256, in clusters of two CTAs along M that share each weight
@@ -93,10 +105,11 @@ def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = 
       one), while a few big experts are even work where halving B's traffic
       counts more.
     """
-    del k
     per_expert = tokens / max(groups, 1)
     if per_expert <= 24:
         return decode if n >= DECODE_WIDE_FROM_TILES * decode.tile_n else SMALL
+    if tokens >= 2048 and n * k <= narrow_up_to:
+        return SMALL_WIDE
     if tokens < 2048:
         return MEDIUM if per_expert <= 160 else LARGE
     return LARGE_C2 if per_expert >= pairs_from and groups <= PAIRS_UP_TO_GROUPS else LARGE

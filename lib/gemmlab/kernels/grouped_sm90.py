@@ -439,33 +439,95 @@ def first_group(order, groups: Int32, offs, table, rows: Int32, n: Int32, k: Int
     return GroupCursor(0, 0, row0, m, gn, gk, mt, tiles)
 
 
+#: From this many groups (and up to ``ORDER_MAX``) one warp sums every group's tiles into shared memory before the
+#: tiles start (:func:`tile_prefix`), and :func:`seek` finds a tile's group by bisection in it. Below, a seek walks
+#: the groups one by one, reading ``offs``: measured on an H100 (``benchmarks/grouped_gemm.py``'s traced launches,
+#: Qwen3-30B-A3B's gate/up with 32 tokens) that walk cost about 80 ns a group, 11 us of a 31 us launch with 128
+#: experts: a CTA's first load waited up to 14 us, and its search past the last group after its last tile 11 us.
+PREFIX_FROM = 32
+
+
 @cute.jit
-def seek(cur: GroupCursor, linear: Int32, order, groups: Int32, offs, table, rows: Int32, n: Int32, k: Int32,
+def tile_prefix(prefix, order, offs, table, groups: Int32, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr,
+                bn: cutlass.Constexpr, mode: cutlass.Constexpr, by_size: cutlass.Constexpr):
+    """One warp writes ``prefix[i]``: the tiles of the groups visited before the ``i``-th (``prefix[0] = 0``,
+    ``prefix[groups]`` all tiles), in :func:`group_at`'s order (after :func:`rank_groups` when ranked).
+
+    Each lane sums a run of ``ceil(groups / 32)`` consecutive visits into its slots, then adds the lanes before
+    it (an inclusive scan by ``shfl.sync.up``, five steps).
+    """
+    lane = cute.arch.lane_idx()
+    run = (groups + 31) // 32
+    first = lane * run
+    local = Int32(0)
+    for i in cutlass.range(run, unroll=1):
+        v = first + i
+        if v < groups:
+            _, m, gn, _ = group_shape(group_at(v, order, groups, by_size), offs, table, rows, n, k, mode)
+            _, t = group_tiles(m, gn, bm, bn)
+            local = local + t
+            prefix[v + 1] = local
+    total = local
+    for d in cutlass.range_constexpr(5):
+        other = cute.arch.shuffle_sync_up(total, 1 << d)
+        if lane >= (1 << d):
+            total = total + other
+    before = total - local
+    for i in cutlass.range(run, unroll=1):
+        v = first + i
+        if v < groups:
+            prefix[v + 1] = prefix[v + 1] + before
+    if lane == 0:
+        prefix[0] = Int32(0)
+
+
+@cute.jit
+def seek(cur: GroupCursor, linear: Int32, order, prefix, groups: Int32, offs, table, rows: Int32, n: Int32, k: Int32,
          bm: cutlass.Constexpr, bn: cutlass.Constexpr, mode: cutlass.Constexpr, by_size: cutlass.Constexpr):
     """Move ``cur`` forward to the group holding tile ``linear`` (``cur.g == groups`` past the last).
 
-    ``cur.g`` counts visits; :func:`group_at` turns it into the group's index.
+    ``cur.g`` counts visits; :func:`group_at` turns it into the group's index. With :data:`PREFIX_FROM` to
+    ``ORDER_MAX`` groups the visit is the last one whose ``prefix`` (:func:`tile_prefix`) is at most ``linear``,
+    found by bisection (empty groups share their successor's prefix, so it is never one of them); else the
+    groups are walked one by one.
     """
     g, base, row0, m, gn, gk, mt, tiles = cur.g, cur.base, cur.row0, cur.m, cur.n, cur.k, cur.m_tiles, cur.tiles
-    while (g < groups) & (linear >= base + tiles):
-        base = base + tiles
-        g = g + 1
-        row0, m, gn, gk = group_shape(group_at(cutlass.min(g, groups - 1), order, groups, by_size),
-                                      offs, table, rows, n, k, mode)
-        mt, tiles = group_tiles(m, gn, bm, bn)
+    if (g < groups) & (linear >= base + tiles):
+        if (groups >= PREFIX_FROM) & (groups <= ORDER_MAX):
+            lo = g + 1  # prefix[g + 1] = base + tiles <= linear
+            hi = groups
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if prefix[mid] <= linear:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            g = lo
+            base = prefix[g]
+            row0, m, gn, gk = group_shape(group_at(cutlass.min(g, groups - 1), order, groups, by_size),
+                                          offs, table, rows, n, k, mode)
+            mt, tiles = group_tiles(m, gn, bm, bn)
+        else:
+            while (g < groups) & (linear >= base + tiles):
+                base = base + tiles
+                g = g + 1
+                row0, m, gn, gk = group_shape(group_at(cutlass.min(g, groups - 1), order, groups, by_size),
+                                              offs, table, rows, n, k, mode)
+                mt, tiles = group_tiles(m, gn, bm, bn)
     return GroupCursor(g, base, row0, m, gn, gk, mt, tiles)
 
 
 @cute.jit
-def seek_stream(heavy_cur: GroupCursor, light_cur: GroupCursor, light: Int32, t: Int32, order, groups: Int32, offs,
+def seek_stream(heavy_cur: GroupCursor, light_cur: GroupCursor, light: Int32, t: Int32, order, prefix, groups: Int32,
+                offs,
                 table, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr, bn: cutlass.Constexpr,
                 mode: cutlass.Constexpr, by_size: cutlass.Constexpr):
     """``mixed``: move the cursor of tile ``t``'s stream to it (each stream's tiles only increase, so each
     cursor still only moves forward); returns ``(heavy cursor, light cursor, tile t's cursor)``."""
     if light != 0:
-        light_cur = seek(light_cur, t, order, groups, offs, table, rows, n, k, bm, bn, mode, by_size)
+        light_cur = seek(light_cur, t, order, prefix, groups, offs, table, rows, n, k, bm, bn, mode, by_size)
     else:
-        heavy_cur = seek(heavy_cur, t, order, groups, offs, table, rows, n, k, bm, bn, mode, by_size)
+        heavy_cur = seek(heavy_cur, t, order, prefix, groups, offs, table, rows, n, k, bm, bn, mode, by_size)
     cur = heavy_cur
     if light != 0:
         cur = light_cur
@@ -473,7 +535,7 @@ def seek_stream(heavy_cur: GroupCursor, light_cur: GroupCursor, light: Int32, t:
 
 
 @cute.jit
-def seek_claim(claim: Int32, cur: GroupCursor, heavy_cur: GroupCursor, light_cur: GroupCursor, mix, order,
+def seek_claim(claim: Int32, cur: GroupCursor, heavy_cur: GroupCursor, light_cur: GroupCursor, mix, order, prefix,
                groups: Int32, offs, table, rows: Int32, n: Int32, k: Int32, bm: cutlass.Constexpr,
                bn: cutlass.Constexpr, mode: cutlass.Constexpr, by_size: cutlass.Constexpr, mixed: cutlass.Constexpr,
                burst: cutlass.Constexpr):
@@ -482,10 +544,10 @@ def seek_claim(claim: Int32, cur: GroupCursor, heavy_cur: GroupCursor, light_cur
     stream (light 0; the two stream cursors are returned as given, unused)."""
     if cutlass.const_expr(mixed > 0):
         light, t = mixed_tile(claim, mix[0], mix[1], burst)
-        heavy_cur, light_cur, cur = seek_stream(heavy_cur, light_cur, light, t, order, groups, offs, table, rows, n,
-                                                k, bm, bn, mode, by_size)
+        heavy_cur, light_cur, cur = seek_stream(heavy_cur, light_cur, light, t, order, prefix, groups, offs, table,
+                                                rows, n, k, bm, bn, mode, by_size)
         return light, t, heavy_cur, light_cur, cur
-    cur = seek(cur, claim, order, groups, offs, table, rows, n, k, bm, bn, mode, by_size)
+    cur = seek(cur, claim, order, prefix, groups, offs, table, rows, n, k, bm, bn, mode, by_size)
     return Int32(0), claim, heavy_cur, light_cur, cur
 
 
@@ -627,6 +689,9 @@ def grouped_kernel(
     order_len = ORDER_MAX if by_size else 1
     sOrder = cute.make_tensor(smem.allocate_array(Int32, order_len, byte_alignment=4), cute.make_layout(order_len))
     sSizes = cute.make_tensor(smem.allocate_array(Int32, order_len, byte_alignment=4), cute.make_layout(order_len))
+    # Every group's first tile number, in visiting order (tile_prefix; read by seek from PREFIX_FROM groups).
+    sPrefix = cute.make_tensor(smem.allocate_array(Int32, ORDER_MAX + 1, byte_alignment=4),
+                               cute.make_layout(ORDER_MAX + 1))
     # Dynamic scheduling: the tile each ring stage's first k-block belongs to, written by the producer before
     # it arms the stage's barrier, read by the consumers after they waited on it (the barrier orders the two).
     ring = smem.allocate_array(Int32, stages if dynamic else 1, byte_alignment=4)
@@ -642,12 +707,15 @@ def grouped_kernel(
                 cute.arch.mbarrier_init(full + s, 1)
                 cute.arch.mbarrier_init(empty + s, 4 * consumers * CM)  # every consumer warp of the cluster
             cute.arch.mbarrier_init_fence()
-    if cutlass.const_expr(by_size):
-        if warp == 1:  # otherwise idle: ranks the groups while warp 0 sets up the barriers
-            if groups <= ORDER_MAX:
+    if warp == 1:  # otherwise idle: ranks the groups and sums their tiles while warp 0 sets up the barriers
+        if groups <= ORDER_MAX:
+            if cutlass.const_expr(by_size):
                 rank_groups(sOrder, sSizes, offs, table, groups, rows, n, k, mode)
                 if cutlass.const_expr(mixed > 0):
                     count_streams(sSizes, groups, n, UM, BN, mixed, sMix)
+                cute.arch.sync_warp()  # every lane's places in sOrder before tile_prefix reads them
+            if groups >= PREFIX_FROM:
+                tile_prefix(sPrefix, sOrder, offs, table, groups, rows, n, k, UM, BN, mode, by_size)
     cute.arch.sync_threads()
     if cutlass.const_expr(CM > 1):
         # The peer's barriers must be initialised before a multicast or a remote arrive touches them.
@@ -695,8 +763,8 @@ def grouped_kernel(
             cur_l = cur
             last_l = Int32(-1)
             flips_l = Int32(0)
-            light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs, table,
-                                                     rows, n, k, UM, BN, mode, by_size, mixed, burst)
+            light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, sPrefix, groups, offs,
+                                                     table, rows, n, k, UM, BN, mode, by_size, mixed, burst)
             while cur.g < groups:
                 base = 0
                 s_last = last
@@ -778,7 +846,7 @@ def grouped_kernel(
                             linear = wait_unit(mailbox, posts)
                 else:
                     linear = linear + num_clusters
-                light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs,
+                light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, sPrefix, groups, offs,
                                                          table, rows, n, k, UM, BN, mode, by_size, mixed, burst)
 
             # ---- the producer's end: a "no more tiles" stage (dynamic), the counters reset, the ring drained
@@ -833,8 +901,8 @@ def grouped_kernel(
         cur_l = cur
         last_l = Int32(-1)
         prev_light = Int32(0)
-        light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs, table, rows,
-                                                 n, k, UM, BN, mode, by_size, mixed, burst)
+        light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, sPrefix, groups, offs, table,
+                                                 rows, n, k, UM, BN, mode, by_size, mixed, burst)
         while cur.g < groups:
             m_unit, n_tile, kc = cur.tile(t, BK)
             m_tile = m_unit * CM + rank
@@ -912,8 +980,8 @@ def grouped_kernel(
                     linear = Int32(2**31 - 1)  # past every group: seek ends the loop
             else:
                 linear = linear + num_clusters
-            light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, groups, offs, table,
-                                                     rows, n, k, UM, BN, mode, by_size, mixed, burst)
+            light, t, cur_h, cur_l, cur = seek_claim(linear, cur, cur_h, cur_l, sMix, sOrder, sPrefix, groups, offs,
+                                                     table, rows, n, k, UM, BN, mode, by_size, mixed, burst)
 
         # ---- the consumers' end: the last stage freed (dynamic), the last tile stored (overlap_store), stores drained
         if cutlass.const_expr(dynamic):
