@@ -4,6 +4,7 @@
     python benchmarks/gemm_family.py host           # per-call host cost: gemmlab.gemm vs torch.matmul
     python benchmarks/gemm_family.py sweep          # forced configs vs the heuristic's pick (calibration)
     python benchmarks/gemm_family.py sweep --wide   # the same on the wide family's 12 weakest shapes
+    python benchmarks/gemm_family.py swap           # swapped (64-, 128-row) vs unswapped, M = 32 to 256
     python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
     python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
     python benchmarks/gemm_family.py all            # check, host, family
@@ -202,6 +203,38 @@ def sweep(out_dir, top: int = 6, shapes=None, name: str = "gemm_family_sweep") -
     return rows
 
 
+#: M of the swap calibration: decode batches up to the largest M that swapping is considered for.
+SWAP_MS = (32, 64, 96, 128, 160, 200, 256)
+
+
+def swap_calibration(out_dir) -> list[dict]:
+    """The model's best variant of each kind against each other, on every LLM layer at decode-to-mid M:
+    swapped with 64- and with 128-row weight tiles, and unswapped (where M > h.SWAP_ONLY_M lets the model consider
+    it); the kernels alone against torch's, in the same run."""
+    rows = []
+    kinds = {"swap64": lambda c: c.config.swap_ab and c.config.tile_m == 64,
+             "swap128": lambda c: c.config.swap_ab and c.config.tile_m == 128,
+             "unswapped": lambda c: not c.config.swap_ab}
+    for name, (n, k) in fb.LLM_NK.items():
+        for m in SWAP_MS:
+            prob = GemmProblem(m, n, k)
+            cands = h.candidates(prob, 132)
+            picks = {}
+            for kind, want in kinds.items():
+                best = next((c for c in cands if want(c)), None)
+                if best is not None:
+                    picks[kind] = best
+            for kind, c in picks.items():
+                r = fb.time_case(fb.Case(m, n, k, group=name), rounds=4, per_round=8, config=c.config)
+                r.update(kind=kind, predicted_us=c.time_us, model_rank=cands.index(c))
+                rows.append(r)
+                print(f"{m}x{n}x{k} {kind:9s} {c.config.name:<32} pred {c.time_us:8.1f} us  ours "
+                      f"{r['prepared_us']:8.1f} us torch {r['torch_gpu_us']:8.1f} us ratio {r['ratio_prepared']:.3f} "
+                      f"err {r['rel_err']:.1e}", flush=True)
+    _write("gemm_family_swap", {"rows": rows}, out_dir)
+    return rows
+
+
 def family(out_dir, quick: bool = False) -> list[dict]:
     cases = fb.family_cases()
     if quick:
@@ -224,7 +257,7 @@ def wide(out_dir) -> list[dict]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["check", "host", "sweep", "family", "quick", "wide", "all"])
+    p.add_argument("what", choices=["check", "host", "sweep", "swap", "family", "quick", "wide", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
     args = p.parse_args()
@@ -239,6 +272,8 @@ def main() -> int:
             sweep(args.out, shapes=weakest_wide(), name="gemm_family_sweep_wide")
         else:
             sweep(args.out)
+    if args.what == "swap":
+        swap_calibration(args.out)
     if args.what in ("family", "all"):
         family(args.out)
     if args.what == "quick":

@@ -164,6 +164,19 @@ def test_l2_term_by_hand():
     assert c.units == 8 * 15 and c.waves == 2
 
 
+def test_a_partial_last_wave_pays_its_own_share_of_the_bytes():
+    # 96 x 10240 x 8192 swapped: 64-row weight tiles give 160 units (a wave of 132, then 28), 128-row tiles 80.
+    # A full wave moves 132/160 of the bytes at HBM speed; the last 28 units move theirs at their own pace.
+    p = GemmProblem(96, 10240, 8192)
+    small = h.predict(p, h.make_config(p, 64, 96, swap=True))
+    big = h.predict(p, h.make_config(p, 128, 96, swap=True))
+    assert (small.units, small.waves, big.units, big.waves) == (160, 2, 80, 1)
+    assert small.unit_us < small.hbm_us * 132 / 160  # the full wave is bound by HBM ...
+    assert small.time_us == pytest.approx(small.hbm_us * 132 / 160 + max(small.unit_us, small.hbm_us * 28 / 160))
+    assert big.time_us == pytest.approx(max(big.unit_us, big.hbm_us, big.l2_us))
+    assert big.time_us < small.time_us and h.choose(p) == big.config  # measured: 64.6 us against 75.6 (H100)
+
+
 def test_split_k_pays_its_launch_and_workspace():
     p = GemmProblem(64, 576, 7168)
     one = h.predict(p, h.make_config(p, 64, 64, swap=True))

@@ -29,9 +29,15 @@ has a reason a reader can check:
 * **Swap A/B** puts a small M on WGMMA's N (a multiple of 16 here), so a
   64-row decode batch is a 64-wide tile instead of half of a 128-row one.
 
-Predicted time = ``max(waves x unit time, HBM time, L2 time) + split-K extra``. The
-constants (:data:`MODEL`) were fitted to measurements on an H100 and an H200
-(see chapter 07); the model ranks variants, it does not promise a TFLOP/s.
+Predicted time = ``max(sum over waves of max(unit time, the wave's share of the HBM
+time), L2 time) + split-K extra``: a wave's units move their share of the bytes, at HBM
+speed or at their own pace, whichever is slower, so a partial last wave (few SMs
+pulling) is not hidden under the full waves. On an H100, 96 x 10240 x 8192 swapped on
+64-row tiles (160 units: a full wave, then 28) took 75.6 us where 128-row tiles (80
+units, one wave) took 64.6; the wave sum predicts 79.4 and 60.2, where ``max(waves x unit,
+HBM)`` had called them equal. The constants (:data:`MODEL`) were fitted to measurements
+on an H100 and an H200 (see chapter 07); the model ranks variants, it does not promise a
+TFLOP/s.
 
 Rules that are not the model's:
 
@@ -67,8 +73,10 @@ TILE_NS = tuple(range(256, 63, -16))
 #: Swap A/B is considered up to this M (above it M fills 128-row tiles well) ...
 SWAP_MAX_M = 256
 #: ... and is the only layout considered up to this one: on an H100 every M <= 128 shape measured
-#: (N = 576 to 32768, K = 512 to 16384) ran faster swapped than with the model's best unswapped tile.
-SWAP_ONLY_M = 128
+#: (N = 576 to 32768, K = 512 to 16384) ran faster swapped than with the model's best unswapped tile, and so did
+#: 18 of the 20 shapes at M = 160 and 200 of ``benchmarks/gemm_family.py swap`` (ten LLM layers; the two others
+#: within 1.08x), while at M = 256 the unswapped tile won 8 of 10 (``results/<device>/gemm_family_swap.json``).
+SWAP_ONLY_M = 200
 #: The most K slices split-K may use.
 MAX_SPLITS = 16
 
@@ -238,7 +246,13 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
     if cfg.split_k:
         ws_bytes = 4 * cfg.splits * m * n
         extra_us = model.splitk_launch_us + model.splitk_traffic * ws_bytes / bw * 1e6
-    time_us = max(waves * unit_us, hbm_us, l2_us) + extra_us
+    # Each wave moves its units' share of the bytes: a full wave at HBM speed or at its units' pace, whichever is
+    # slower; a partial last wave has fewer SMs pulling, so its share is not hidden under the full waves' time.
+    full, last = divmod(units, clusters)
+    waves_us = full * max(unit_us, hbm_us * clusters / units)
+    if last:
+        waves_us += max(unit_us, hbm_us * last / units)
+    time_us = max(waves_us, l2_us) + extra_us
     return Candidate(cfg, units, waves, min(1.0, useful), unit_us, hbm_us, l2_us, extra_us, time_us)
 
 
@@ -275,8 +289,9 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
                     continue  # the reduction indexes the workspace with 32-bit integers
                 out.append(predict(problem, cfg, num_sms, model))
     # Fastest first; among equals (within 1 %: typically several variants all bound by HBM) the one with
-    # more units (more SMs streaming), then fewer splits, then the bigger tile, then the preferred cluster.
-    return sorted(out, key=lambda c: (round(math.log(c.time_us) / math.log(1.01)), -min(c.units, num_sms),
+    # more CTAs (more SMs streaming), then fewer splits, then the bigger tile, then the preferred cluster.
+    return sorted(out, key=lambda c: (round(math.log(c.time_us) / math.log(1.01)),
+                                      -min(c.units * c.config.cluster_size, num_sms),
                                       c.config.splits, -c.config.tile_m * c.config.tile_n,
                                       CLUSTERS.index(c.config.cluster)))
 
