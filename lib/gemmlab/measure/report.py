@@ -69,6 +69,35 @@ def _family_section(doc: dict, host: dict | None) -> str:
                                    "rel. error"], rows)
 
 
+def _wide_section(doc: dict) -> str:
+    """Issue 28's widened dense family (``benchmarks/gemm_family.py wide``): its headline and its five weakest."""
+    s = doc["summary"]
+    call, kern = s["ratio_public"], s["ratio_prepared"]
+    under = sum(r["ratio_public"] < 0.90 for r in doc["rows"])
+    head = (f"**The widened family** ({doc['device']}, {doc['date']}, torch {doc['torch']}; {len(doc['rows'])} shapes: "
+            "the QKV, output, gate+up and down projections of Llama-3 8B/70B and Qwen2.5 7B/72B at M = 96, 200, 384, "
+            "640, 1000, 1536, 3000; `benchmarks/gemm_family.py wide`). Geometric mean of torch's time over ours: "
+            f"**{call['geomean']:.3f}×** for the call (lowest {call['min']:.3f}, {call['worst']}; {under} of "
+            f"{len(doc['rows'])} below 0.90), {kern['geomean']:.3f}× for the kernel alone.")
+    worst = sorted(doc["rows"], key=lambda r: r["ratio_public"])[:5]
+    rows = [[r["label"].replace("x", "×"), r["group"], r["config"], f"{r['public_us']:.1f}", f"{r['torch_us']:.1f}",
+             f"{r['ratio_public']:.3f}"] for r in worst]
+    return head + "\n\n" + _table(["M×N×K", "layer", "config", "gemm() µs", "matmul() µs", "call ratio"], rows)
+
+
+def _moe_wide_section(doc: dict) -> str:
+    """Issue 28's widened MoE family (``benchmarks/grouped_gemm.py moe_wide``): the public call against torch."""
+    s = doc["summary"]
+    models = ", ".join(m[0] for m in doc.get("models", []))
+    call, nov, kern = s["vs_torch"], s["vs_torch_novalidate"], s["vs_torch_kernel"]
+    return (f"**Grouped GEMM, the widened MoE family** ({doc['device']}, {doc['date'][:10]}; {s['sets']} sets: the "
+            f"gate/up and down expert GEMMs of {models}, 32 ... 16384 routed rows from a skewed router; "
+            "`benchmarks/grouped_gemm.py moe_wide`). The public call with default arguments against "
+            f"`torch._grouped_mm`: geomean **{call['geomean']:.3f}×** (lowest {call['min']:.3f}, {call['worst']}; "
+            f"{call['below_1']} sets below 1.0), {nov['geomean']:.3f}× with `validate=False`, {kern['geomean']:.3f}× "
+            f"for the kernels alone; largest error vs FP32 {s['max_rel_err']:.1e}.")
+
+
 def _sanitizer_summary(path: Path) -> str:
     """`` compute-sanitizer: <each SUMMARY line> (<the notes: '# ' lines after the title>).``"""
     lines = path.read_text().splitlines()
@@ -115,8 +144,7 @@ def _grouped_section(doc: dict, sanitizer: Path | None, kernel: dict | None = No
         if bad_offs is not None:
             head += " Bad `offs` on every tile, static and dynamic, with this kernel:" + _sanitizer_summary(bad_offs)
     if sanitizer is not None:
-        head += ((" The full sanitizer run, on the kernel before its offs check:" if public is not None else "")
-                 + _sanitizer_summary(sanitizer))
+        head += " The full sanitizer run:" + _sanitizer_summary(sanitizer)
     if doc.get("note"):  # e.g. what changed in the code after this run
         head += f" Note: {doc['note']}"
     return head
@@ -208,6 +236,9 @@ def render() -> str:
         if f.exists():
             h = dev_dir / "gemm_family_host.json"
             parts.append(_family_section(_load(f), _load(h) if h.exists() else None))
+        f = dev_dir / "gemm_family_wide.json"
+        if f.exists():
+            parts.append(_wide_section(_load(f)))
         f = dev_dir / "gemm_sm90_sanitizer.txt"
         if f.exists():
             parts.append(_sanitizer_section(f))
@@ -220,6 +251,9 @@ def render() -> str:
             parts.append(_grouped_section(_load(f), san if san.exists() else None,
                                           _load(kern) if kern.exists() else None, _load(pub) if pub.exists() else None,
                                           bad if bad.exists() else None))
+        f = dev_dir / "grouped_gemm_moe_wide.json"
+        if f.exists():
+            parts.append(_moe_wide_section(_load(f)))
         f = dev_dir / "dual_gemm.json"
         if f.exists():
             c = dev_dir / "dual_gemm_check.json"
