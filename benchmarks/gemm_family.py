@@ -5,6 +5,7 @@
     python benchmarks/gemm_family.py sweep          # forced configs vs the heuristic's pick (calibration)
     python benchmarks/gemm_family.py sweep --wide   # the same on the wide family's 12 weakest shapes
     python benchmarks/gemm_family.py swap           # swapped (64-, 128-row) vs unswapped, M = 32 to 256
+    python benchmarks/gemm_family.py tall           # 192-row tiles vs the best 64/128-row ones
     python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
     python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
     python benchmarks/gemm_family.py all            # check, host, family
@@ -235,6 +236,30 @@ def swap_calibration(out_dir) -> list[dict]:
     return rows
 
 
+def tall_tiles(out_dir) -> list[dict]:
+    """192-row tiles (three consumer warpgroups) against the model's best 64/128-row variant, each the model's
+    best of its kind, kernels alone against torch's in the same run: chapter 07's ten shapes and the widened
+    family from M = 384."""
+    rows = []
+    shapes = [(m, n, k, "chapter 07") for m, n, k in fb.CHAPTER07_SHAPES]
+    shapes += [(c.m, c.n, c.k, c.group) for c in fb.wide_cases() if c.m >= 384]
+    for m, n, k, group in shapes:
+        cands = h.candidates(GemmProblem(m, n, k), 132)
+        picks = {"tall": next((c for c in cands if c.config.tile_m == 192), None),
+                 "short": next((c for c in cands if c.config.tile_m != 192), None)}
+        for kind, c in picks.items():
+            if c is None:
+                continue
+            r = fb.time_case(fb.Case(m, n, k, group=group), rounds=4, per_round=8, config=c.config)
+            r.update(kind=kind, predicted_us=c.time_us, model_rank=cands.index(c))
+            rows.append(r)
+            print(f"{m}x{n}x{k} {kind:5s} {c.config.name:<28} pred {c.time_us:8.1f} us  ours {r['prepared_us']:8.1f} "
+                  f"us torch {r['torch_gpu_us']:8.1f} us ratio {r['ratio_prepared']:.3f} err {r['rel_err']:.1e}",
+                  flush=True)
+    _write("gemm_family_tall", {"rows": rows}, out_dir)
+    return rows
+
+
 def family(out_dir, quick: bool = False) -> list[dict]:
     cases = fb.family_cases()
     if quick:
@@ -257,7 +282,7 @@ def wide(out_dir) -> list[dict]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["check", "host", "sweep", "swap", "family", "quick", "wide", "all"])
+    p.add_argument("what", choices=["check", "host", "sweep", "swap", "tall", "family", "quick", "wide", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
     args = p.parse_args()
@@ -274,6 +299,8 @@ def main() -> int:
             sweep(args.out)
     if args.what == "swap":
         swap_calibration(args.out)
+    if args.what == "tall":
+        tall_tiles(args.out)
     if args.what in ("family", "all"):
         family(args.out)
     if args.what == "quick":

@@ -242,7 +242,7 @@ def test_tcgen05_descriptors_take_numpy_ints_and_refuse_non_bools():
 def test_configs_refuse_floats_and_store_python_ints():
     from gemmlab.family.configs import Sm90Config, Sm100Config
 
-    with pytest.raises(TypeError, match="tile_m must be one of 64, 128; got float 128.0"):
+    with pytest.raises(TypeError, match="tile_m must be one of 64, 128, 192; got float 128.0"):
         Sm90Config(tile_m=128.0)
     with pytest.raises(TypeError, match="tile_k must be an int"):
         Sm90Config(tile_k=64.0)

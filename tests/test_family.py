@@ -1,4 +1,6 @@
 """The GEMM family's layers on the CPU: contract, configs, split ranges, heuristic model, plan and api wiring."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -189,10 +191,33 @@ def test_split_k_pays_its_launch_and_workspace():
 
 
 @pytest.mark.parametrize("shape,tile_n,stages", [((8192, 8192, 8192), 256, 4), ((4096, 4096, 4096), 256, 4),
-                                                 ((4096, 2112, 7168), 176, 4), ((4096, 576, 7168), 144, 6)])
+                                                 ((4096, 576, 7168), 144, 6)])
 def test_large_shapes_keep_chapter_07_choices(shape, tile_n, stages):
     c = h.choose(GemmProblem(*shape))
     assert (c.tile_m, c.tile_n, c.stages, c.cluster, c.swap_ab, c.splits) == (128, tile_n, stages, (2, 1), False, 1)
+
+
+def test_tall_tiles_where_they_were_measured_faster():
+    # benchmarks/gemm_family.py tall (H100): 192 x 176 in pairs along N 1.027x faster than 128 x 176 at
+    # 4096 x 2112 x 7168; 192 x 192 pairs along M 1.168x at 384 x 37888 x 3584 (two 192-row tiles: no padding)
+    c = h.choose(GemmProblem(4096, 2112, 7168))
+    assert (c.tile_m, c.tile_n, c.cluster, c.epi_stages) == (192, 176, (1, 2), 2)
+    c = h.choose(GemmProblem(384, 37888, 3584))
+    assert (c.tile_m, c.tile_n, c.cluster) == (192, 192, (2, 1))
+    # ... and not where they lost: 0.938x at 4096 x 4096 x 4096, which the penalty keeps them out of (on 20 of the
+    # 21 measured shapes whose choice it changes, the 192-row tile had been slower)
+    assert h.choose(GemmProblem(4096, 4096, 4096)).tile_m == 128
+    free = h.candidates(GemmProblem(4096, 4096, 4096), model=replace(h.MODEL, tall_tile_penalty=1.0))[0]
+    assert free.config.tile_m == 192
+
+
+def test_tall_tiles_fit_the_register_file():
+    assert Sm90Config(tile_m=192, tile_n=192, stages=4, epi_stages=2).threads == 512
+    with pytest.raises(ValueError, match="tile_n must be at most 192 with tile_m=192"):
+        Sm90Config(tile_m=192, tile_n=208, stages=3, epi_n=16, epi_stages=1)
+    with pytest.raises(ValueError, match="grouped kernel runs 64- or 128-row tiles"):
+        from gemmlab.family.configs import check_grouped_config
+        check_grouped_config(Sm90Config(tile_m=192, tile_n=128, stages=4, cluster=(1, 1), epi_stages=2))
 
 
 def test_small_m_is_swapped_and_covered_by_one_tile():

@@ -76,13 +76,19 @@ def test_split_k_writes_fp32_partials_and_reduces():
 
 @pytest.mark.parametrize("cfg", [Sm90Config(), Sm90Config(tile_n=128, stages=6, cluster=(1, 2)),
                                  Sm90Config(tile_m=64, tile_n=192, stages=6, cluster=(2, 1)),
-                                 Sm90Config(tile_n=176, stages=4, splits=3, cluster=(2, 1), epi_n=16)])
+                                 Sm90Config(tile_n=176, stages=4, splits=3, cluster=(2, 1), epi_n=16),
+                                 Sm90Config(tile_m=192, tile_n=192, stages=4, cluster=(2, 1), epi_stages=2)])
 @pytest.mark.parametrize("b_major", ["k", "n"])
 def test_variants_compile(cfg, b_major):
     c = compile_gemm("sm_90a", cfg, b_major)
     assert ptx_lines(c, rf"^wgmma\.mma_async\.sync\.aligned\.m64n{cfg.tile_n}k16")
     assert bool(ptx_lines(c, r"\.multicast::cluster")) == (cfg.cluster != (1, 1))
     assert ptx_lines(c, rf"^\.reqntid {cfg.threads}")
+    # setmaxnreg: the producer gives registers back, the consumers take what the SM's 64 K then leave them
+    want = 152 if cfg.consumers == 3 else 232
+    assert ptx_lines(c, r"^setmaxnreg\.dec\.sync\.aligned\.u32\s+40;")
+    assert ptx_lines(c, rf"^setmaxnreg\.inc\.sync\.aligned\.u32\s+{want};")
+    assert 128 * 40 + 128 * cfg.consumers * want <= 65536
 
 
 def test_fp16_out_from_bf16_in():
@@ -172,7 +178,10 @@ VARIANTS = [Sm90Config(), Sm90Config(tile_n=144, stages=6, cluster=(1, 2), epi_n
             Sm90Config(tile_m=128, tile_n=112, stages=6, cluster=(2, 1), swap_ab=True, epi_n=16),
             Sm90Config(tile_n=256, stages=4, cluster=(2, 1), splits=3),
             Sm90Config(tile_n=128, stages=6, cluster=(1, 2), splits=5),
-            Sm90Config(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=7)]
+            Sm90Config(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=7),
+            Sm90Config(tile_m=192, tile_n=192, stages=4, cluster=(2, 1), epi_stages=2),
+            Sm90Config(tile_m=192, tile_n=112, stages=5, cluster=(1, 2), epi_n=16, epi_stages=2),
+            Sm90Config(tile_m=192, tile_n=128, stages=5, cluster=(1, 1), epi_stages=2, splits=3)]
 
 
 @pytest.mark.gpu

@@ -767,6 +767,8 @@ def _gemm_cases():
          (300, 136, 136), "k", 2),
         ("128-row tile, cluster 1x2 (A multicast)", Sm90Config(tile_m=128, tile_n=64, stages=3, cluster=(1, 2)),
          (200, 200, 136), "k", 2),
+        ("192-row tile (three consumers), cluster 2x1", Sm90Config(tile_m=192, tile_n=64, stages=3, cluster=(2, 1),
+                                                                    epi_stages=2), (400, 136, 136), "k", 2),
         ("swap-AB, 64x32, epi_n 16", Sm90Config(tile_m=64, tile_n=32, stages=4, cluster=(1, 1), swap_ab=True, epi_n=16),
          (40, 136, 136), "k", 2),
         ("split-K 3 + reduce", Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1), splits=3), (100, 72, 264),

@@ -26,6 +26,9 @@ from .problem import DTYPE_BITS, IN_DTYPES, OUT_DTYPES
 RASTERS = ("m", "n")
 #: Bytes per 128B-swizzled row: a k-block holds this many bytes of K per operand row.
 SWIZZLE_ROW_BYTES = 128
+#: The widest tile of three consumer warpgroups (``tile_m = 192``): 128 x 40 + 384 x 152 registers fill the SM's 64 K,
+#: and a 64 x 192 FP32 accumulator takes 96 of a consumer thread's 152.
+MAX_TILE_N_192 = 192
 #: Shared memory kept for mbarriers and alignment slack in every sm90 CTA.
 SM90_SMEM_SLACK = 1024
 
@@ -49,7 +52,8 @@ class Sm90Config:
     small M becomes WGMMA's N (any multiple of 8 up to 256), so a decode batch of
     64 rows costs a 64-wide tile instead of a 128-row one that is half padding.
 
-    ``tile_m``: 64 (one consumer warpgroup) or 128 (two). ``tile_n``: WGMMA's N,
+    ``tile_m``: 64 (one consumer warpgroup), 128 (two) or 192 (three, ``tile_n`` at most
+    :data:`MAX_TILE_N_192`: they share the register file). ``tile_n``: WGMMA's N,
     a multiple of 16 from 16 to 256. ``tile_k``: one 128-byte swizzle row of the
     input dtype. ``stages``: depth of the A/B ring. ``cluster``: ``(2, 1)`` pairs
     two CTAs along M' (B' is multicast), ``(1, 2)`` along N' (A' is multicast).
@@ -81,7 +85,7 @@ class Sm90Config:
 
         check_choice("dtype", self.dtype, IN_DTYPES)
         check_choice("out_dtype", self.out_dtype, OUT_DTYPES)
-        put("tile_m", check_choice("tile_m", self.tile_m, (64, 128)))
+        put("tile_m", check_choice("tile_m", self.tile_m, (64, 128, 192)))
         put("tile_n", check_int("tile_n", self.tile_n, lo=16, hi=256, multiple_of=16))
         row = SWIZZLE_ROW_BYTES * 8 // DTYPE_BITS[self.dtype]
         put("tile_k", check_int("tile_k", self.tile_k))
@@ -97,6 +101,9 @@ class Sm90Config:
         put("splits", check_int("splits", self.splits, lo=1, hi=64))
         if self.tile_n % self.epi_n:
             raise ValueError(f"epi_n must divide tile_n={self.tile_n}; got epi_n={self.epi_n}")
+        if self.tile_m == 192 and self.tile_n > MAX_TILE_N_192:
+            raise ValueError(f"tile_n must be at most {MAX_TILE_N_192} with tile_m=192: three consumer warpgroups "
+                             f"share the registers (152 per thread, tile_n / 2 of them accumulators); got {self.tile_n}")
         if self.smem_bytes() > SMEM_PER_BLOCK:
             raise ValueError(f"stages={self.stages} with a {self.tile_m} x {self.tile_n} tile needs "
                              f"{self.smem_bytes()} bytes of shared memory; a CTA may use {SMEM_PER_BLOCK}")
@@ -348,9 +355,9 @@ def check_grouped_config(cfg, dtype: str | None = None) -> Sm90Config:
     if not isinstance(cfg, Sm90Config):
         raise TypeError(f"config must be an Sm90Config (a grouped tile such as configs.LARGE); got "
                         f"{type(cfg).__name__}")
-    if cfg.cluster not in ((1, 1), (2, 1)) or cfg.swap_ab or cfg.split_k:
-        raise ValueError(f"cfg: the grouped kernel runs clusters of 1 or 2 CTAs along M (cluster (1, 1) or "
-                         f"(2, 1)), no swap, no split-K; got {cfg.name}")
+    if cfg.cluster not in ((1, 1), (2, 1)) or cfg.swap_ab or cfg.split_k or cfg.tile_m == 192:
+        raise ValueError(f"cfg: the grouped kernel runs 64- or 128-row tiles in clusters of 1 or 2 CTAs along M "
+                         f"(cluster (1, 1) or (2, 1)), no swap, no split-K; got {cfg.name}")
     if dtype is not None and (cfg.dtype, cfg.out_dtype) != (dtype, dtype):
         raise ValueError(f"config is for {cfg.dtype} -> {cfg.out_dtype}; the tensors are {dtype} (the grouped GEMM "
                          f"writes its inputs' dtype): pass dataclasses.replace(config, dtype={dtype!r}, "

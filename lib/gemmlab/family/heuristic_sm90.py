@@ -65,7 +65,7 @@ import numbers
 from dataclasses import dataclass, replace
 
 from ..hardware import H100
-from .configs import Sm90Config, effective_splits
+from .configs import MAX_TILE_N_192, Sm90Config, effective_splits
 from .problem import GemmProblem
 
 #: Tile N candidates without swap: every multiple of 16 from 64 to 256 (WGMMA takes any multiple of 8).
@@ -95,6 +95,11 @@ class MachineModel:
     epilogue_us: float = 0.6  # a unit's epilogue, not hidden behind the next unit's main loop
     splitk_launch_us: float = 9.0  # the reduction's launch, its gap behind the GEMM and the GEMM's drained tail
     splitk_traffic: float = 3.0  # workspace bytes moved per byte: written (4-byte scattered stores) and read
+    # 192-row tiles (three consumer warpgroups) take this much longer than the rest of the model says. Fitted on
+    # ``benchmarks/gemm_family.py tall`` (H100, 60 shapes, the model's best 192-row variant against its best other):
+    # without it the model picked 192 rows on 37 shapes and lost 0.4 % overall (the 192-row kernels alone: 13 of
+    # 60 faster, 0.955x geomean); with it, on 16, 0.8 % faster than never picking them (in-sample: the same 60).
+    tall_tile_penalty: float = 1.05
 
 
 MODEL = MachineModel()
@@ -135,7 +140,7 @@ def _stages(tile_m: int, tile_n: int, split: bool, dtype: str, out_dtype: str, c
     """The deepest A/B ring that fits (or the measured exception)."""
     if (tile_m, tile_n, split) in STAGES_MEASURED:
         return STAGES_MEASURED[(tile_m, tile_n, split)]
-    epi_n, epi_stages = epi_shape_for(tile_n)
+    epi_n, epi_stages = epi_shape_for(tile_n, tile_m)
     for s in range(cap, 1, -1):
         try:
             Sm90Config(tile_m=tile_m, tile_n=tile_n, stages=s, cluster=(1, 1), epi_n=epi_n, epi_stages=epi_stages,
@@ -154,9 +159,10 @@ def _stages(tile_m: int, tile_n: int, split: bool, dtype: str, out_dtype: str, c
 STAGES_MEASURED = {(128, 176, False): 4}
 
 
-def epi_shape_for(tile_n: int) -> tuple[int, int]:
-    """``(epi_n, epi_stages)``: 32-column sub-tiles when they divide the tile, else 16; a ring of 4."""
-    return (32 if tile_n % 32 == 0 else 16), 4
+def epi_shape_for(tile_n: int, tile_m: int = 128) -> tuple[int, int]:
+    """``(epi_n, epi_stages)``: 32-column sub-tiles when they divide the tile, else 16; a ring of 4 per consumer
+    warpgroup, of 2 with three of them (``tile_m = 192``: their rings would otherwise cost the A/B ring a stage)."""
+    return (32 if tile_n % 32 == 0 else 16), (2 if tile_m == 192 else 4)
 
 
 #: The clusters the heuristic models, in the order it prefers among equals.
@@ -194,7 +200,7 @@ def make_config(problem: GemmProblem, tile_m: int, tile_n: int, *, swap: bool = 
     cmt, cnt = -(-mt // cluster[0]), -(-nt // cluster[1])
     k_tiles = -(-problem.k // 64)
     splits = effective_splits(k_tiles, splits)
-    epi_n, epi_stages = epi_shape_for(tile_n)
+    epi_n, epi_stages = epi_shape_for(tile_n, tile_m)
     return Sm90Config(tile_m=tile_m, tile_n=tile_n,
                       stages=_stages(tile_m, tile_n, splits > 1, problem.dtype, problem.out_dtype),
                       cluster=cluster, raster="m" if cmt >= cnt else "n", group=8, epi_n=epi_n,
@@ -253,6 +259,8 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
     if last:
         waves_us += max(unit_us, hbm_us * last / units)
     time_us = max(waves_us, l2_us) + extra_us
+    if cfg.tile_m == 192:
+        time_us *= model.tall_tile_penalty
     return Candidate(cfg, units, waves, min(1.0, useful), unit_us, hbm_us, l2_us, extra_us, time_us)
 
 
@@ -265,6 +273,8 @@ def _tile_choices(problem: GemmProblem):
     """
     tns = TILE_NS if problem.b_major == "k" else tuple(t for t in TILE_NS if t % 64 == 0)
     out = [] if problem.m <= SWAP_ONLY_M else [(tm, tn, False) for tm in (128, 64) for tn in tns]
+    if problem.m > SWAP_ONLY_M:
+        out += [(192, tn, False) for tn in tns if tn <= MAX_TILE_N_192]
     if problem.m <= SWAP_MAX_M:
         tn = max(16, -(-problem.m // 16) * 16)  # the whole batch in one tile, rounded up to 16
         out += [(128, tn, True), (64, tn, True)]

@@ -6,11 +6,13 @@ What it adds over chapter 06
     core and adds what the fast Hopper GEMMs (CUTLASS, DeepGEMM) add:
 
     * **Warp specialization with register reallocation.** Warpgroup 0 is the
-      *producer*: one warp issues every TMA load. The other warpgroups (one or
-      two: ``tile_m`` = 64 or 128) are the *consumers*: each owns 64 rows of the
-      tile and runs WGMMA. The producer needs almost no registers, so
-      ``setmaxnreg`` gives 40 of its per-thread registers back and the consumers
-      take 232: room for a 64 x 256 FP32 accumulator (128 registers per thread).
+      *producer*: one warp issues every TMA load. The other warpgroups (one,
+      two or three: ``tile_m`` = 64, 128 or 192) are the *consumers*: each owns
+      64 rows of the tile and runs WGMMA. The producer needs almost no registers,
+      so ``setmaxnreg`` gives 40 of its per-thread registers back and the
+      consumers take 232: room for a 64 x 256 FP32 accumulator (128 registers
+      per thread); three consumers share what is left, 152 each, so their
+      tiles are at most 192 wide (96 accumulator registers).
     * **A persistent grid.** One CTA per SM (one cluster per SM pair); each
       walks work units ``cluster, cluster + num_clusters, ...`` in the grouped
       order of :class:`gemmlab.scheduler.TileScheduler`.
@@ -85,6 +87,12 @@ from ..splitk import launch_reduce
 
 PRODUCER_REGS = 40  # setmaxnreg.dec: TMA issue needs a handful of registers
 CONSUMER_REGS = 232  # setmaxnreg.inc: 128 accumulator registers + operands; 128*40 + 256*232 <= 64K
+CONSUMER_REGS_3 = 152  # three consumer warpgroups (tile_m = 192): 128*40 + 384*152 <= 64K
+
+
+def consumer_regs(consumers: int) -> int:
+    """``setmaxnreg.inc`` of the consumer warpgroups: what the 64 K registers leave them after the producer's 40."""
+    return CONSUMER_REGS if consumers <= 2 else CONSUMER_REGS_3
 EPI_BARRIER = 1  # named barrier ids: 1 + consumer warpgroup index; 0 is __syncthreads
 WG_ROWS = 64  # rows of C one consumer warpgroup owns (WGMMA's M)
 
@@ -345,7 +353,7 @@ def gemm_kernel(
                 state.advance()
     else:
         # ============================================================ consumer warpgroups
-        cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
+        cute.arch.warpgroup_reg_alloc(consumer_regs(consumers))
         ctid = tidx - 128  # 0 .. 128 * consumers - 1
         half = wg - 1  # which 64-row slab of the tile this warpgroup owns
         thr_mma, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
