@@ -5,9 +5,10 @@
 
 (`make sanitize` runs both and writes the summaries to results/<device>/gemm_sm90_sanitizer.txt.)
 Every kernel variant the heuristic can pick: 2x1 cluster with B multicast, 1x2 with A multicast and a
-narrow epilogue, a 64-row tile, swap A/B (M-major output through stmatrix.trans), split-K with its
-FP32 workspace and reduction kernel, and swap with split-K. M, N, K are not multiples of any tile,
-so TMA's zero fill and clipped stores and the predicated split-K stores are all exercised. Without
+narrow epilogue, a 64-row tile, 192-row tiles (three consumer warpgroups), swap A/B (M-major output through
+stmatrix.trans), split-K with its FP32 workspace and reduction kernel, and swap with split-K. M, N, K are
+not multiples of any tile, so TMA's zero fill and clipped stores and the predicated split-K stores are all
+exercised. Without
 ``--report-api-errors no`` memcheck also lists host-side cuGetProcAddress probes made by the
 libraries at start-up, which are not kernel errors.
 """
@@ -28,6 +29,10 @@ CONFIGS = (
     Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True),
     Sm90Config(tile_n=128, stages=6, cluster=(2, 1), splits=3),
     Sm90Config(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=4),
+    # three consumer warpgroups (192-row tiles): paired along M and along N, and with split-K
+    Sm90Config(tile_m=192, tile_n=192, stages=4, cluster=(2, 1), epi_stages=2),
+    Sm90Config(tile_m=192, tile_n=112, stages=5, cluster=(1, 2), epi_n=16, epi_stages=2),
+    Sm90Config(tile_m=192, tile_n=128, stages=5, cluster=(1, 1), epi_stages=2, splits=3),
 )
 
 
