@@ -425,3 +425,19 @@ def test_a_config_name_reads_back_into_the_config(cfg):
     assert Sm90Config(**fields, **rest) == cfg
     with pytest.raises(ValueError, match="name must look like"):
         Sm90Config.parse_name("128x256 c2x1 m8 s4 twice")
+
+
+def test_model_regret_by_hand():
+    from gemmlab.measure.gemm_family import model_regret
+
+    # 96 x 10240 x 8192: the model ranks 128-row swapped tiles first (one wave) over 64-row ones (1.2 waves)
+    p = GemmProblem(96, 10240, 8192)
+    big, small = h.make_config(p, 128, 96, swap=True), h.make_config(p, 64, 96, swap=True)
+    assert h.predict(p, big).time_us < h.predict(p, small).time_us
+    row = dict(m=96, n=10240, k=8192)
+    doc = {"rows": [dict(row, config=big.name, prepared_us=70.0), dict(row, config=small.name, prepared_us=56.0)]}
+    got = model_regret(doc)
+    assert got["shapes"] == 1 and got["geomean"] == pytest.approx(70.0 / 56.0) and got["over_5pct"] == 1
+    assert got["worst"][1:] == ((96, 10240, 8192), big.name, small.name)
+    doc["rows"][0]["prepared_us"] = 50.0  # the pick is the fastest: no regret
+    assert model_regret(doc)["geomean"] == pytest.approx(1.0) and model_regret(doc)["over_5pct"] == 0

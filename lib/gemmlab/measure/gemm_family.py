@@ -208,3 +208,41 @@ def run(cases=None, *, rounds: int = 10, per_round: int = 10, progress=print) ->
                      f"prepared {r['ratio_prepared']:.3f} torch {r['torch_gpu_us']:9.1f} us (kernel) "
                      f"{r.get('torch_us', 0):9.1f} us (call) err {r['rel_err']:.1e}")
     return rows
+
+
+def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
+    """How good the heuristic's choice is on a stored run that timed several variants per shape
+    (``benchmarks/gemm_family.py sweep``, ``swap``, ``tall``): per shape, the measured kernel time of the variant the
+    model ranks first among those timed (and among those :func:`~gemmlab.family.heuristic_sm90.candidates` would
+    consider) over the fastest one's. Returns ``{"shapes", "geomean", "worst", "over_5pct"}`` (``worst``:
+    ``(regret, (M, N, K), picked, best)``)."""
+    from ..family import heuristic_sm90 as h
+    from ..family.configs import Sm90Config
+    from ..family.problem import GemmProblem
+
+    model = model or h.MODEL
+    by_shape = {}
+    for r in doc["rows"]:
+        by_shape.setdefault((r["m"], r["n"], r["k"], r.get("dtype", "bfloat16"), r.get("b_major", "k")), []).append(r)
+    regrets = []
+    worst = (1.0, None, None, None)
+    for (m, n, k, dtype, b_major), rows in by_shape.items():
+        problem = GemmProblem(m, n, k, dtype=dtype, b_major=b_major)
+        allowed = set(h._tile_choices(problem))
+        scored = []
+        for r in rows:
+            fields = Sm90Config.parse_name(r["config"])
+            epi_n, epi_stages = h.epi_shape_for(fields["tile_n"], fields["tile_m"])
+            cfg = Sm90Config(**fields, epi_n=epi_n, epi_stages=epi_stages, dtype=dtype, out_dtype=dtype)
+            if (cfg.tile_m, cfg.tile_n, cfg.swap_ab) in allowed:
+                scored.append((h.predict(problem, cfg, num_sms, model).time_us, r))
+        if not scored:
+            continue
+        pick = min(scored, key=lambda x: x[0])[1]
+        best = min(rows, key=lambda r: r["prepared_us"])
+        regret = pick["prepared_us"] / best["prepared_us"]
+        regrets.append(regret)
+        if regret > worst[0]:
+            worst = (regret, (m, n, k), pick["config"], best["config"])
+    return {"shapes": len(regrets), "geomean": geomean(regrets), "worst": worst,
+            "over_5pct": sum(r > 1.05 for r in regrets)}
