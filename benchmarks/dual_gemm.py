@@ -4,6 +4,7 @@
     python benchmarks/dual_gemm.py bench    # the four GPU MODE shapes: gemmlab vs baselines (a) and (b)
     python benchmarks/dual_gemm.py all
     python benchmarks/dual_gemm.py probe    # where the fast twin's time goes: its variants, kernels alone
+    python benchmarks/dual_gemm.py bf16     # against the BF16 path a Hopper user would otherwise take (10 shapes)
 
 ``check``: every output poisoned with NaN first, rtol = atol = 1e-3 (``gemmlab.nvfp4.check_close``); baseline
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
@@ -104,6 +105,51 @@ def bench_shapes(out_dir=None, shapes=fp4.BENCHMARK_SHAPES, rounds=10, per_round
 
 
 # --------------------------------------------------------------------------------------
+# bf16: against BF16 activations and BF16 weights made once (what a Hopper user would otherwise run)
+# --------------------------------------------------------------------------------------
+
+
+def bench_bf16(out_dir=None, shapes=dg.BF16_PATH_SHAPES, rounds=10, per_round=5):
+    spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
+    rows = []
+    for i, (m, n, k) in enumerate(shapes):
+        try:
+            row = dg.time_vs_bf16(m, n, k, rounds=rounds, per_round=per_round, seed=300 + i)
+            print(f"{m} x {n} x {k}: ok={row['ok']} call {row['gemmlab_us']:.1f} us, prepared {row['prepared_us']:.1f}, "
+                  f"BF16 path {row['bf16_path_us']:.1f} (its GEMM {row['bf16_gemm_us']:.1f}); kernels: ours "
+                  f"{row['prepared_kernel_us']:.1f}, BF16 path {row['bf16_path_kernel_us']:.1f}; "
+                  f"x{row['vs_bf16_path']:.2f} (call), x{row['vs_bf16_path_kernel']:.2f} (kernels)", flush=True)
+        except Exception:  # noqa: BLE001 - one failed shape is one failed row
+            row = {"m": m, "n": n, "k": k, "ok": False, "error": traceback.format_exc()[-1500:]}
+            print(f"{m} x {n} x {k}: FAILED\n{row['error']}", flush=True)
+        rows.append(row)
+        torch.cuda.empty_cache()
+    good = [r for r in rows if r.get("ok")]
+    gpu_mode = [r for r in good if (r["m"], r["n"], r["k"]) in fp4.BENCHMARK_SHAPES]
+    summary = {
+        "shapes": len(rows), "correct": len(good),
+        "gpu_mode_call_geomean": bench.geomean([r["vs_bf16_path"] for r in gpu_mode]) if gpu_mode else None,
+        "gpu_mode_kernel_geomean": bench.geomean([r["vs_bf16_path_kernel"] for r in gpu_mode]) if gpu_mode else None,
+        "all_call_geomean": bench.geomean([r["vs_bf16_path"] for r in good]) if good else None,
+        "below_1": [f"{r['m']}x{r['n']}x{r['k']}" for r in good if r["vs_bf16_path"] < 1.0],
+    }
+    doc = {"rows": rows, "summary": summary, "clocks": bench.gpu_clocks(), "gpu": spec.short,
+           "hbm_tbps": spec.hbm_tbps, "bf16_tflops": spec.bf16_tflops, "rounds": rounds, "per_round": per_round,
+           "bf16_path": "BF16 activations given; [B1; B2] dequantized once to one BF16 (2N, K); per call "
+                        "F.linear (cuBLAS) into a preallocated (M, 2N) BF16, then F.silu(g) * u in BF16"}
+    path = _write("dual_gemm_bf16", doc, out_dir)
+    print(json.dumps(summary, indent=1))
+    print(f"{'M x N x K':>18} {'call us':>8} {'prep us':>8} {'bf16 us':>8} {'gemm us':>8} {'ker us':>7} "
+          f"{'bf16 ker':>8} {'x call':>7} {'x ker':>6} {'floor':>6}")
+    for r in good:
+        print(f"{r['m']:>5}x{r['n']:>5}x{r['k']:>5} {r['gemmlab_us']:8.1f} {r['prepared_us']:8.1f} "
+              f"{r['bf16_path_us']:8.1f} {r['bf16_gemm_us']:8.1f} {r['prepared_kernel_us']:7.1f} "
+              f"{r['bf16_path_kernel_us']:8.1f} {r['vs_bf16_path']:7.2f} {r['vs_bf16_path_kernel']:6.2f} "
+              f"{r['of_floor']:6.2f}")
+    return path
+
+
+# --------------------------------------------------------------------------------------
 # probe: the fast twin's variants and its two halves alone
 # --------------------------------------------------------------------------------------
 
@@ -164,7 +210,7 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "bench", "all", "probe"))
+    p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16"))
     p.add_argument("--out", default=None, help="write the JSON here instead of results/<device>/")
     p.add_argument("--rounds", type=int, default=10)
     args = p.parse_args(argv)
@@ -178,6 +224,8 @@ def main(argv=None):
         bench_shapes(args.out, rounds=args.rounds)
     if args.what == "probe":
         probe(args.out)
+    if args.what == "bf16":
+        bench_bf16(args.out, rounds=args.rounds)
     return 0 if ok else 1
 
 

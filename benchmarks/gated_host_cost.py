@@ -3,10 +3,12 @@ cost of the stock path's GEMM), with its parts, on a GPU machine:
 
     PYTHONPATH=lib python benchmarks/gated_host_cost.py [--out DIR]
 
-* the public call with the same tensors every call (a benchmark loop), and with the weights kept but fresh
-  activations, scales and outputs each call (an inference loop: a pool of four sets, cycled);
-* the public call's steps as they were before the plan kept its operands (seven 2-D views made on every call),
-  the plan's kernel with views made every call, and the kernel alone on prepared operands (this design's floor);
+* the public call with the same tensors every call (a benchmark loop), with the weights kept but fresh
+  activations, scales and outputs each call (an inference loop: a pool of four sets, cycled), and with
+  ``out=None`` (the call allocates);
+* the plan's kernel alone on pointers read once (this design's floor: the compiled host function takes the inputs'
+  data pointers and ``out`` itself), and the tensor-taking compile of the same kernel called with the seven 2-D
+  views made every call (the design before the pointers);
 * torch's stock path at the same shape: its one GEMM (``torch.matmul`` of BF16 A and [B1; B2] into a preallocated
   output) and the whole path (GEMM, then silu * mul).
 
@@ -20,9 +22,9 @@ import torch
 
 import gemmlab
 from gemmlab import nvfp4 as fp4
-from gemmlab.family import api
-from gemmlab.family.problem import check_gated_pointers
+from gemmlab.family import api, plan
 from gemmlab.kernels.dual_gemm_sm90 import operands_2d
+from gemmlab.kernels.dual_gemm_sm90_pipelined import compile_pipelined
 from gemmlab.measure import bench
 
 SHAPES = [(128, 256, 512), (256, 3072, 4096)]  # tiny (host-bound) and GPU MODE's smallest benchmark shape
@@ -42,17 +44,12 @@ def calls_for(m, n, k):
 
     gemmlab.gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=ops.c)  # compile, make the plan
     p = next(q for q in api.gated_plans() if (q.problem.m, q.problem.n, q.problem.k) == (m, n, k))
-    args = operands_2d(a, b1, b2, sfa, sfb1, sfb2, ops.c)
     a16 = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
     w16 = torch.randn(k, 2 * n, dtype=torch.bfloat16, device=dev)
     h = torch.empty(m, 2 * n, dtype=torch.bfloat16, device=dev)
 
-    tensors = (a, b1, b2, sfa, sfb1, sfb2, ops.c)
-
-    def before():  # the public call's steps before the plan kept its operands (commit a18d2c9)
-        entry = api._cached(api._GATED, api._signature(*tensors))
-        check_gated_pointers(tensors, entry[1])
-        entry[0].fn(*operands_2d(*tensors))
+    fn_views = plan.raw_function(compile_pipelined("sm_90a", p.config, m, n, k, tvm_ffi=True))
+    ptrs = [t.data_ptr() for t in (a, b1, b2, sfa, sfb1, sfb2)]
 
     def stock_path():
         torch.matmul(a16, w16, out=h)
@@ -63,9 +60,10 @@ def calls_for(m, n, k):
         "gated_dual_gemm, same tensors": functools.partial(gemmlab.gated_dual_gemm, a, b1, b2, sfa, sfb1, sfb2,
                                                            out=ops.c),
         "gated_dual_gemm, fresh a/sfa/out": fresh,
-        "public call as before (views every call)": before,
-        "plan, views made every call": lambda: p.fn(*operands_2d(a, b1, b2, sfa, sfb1, sfb2, ops.c)),
-        "kernel alone (prepared operands)": lambda: p.fn(*args),
+        "gated_dual_gemm, out=None": functools.partial(gemmlab.gated_dual_gemm, a, b1, b2, sfa, sfb1, sfb2),
+        "kernel alone (pointers read once)": lambda: p.fn(*ptrs, ops.c),
+        "tensor-taking kernel, 2-D views every call": lambda: fn_views(*operands_2d(a, b1, b2, sfa, sfb1, sfb2,
+                                                                                     ops.c)),
         "stock: torch.matmul (its GEMM)": functools.partial(torch.matmul, a16, w16, out=h),
         "stock: whole path": stock_path,
     }

@@ -62,7 +62,7 @@ def test_dispatch_follows_the_tier(small, monkeypatch):
     calls = []
 
     class FakePlan:
-        def __init__(self, problem, config, arch):
+        def __init__(self, problem, config, arch, out_stride=None):
             self.arch = arch
 
         def __call__(self, *tensors):
@@ -213,36 +213,71 @@ def test_prediction_is_a_range_above_the_roofline():
         dg.predict_b200((256, 4096))
 
 
-def test_plan_operands_reuse_a_view_only_for_the_same_tensor_at_the_same_address(small):
-    import gc
+def test_plan_launches_with_the_inputs_pointers_and_out_itself(small):
+    from gemmlab.family.problem import check_gated_pointers, spans
 
-    from gemmlab.kernels.dual_gemm_sm90 import operands_2d
+    calls = []
+    p = plan.GatedPlan.__new__(plan.GatedPlan)  # no compile: launch() needs only its slots
+    p.problem, p.arch, p._pointers = plan.GatedProblem(200, 136, 768), "sm90", True
+    p.fn = lambda *args: calls.append(args)
+    out = torch.empty(200, 136, 1, dtype=torch.float16)
+    tensors = (*small.inputs(), out)
+    ptrs = check_gated_pointers(tensors, spans(*tensors))
+    assert ptrs == tuple(t.data_ptr() for t in tensors[:6])
+    assert p.launch(ptrs, *tensors) is out
+    assert calls[-1][:6] == ptrs and calls[-1][6] is out and len(calls[-1]) == 7
+    # out=None: the plan allocates a compact (M, N, 1) FP16 output and passes that tensor
+    got = p.launch(ptrs, *tensors[:6])
+    assert calls[-1][6] is got and got.shape == (200, 136, 1) and got.stride() == (136, 1, 1)
+    assert got.dtype == torch.float16
+    # a prepared launch reads the pointers once, when bound
+    run = p.bind(*tensors)
+    run()
+    assert calls[-1][:6] == ptrs and calls[-1][6] is out
 
-    p = plan.GatedPlan.__new__(plan.GatedPlan)  # no compile: operands() needs only its slots
-    p._views = [None] * 7
-    p._forget = plan._forgetters(p._views)
-    tensors = [*small.inputs(), torch.empty(200, 136, 1, dtype=torch.float16)]
-    first = p.operands(tensors)
-    for got, want in zip(first, operands_2d(*tensors)):  # the same operands as made afresh
-        assert (got.data_ptr(), got.shape, got.stride(), got.dtype) == \
-            (want.data_ptr(), want.shape, want.stride(), want.dtype)
-    again = p.operands(tensors)
-    assert all(x is y for x, y in zip(first, again))  # the weights' views, call after call
-    # a new tensor object gets its own view, even where the old one was
-    a2 = tensors[0].clone()
-    views = p.operands([a2, *tensors[1:]])
-    assert views[0] is not first[0] and views[0].data_ptr() == fp4.as_bytes(a2).data_ptr()
-    assert all(x is y for x, y in zip(first[1:], views[1:]))
-    # the same object moved to other memory (set_) is made anew
-    moved = tensors[6].clone()
-    out = tensors[6]
-    out.set_(moved)
-    views = p.operands([a2, *tensors[1:6], out])
-    assert views[6] is not first[6] and views[6].data_ptr() == moved.data_ptr()
-    # a dead tensor's view is dropped with it: the cache keeps no memory alive
-    del a2, views
-    gc.collect()
-    assert p._views[0] is None and p._views[1] is not None
+
+def test_the_pointer_host_compiles_the_same_kernel():
+    """The plan's host function (bare pointers, out as a tensor) launches the very kernel the tensor-taking one does:
+    the kernels' PTX is identical, only the host code differs."""
+    pytest.importorskip("tvm_ffi")
+    import re
+
+    from gemmlab.family.configs import PipelinedConfig
+    from gemmlab.kernels import dual_gemm_sm90_pipelined as mod
+
+    cfg = PipelinedConfig(tile_n=32)
+    by_ptr = mod.compile_pipelined_ptrs("sm_90a", cfg, 128, 256, 512)
+    by_tensor = mod.compile_pipelined("sm_90a", cfg, 128, 256, 512)
+
+    def kernel(ptx):
+        body = ptx[ptx.index(".entry"):]
+        return re.sub(r"kernel_cutlass_\w+", "KERNEL", body)
+
+    assert kernel(by_ptr.__ptx__) == kernel(by_tensor.__ptx__)
+    assert "cvt.rn.f16x2.e4m3x2" in by_ptr.__ptx__
+    with pytest.raises(ValueError, match="out_stride must be three ints"):
+        mod.compile_pipelined_ptrs("sm_90a", cfg, 128, 256, 512, out_stride=(256, 1))
+    with pytest.raises(ValueError, match="target sm_90a"):
+        mod.compile_pipelined_ptrs("sm_100a", cfg, 128, 256, 512)
+
+
+def test_time_vs_bf16_checks_before_the_tier_and_the_bf16_path_is_the_gate():
+    with pytest.raises(ValueError, match="K must be a multiple of 256"):
+        dg.time_vs_bf16(128, 128, 384)
+    with pytest.raises(ValueError, match="per_round"):
+        dg.time_vs_bf16(128, 128, 256, per_round=0)
+    if detect_tier() == "cpu":
+        with pytest.raises(TierError, match="time_vs_bf16"):
+            dg.time_vs_bf16(128, 128, 256)
+    assert len(set(dg.BF16_PATH_SHAPES)) == len(dg.BF16_PATH_SHAPES)
+    assert set(fp4.BENCHMARK_SHAPES) <= set(dg.BF16_PATH_SHAPES)
+    # the BF16 path computes the gate of one GEMM over [B1; B2] (checked here in FP32 on the CPU)
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(8, 64, generator=g), torch.randn(48, 64, generator=g)
+    h = torch.empty(8, 48)
+    got = dg.bf16_path(x, w, h, 24)
+    want = torch.nn.functional.silu(x @ w[:24].T) * (x @ w[24:].T)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_time_case_checks_before_the_tier():

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import time
-import weakref
 
 from .. import hardware, tiers
 from . import heuristic_gated, heuristic_grouped
@@ -433,29 +432,39 @@ def sm100_kernels():
         return None
 
 
-def pipelined_kernel(cfg: PipelinedConfig, m: int, n: int, k: int):
-    """The fast Hopper twin compiled for M x N x K (static shapes; cached)."""
+def pipelined_kernel(cfg: PipelinedConfig, m: int, n: int, k: int, out_stride: tuple = None):
+    """The fast Hopper twin compiled for M x N x K (static shapes; cached): with TVM-FFI the pointer-taking host
+    function the plan calls (:func:`~gemmlab.kernels.dual_gemm_sm90_pipelined.compile_pipelined_ptrs`, for an output
+    of strides ``out_stride``), else the tensor-taking one."""
+    out_stride = tuple(out_stride) if out_stride is not None else (n, 1, 1)
+
     def build():
-        from ..kernels.dual_gemm_sm90_pipelined import compile_pipelined
+        from ..kernels import dual_gemm_sm90_pipelined as mod
 
-        return compile_pipelined("sm_90a", cfg, m, n, k, tvm_ffi=_have_tvm_ffi())
+        if _have_tvm_ffi():
+            return mod.compile_pipelined_ptrs("sm_90a", cfg, m, n, k, out_stride)
+        return mod.compile_pipelined("sm_90a", cfg, m, n, k)  # pragma: no cover - without apache-tvm-ffi
 
-    return compiled(("dual_gemm_sm90_pipelined", cfg, m, n, k), build)
+    if not _have_tvm_ffi():  # pragma: no cover
+        return compiled(("dual_gemm_sm90_pipelined", cfg, m, n, k), build)
+    return compiled(("dual_gemm_sm90_pipelined_ptrs", cfg, m, n, k, out_stride), build)
 
 
 class GatedPlan:
     """``gated_dual_gemm`` for one call signature: ``plan(a, b1, b2, sfa, sfb1, sfb2, out)`` returns ``out``.
 
-    On Hopper the fast twin's compiled kernel (``config``: a :class:`~gemmlab.family.configs.PipelinedConfig`);
-    on Blackwell the SM100 kernel's own call (compile-verified only: it permutes the scales on every call).
+    On Hopper the fast twin's compiled kernel (``config``: a :class:`~gemmlab.family.configs.PipelinedConfig`),
+    called with the inputs' data pointers and ``out`` itself: the signature fixes every layout, so no view is made
+    per call (:func:`~gemmlab.kernels.dual_gemm_sm90_pipelined.pipelined_ptr_host`). ``out_stride``: the strides
+    of the outputs this signature passes (None: the plan allocates compact ones). On Blackwell the SM100 kernel's
+    own call (compile-verified only: it permutes the scales on every call).
     """
 
-    __slots__ = ("problem", "config", "arch", "fn", "_views", "_forget")
+    __slots__ = ("problem", "config", "arch", "fn", "_pointers")
 
-    def __init__(self, problem: GatedProblem, config, arch: str):
+    def __init__(self, problem: GatedProblem, config, arch: str, out_stride: tuple = None):
         self.problem, self.config, self.arch = problem, config, arch
-        self._views = [None] * 7  # per argument: (weak reference, data_ptr, its kernel operand) of the last call
-        self._forget = _forgetters(self._views)
+        self._pointers = False
         if arch == "sm100":
             mod = sm100_kernels()
             if mod is None:
@@ -463,45 +472,35 @@ class GatedPlan:
                                    "this checkout does not have")
             self.fn = mod.gated_dual_gemm_sm100
         else:
-            self.fn = raw_function(pipelined_kernel(config, problem.m, problem.n, problem.k))
+            self.fn = raw_function(pipelined_kernel(config, problem.m, problem.n, problem.k, out_stride))
+            self._pointers = _have_tvm_ffi()
 
     def bind(self, a, b1, b2, sfa, sfb1, sfb2, out):
-        """A zero-argument launch on these tensors, their kernel operands made once (a prepared launch)."""
+        """A zero-argument launch on these tensors (a prepared launch: their pointers read once)."""
         fn = self.fn
         if self.arch == "sm100":
             return lambda: fn(a, b1, b2, sfa, sfb1, sfb2, out=out)
-        from ..kernels.dual_gemm_sm90 import operands_2d
-
-        args = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
-        if _have_tvm_ffi():
-            return lambda: fn(*args)
+        if self._pointers:
+            ptrs = [t.data_ptr() for t in (a, b1, b2, sfa, sfb1, sfb2)]
+            return lambda: fn(*ptrs, out)
         from ..compile import current_stream, to_cute  # pragma: no cover - without apache-tvm-ffi
+        from ..kernels.dual_gemm_sm90 import operands_2d  # pragma: no cover
 
-        conv = [to_cute(t) for t in args]  # pragma: no cover
+        conv = [to_cute(t) for t in operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)]  # pragma: no cover
         return lambda: fn(*conv, current_stream())  # pragma: no cover
 
-    def operands(self, tensors) -> list:
-        """The kernel operands of ``tensors`` (a, b1, b2, sfa, sfb1, sfb2, out): the 2-D byte views
-        (:func:`~gemmlab.kernels.dual_gemm_sm90.operands_2d`), each reused while the same tensor object comes back
-        at the same address (the weights, call after call), made anew otherwise.
+    def launch(self, ptrs, a, b1, b2, sfa, sfb1, sfb2, out=None):
+        """The call with the inputs' data pointers already read (``ptrs``: a, b1, b2, sfa, sfb1, sfb2, as the
+        public call's pointer check returns them); returns ``out`` (allocated when None)."""
+        if out is None:
+            import torch
 
-        Making the seven views cost more host time than the launch. A view is reused only for the very object it
-        was made from (a weak reference: a new tensor, even at the same address, gets its own) whose data still
-        starts where it did (``set_`` can move it); the signature (the plan's key) vouches for shape, strides and
-        dtype. A view is dropped when its tensor dies, so the cache never keeps memory alive.
-        """
-        views, forget, make = self._views, self._forget, _operand_2d()
-        args = []
-        for i, t in enumerate(tensors):
-            entry = views[i]
-            ptr = t.data_ptr()
-            if entry is not None and entry[0]() is t and entry[1] == ptr:
-                args.append(entry[2])
-            else:
-                view = make(i, t)
-                views[i] = (weakref.ref(t, forget[i]), ptr, view)
-                args.append(view)
-        return args
+            out = torch.empty((self.problem.m, self.problem.n, 1), dtype=torch.float16, device=a.device)
+        if self._pointers:
+            self.fn(*ptrs, out)
+        else:  # pragma: no cover - without apache-tvm-ffi, or the sm100 call
+            self(a, b1, b2, sfa, sfb1, sfb2, out)
+        return out
 
     def __call__(self, a, b1, b2, sfa, sfb1, sfb2, out=None):
         if self.arch == "sm100":
@@ -510,34 +509,12 @@ class GatedPlan:
             import torch
 
             out = torch.empty((self.problem.m, self.problem.n, 1), dtype=torch.float16, device=a.device)
-        if _have_tvm_ffi():
-            self.fn(*self.operands((a, b1, b2, sfa, sfb1, sfb2, out)))
-        else:  # pragma: no cover - without apache-tvm-ffi
-            self.bind(a, b1, b2, sfa, sfb1, sfb2, out)()
+        self.bind(a, b1, b2, sfa, sfb1, sfb2, out)()
         return out
 
     def __repr__(self) -> str:
         p = self.problem
         return f"GatedPlan({p.m}x{p.n}x{p.k}, {self.arch}: {self.config})"
-
-
-def _forgetters(views: list) -> tuple:
-    """Per slot of ``views``: the weak-reference callback that empties the slot when its tensor dies (unless the
-    slot has moved on to another tensor)."""
-    def forgetter(i):
-        def forget(ref):
-            entry = views[i]
-            if entry is not None and entry[0] is ref:
-                views[i] = None
-        return forget
-    return tuple(forgetter(i) for i in range(len(views)))
-
-
-@functools.cache
-def _operand_2d():
-    from ..kernels.dual_gemm_sm90 import operand_2d  # the kernel module loads the DSL: on first use only
-
-    return operand_2d
 
 
 def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
@@ -557,7 +534,8 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
     if not isinstance(cfg, PipelinedConfig):
         raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")
     check_cuda(*tensors)
-    return GatedPlan(problem, cfg, "sm90")
+    out = tensors[6]
+    return GatedPlan(problem, cfg, "sm90", None if out is None else tuple(out.stride()))
 
 
 def prepare_gated(a, b1, b2, sfa, sfb1, sfb2, out, config=None):
@@ -576,7 +554,7 @@ def prepare_gated(a, b1, b2, sfa, sfb1, sfb2, out, config=None):
         from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
 
         check_cuda(a, b1, b2, sfa, sfb1, sfb2, out)
-        plan = GatedPlan(problem, config or heuristic_gated.choose_sm90(problem), "sm90")
+        plan = GatedPlan(problem, config or heuristic_gated.choose_sm90(problem), "sm90", tuple(out.stride()))
         run = plan.bind(a, b1, b2, sfa, sfb1, sfb2, out)
         run.plan = plan
         return run

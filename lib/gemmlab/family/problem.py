@@ -596,10 +596,10 @@ def check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out=None) -> tuple:
     return m, n, k
 
 
-def check_gated_pointers(tensors, extents) -> None:
+def check_gated_pointers(tensors, extents) -> tuple:
     """``gated_dual_gemm``'s per-call checks (a signature cannot vouch for them): every tensor of ``tensors`` (a, b1,
     b2, sfa, sfb1, sfb2, out) starts 16-byte aligned (the kernels' TMA copies), and ``out`` shares no byte with an
-    input (``extents``: their :func:`spans`)."""
+    input (``extents``: their :func:`spans`). Returns the six inputs' data pointers (the plan launches with them)."""
     a, b1, b2, sfa, sfb1, sfb2, out = tensors
     ptrs = (a.data_ptr(), b1.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb1.data_ptr(), sfb2.data_ptr())
     po = 0 if out is None else out.data_ptr()
@@ -610,6 +610,7 @@ def check_gated_pointers(tensors, extents) -> None:
         for name, p, size in zip(GATED_NAMES, ptrs, extents):
             if po < p + size and p < end:
                 raise overlap_error("out", name)
+    return ptrs
 
 
 def gated_problem(a, b1, b2, sfa, sfb1, sfb2, out=None) -> GatedProblem:

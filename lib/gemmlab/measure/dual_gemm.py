@@ -402,3 +402,80 @@ def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, s
     if simple:
         row["vs_simple_kernel"] = row["simple_kernel_us"] / row["prepared_kernel_us"]
     return row
+
+
+# --------------------------------------------------------------------------------------
+# Against the path a Hopper user would otherwise take: BF16 activations, BF16 weights made once
+# --------------------------------------------------------------------------------------
+
+#: The shapes of the BF16-path comparison: GPU MODE's four, decode (M = 64, 128), prefill-sized M (1024, 2048) and
+#: a wide FFN (N = 14336, Llama-3 8B's and Mistral 7B's intermediate size).
+BF16_PATH_SHAPES = (*fp4.BENCHMARK_SHAPES, (64, 4096, 7168), (128, 4096, 7168), (1024, 4096, 7168),
+                    (2048, 4096, 7168), (128, 14336, 4096), (2048, 14336, 4096))
+
+
+def bf16_path(x, w12, h, n: int):
+    """What a Hopper user holding an NVFP4 checkpoint would otherwise run: BF16 activations ``x`` (M, K), the
+    weights dequantized once to one BF16 ``w12`` (2N, K) (``nn.Linear``'s layout), one cuBLAS GEMM into ``h``
+    (M, 2N), then ``silu(h[:, :N]) * h[:, N:]`` in torch (BF16, two elementwise kernels). Returns the gate."""
+    import torch
+
+    torch.nn.functional.linear(x, w12, out=h)
+    return torch.nn.functional.silu(h[:, :n]) * h[:, n:]
+
+
+def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, seed: int = 0) -> dict:
+    """Time M x N x K against :func:`bf16_path`: the public call and its prepared launch, the BF16 path and its
+    GEMM alone, interleaved as callers see them (:func:`gemmlab.measure.bench.time_interleaved`, Python
+    included), then the same with the queue primed (``*_kernel*``: the GPU's time alone). Inputs rotate over
+    enough copies to span 4x the L2 (the BF16 weights get their own copies: 3.6x the NVFP4 bytes). Our output is
+    checked against the FP32 reference on a poisoned buffer first. Returns one row: microseconds, the ratios
+    ``bf16 / ours`` (above 1: ours is faster), and the two floors on this GPU: the NVFP4 bytes over the HBM
+    bandwidth and the FLOPs over the dense BF16 peak."""
+    import torch
+
+    from . import bench
+    from .. import hardware
+
+    m, n, k, _ = fp4.check_problem(m, n, k)
+    check_int("rounds", rounds, lo=1)
+    check_int("per_round", per_round, lo=1)
+    tiers.require_tier("gpu", "gemmlab.measure.dual_gemm.time_vs_bf16")
+    spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
+    base = fp4.generate(m, n, k, seed=seed, device="cuda")
+    nsets = bench.input_sets(problem_bytes(m, n, k)["total"], spec.l2_mib * 2 ** 20)
+    sets = [base] + [_copy_operands(base) for _ in range(nsets - 1)]
+    ref = fp4.reference(*base.inputs())
+    gated_dual_gemm(*base.inputs(), out=base.c)  # compiles, then checked on the poisoned buffer
+    torch.cuda.synchronize()
+    res = fp4.check_close(base.c, ref)
+    del ref
+    bsets = bench.input_sets(2 * (m + 2 * n) * k, spec.l2_mib * 2 ** 20)
+    xs = [dequantize_bf16(base.a, base.sfa) for _ in range(bsets)]
+    ws = [prepare_stock(base.b1, base.b2, base.sfb1, base.sfb2).w12 for _ in range(bsets)]
+    hs = [torch.empty(m, 2 * n, dtype=torch.bfloat16, device="cuda") for _ in range(bsets)]
+    launches = {
+        "gemmlab": [lambda s=s: gated_dual_gemm(*s.inputs(), out=s.c) for s in sets],
+        "prepared": [prepare_gated(*s.inputs(), out=s.c) for s in sets],
+        "bf16_path": [lambda x=x, w=w, h=h: bf16_path(x, w, h, n) for x, w, h in zip(xs, ws, hs)],
+        "bf16_gemm": [lambda x=x, w=w, h=h: torch.nn.functional.linear(x, w, out=h) for x, w, h in zip(xs, ws, hs)],
+    }
+    t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=3)
+    tk = bench.time_interleaved({f"{name}_kernel": fns for name, fns in launches.items() if name != "gemmlab"},
+                                rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
+    flops = problem_flops(m, n, k)
+    row = dict(m=m, n=n, k=k, sets=nsets, bf16_sets=bsets, ok=res.ok, max_abs_err=res.max_abs_err,
+               nvfp4_bytes=problem_bytes(m, n, k)["total"], bf16_weight_bytes=ws[0].nbytes,
+               fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6,
+               compute_us=flops / (spec.peak_tflops("bf16") * 1e12) * 1e6,
+               config=repr(prepare_gated(*base.inputs(), out=base.c).plan.config))
+    for name, v in list(t.items()) + list(tk.items()):
+        row[f"{name}_us"] = v["median_ms"] * 1e3
+        row[f"{name}_round_us"] = [x * 1e3 for x in v["round_ms"]]
+    row["vs_bf16_path"] = row["bf16_path_us"] / row["gemmlab_us"]
+    row["vs_bf16_path_prepared"] = row["bf16_path_us"] / row["prepared_us"]
+    row["vs_bf16_path_kernel"] = row["bf16_path_kernel_us"] / row["prepared_kernel_us"]
+    row["vs_bf16_gemm"] = row["bf16_gemm_us"] / row["gemmlab_us"]
+    row["of_floor"] = max(row["fp4_bytes_us"], row["compute_us"]) / row["prepared_kernel_us"]
+    return row
+
