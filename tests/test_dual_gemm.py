@@ -236,6 +236,17 @@ def test_plan_launches_with_the_inputs_pointers_and_out_itself(small):
     assert calls[-1][:6] == ptrs and calls[-1][6] is out
 
 
+def test_gated_key_tells_apart_what_a_plan_depends_on(small):
+    ins = small.inputs()
+    out = torch.empty(200, 136, 1, dtype=torch.float16)
+    key = api.gated_key(*ins, out)
+    assert key == api.gated_key(*(t.clone() for t in ins), torch.empty_like(out))  # other memory, same signature
+    assert key != api.gated_key(*ins) and api.gated_key(*ins)[-1] is None  # out given or not
+    assert key != api.gated_key(fp4.as_bytes(ins[0]), *ins[1:], out)  # a's dtype
+    assert key != api.gated_key(*ins, out.transpose(0, 1).contiguous().transpose(0, 1))  # out's strides
+    assert api.gated_key(*ins[:5], "sfb2", out) is None  # not a tensor: the slow path names it
+
+
 def test_the_pointer_host_compiles_the_same_kernel():
     """The plan's host function (bare pointers, out as a tensor) launches the very kernel the tensor-taking one does:
     the kernels' PTX is identical, only the host code differs."""

@@ -276,6 +276,21 @@ def grouped_plans() -> list[GroupedPlan]:
 _GATED: dict = {}
 
 
+def gated_key(a, b1, b2, sfa, sfb1, sfb2, out=None):
+    """What a gated plan depends on, as one flat tuple: each tensor's shape, strides, dtype and CUDA device index
+    (``get_device()``: -1 off CUDA, where no plan is ever made), ``out``'s None when not given. None if an argument
+    is not a tensor (the checks then say which). Flat and without ``torch.device`` objects, it costs about a
+    microsecond less per call than :func:`_signature`."""
+    try:
+        return (a.shape, a.stride(), a.dtype, a.get_device(), b1.shape, b1.stride(), b1.dtype, b1.get_device(),
+                b2.shape, b2.stride(), b2.dtype, b2.get_device(), sfa.shape, sfa.stride(), sfa.dtype, sfa.get_device(),
+                sfb1.shape, sfb1.stride(), sfb1.dtype, sfb1.get_device(),
+                sfb2.shape, sfb2.stride(), sfb2.dtype, sfb2.get_device(),
+                None if out is None else (out.shape, out.stride(), out.dtype, out.get_device()))
+    except (AttributeError, TypeError):
+        return None
+
+
 def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
     """``silu(A B1^T) * (A B2^T)`` in FP16 from NVFP4 operands, on the kernel of this machine's GPU.
 
@@ -288,7 +303,7 @@ def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
     compile or launch; a machine without a Hopper or datacenter Blackwell GPU then raises ``TierError``.
     """
     tensors = (a, b1, b2, sfa, sfb1, sfb2, out)
-    key = _signature(*tensors)
+    key = gated_key(a, b1, b2, sfa, sfb1, sfb2, out)
     entry = _cached(_GATED, key)
     if entry is None:
         entry = (make_gated_plan(gated_problem(*tensors), tensors), spans(*tensors))
