@@ -455,7 +455,7 @@ class GatedPlan:
 
     On Hopper the fast twin's compiled kernel (``config``: a :class:`~gemmlab.family.configs.PipelinedConfig`),
     called with the inputs' data pointers and ``out`` itself: the signature fixes every layout, so no view is made
-    per call (:func:`~gemmlab.kernels.dual_gemm_sm90_pipelined.pipelined_ptr_host`). ``out_stride``: the strides
+    per call (:func:`~gemmlab.kernels.dual_gemm_sm90.pointer_host`). ``out_stride``: the strides
     of the outputs this signature passes (None: the plan allocates compact ones). On Blackwell the SM100 kernel's
     own call (compile-verified only: it permutes the scales on every call).
     """

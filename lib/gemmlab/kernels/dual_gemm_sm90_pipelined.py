@@ -59,8 +59,8 @@ from .. import nvfp4 as fp4
 from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K, SLICES, PipelinedConfig
 from ..family.heuristic_gated import choose_tile_n
 from ..family.problem import check_gated_sizes
-from .dual_gemm_sm90 import (check_devices, check_sm90_target, fake_operands, gate_epilogue, operands_2d, tma_atoms,
-                             tma_copies)
+from .dual_gemm_sm90 import (check_devices, check_sm90_target, compile_with_pointers, fake_operands, gate_epilogue,
+                             operands_2d, tma_atoms, tma_copies)
 from ..fp4_dequant import fp4x8_to_f16, gather_bytes, scale_f16x2
 from ..ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
 from ..pipeline import DevicePipelineState
@@ -418,55 +418,13 @@ def pipelined_host(cfg: PipelinedConfig):
     return dual_gemm_sm90_pipelined_host
 
 
-@functools.lru_cache(maxsize=None)
-def pipelined_ptr_host(cfg: PipelinedConfig, m: int, n: int, k: int):
-    """The host function the public call's plan launches: the six inputs as bare global pointers (16-byte aligned)
-    and ``out`` as the (M, N, 1) tensor it is, for an M x N x K problem fixed at compile time.
-
-    The layouts of every operand follow from M, N and K (the call's checks require packed rows), so the host
-    function rebuilds the same 2-D views :func:`~gemmlab.kernels.dual_gemm_sm90.operands_2d` makes in torch, and
-    a call passes ``t.data_ptr()`` instead of making seven views (each torch view costs microseconds of host
-    time). ``out`` stays a tensor: TVM-FFI takes the stream to launch on from a tensor's device. The kernel is the
-    same (its PTX is identical to :func:`pipelined_host`'s).
-    """
-    kb, ks = k // 2, k // fp4.SF_VEC
-
-    @cute.jit
-    def dual_gemm_sm90_pipelined_ptrs(pa: cute.Pointer, pb1: cute.Pointer, pb2: cute.Pointer, psfa: cute.Pointer,
-                                      psfb1: cute.Pointer, psfb2: cute.Pointer, out: cute.Tensor,
-                                      stream: cuda.CUstream):
-        a = cute.make_tensor(pa, cute.make_layout((m, kb), stride=(kb, 1)))
-        b1 = cute.make_tensor(pb1, cute.make_layout((n, kb), stride=(kb, 1)))
-        b2 = cute.make_tensor(pb2, cute.make_layout((n, kb), stride=(kb, 1)))
-        sfa = cute.make_tensor(psfa, cute.make_layout((m, ks), stride=(ks, 1)))
-        sfb1 = cute.make_tensor(psfb1, cute.make_layout((n, ks), stride=(ks, 1)))
-        sfb2 = cute.make_tensor(psfb2, cute.make_layout((n, ks), stride=(ks, 1)))
-        c = cute.make_tensor(out.iterator, cute.make_layout((m, n), stride=(n, 1)))
-        launch_pipelined(a, b1, b2, sfa, sfb1, sfb2, c, stream, cfg)
-
-    return dual_gemm_sm90_pipelined_ptrs
-
-
 def compile_pipelined_ptrs(target: str, cfg: PipelinedConfig | None, m: int, n: int, k: int,
                            out_stride: tuple = None):
-    """Compile :func:`pipelined_ptr_host` through TVM-FFI (package ``apache-tvm-ffi``) without a GPU: call the
-    result as ``fn(a.data_ptr(), b1.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb1.data_ptr(), sfb2.data_ptr(),
-    out)`` on torch's current stream. ``out_stride``: the strides of the (M, N, 1) output it will be called with
-    (default: compact, ``(N, 1, 1)``)."""
-    from cutlass.cute.runtime import make_fake_tensor, make_ptr
-
-    from ..compile import compile_for, fake_stream
-
+    """The fast twin compiled through TVM-FFI with the inputs as bare pointers
+    (:func:`~gemmlab.kernels.dual_gemm_sm90.compile_with_pointers`): what the public call's plan launches."""
     check_sm90_target(target)
     m, n, k = check_gated_sizes(m, n, k)
-    cfg = _config(m, n, cfg)
-    out_stride = tuple(out_stride) if out_stride is not None else (n, 1, 1)
-    if len(out_stride) != 3 or any(not isinstance(s, int) or isinstance(s, bool) for s in out_stride):
-        raise ValueError(f"out_stride must be three ints (the (M, N, 1) output's strides); got {out_stride!r}")
-    ptr = make_ptr(Uint8, 0, cute.AddressSpace.gmem, assumed_align=16)
-    out = make_fake_tensor(Float16, (m, n, 1), out_stride, assumed_align=16)
-    return compile_for(target, pipelined_ptr_host(cfg, m, n, k), *[ptr] * 6, out, fake_stream(env=True),
-                       tvm_ffi=True)
+    return compile_with_pointers(target, launch_pipelined, _config(m, n, cfg), m, n, k, out_stride)
 
 
 def rs_a_layouts(tile_n: int = 64) -> dict:
