@@ -118,7 +118,9 @@ def bench_bf16(out_dir=None, shapes=dg.BF16_PATH_SHAPES, rounds=10, per_round=5)
             print(f"{m} x {n} x {k}: ok={row['ok']} call {row['gemmlab_us']:.1f} us, prepared {row['prepared_us']:.1f}, "
                   f"BF16 path {row['bf16_path_us']:.1f} (its GEMM {row['bf16_gemm_us']:.1f}); kernels: ours "
                   f"{row['prepared_kernel_us']:.1f}, BF16 path {row['bf16_path_kernel_us']:.1f}; "
-                  f"x{row['vs_bf16_path']:.2f} (call), x{row['vs_bf16_path_kernel']:.2f} (kernels)", flush=True)
+                  f"x{row['vs_bf16_path']:.2f} (call), x{row['vs_bf16_path_kernel']:.2f} (kernels)"
+                  + (f"; fast twin's kernel {row['fast_twin_kernel_us']:.1f} us" if "fast_twin_kernel_us" in row else "")
+                  + f"; {row['config']}", flush=True)
         except Exception:  # noqa: BLE001 - one failed shape is one failed row
             row = {"m": m, "n": n, "k": k, "ok": False, "error": traceback.format_exc()[-1500:]}
             print(f"{m} x {n} x {k}: FAILED\n{row['error']}", flush=True)

@@ -247,6 +247,21 @@ def test_gated_key_tells_apart_what_a_plan_depends_on(small):
     assert api.gated_key(*ins[:5], "sfb2", out) is None  # not a tensor: the slow path names it
 
 
+def test_the_heuristic_sends_decode_to_the_decode_twin_and_the_plan_compiles_it():
+    pytest.importorskip("tvm_ffi")
+    from gemmlab.family import heuristic_gated as hg
+    from gemmlab.family.configs import DecodeConfig, PipelinedConfig
+
+    for m in (1, 64, 100, 128):
+        cfg = hg.choose_sm90(plan.GatedProblem(m, 4096, 7168))
+        assert isinstance(cfg, DecodeConfig) and cfg.tokens >= m and cfg.tokens - m < 16
+    assert isinstance(hg.choose_sm90(plan.GatedProblem(129, 4096, 7168)), PipelinedConfig)
+    # 4096 weight rows on 128-row CTAs: 32 row blocks, split 4 fills 128 of 132 SMs
+    assert hg.choose_decode_config(64, 4096, 7168) == DecodeConfig(64, 2, 4, hg.decode_max_stages(64, 2, 4))
+    fn = plan.gated_kernel(hg.choose_decode_config(40, 256, 1024), 40, 256, 1024)
+    assert "barrier.cluster" in fn.__ptx__ and "wgmma.mma_async" in fn.__ptx__
+
+
 def test_the_pointer_host_compiles_the_same_kernel():
     """The plan's host function (bare pointers, out as a tensor) launches the very kernel the tensor-taking one does:
     the kernels' PTX is identical, only the host code differs."""

@@ -598,3 +598,74 @@ class DualSm100Config:
     def tx_bytes(self) -> int:
         """Bytes the six TMA loads of one stage bring (what ``ab_full[s]`` expects)."""
         return budget(self.tile_n, self.stages).smem_stage_bytes
+
+
+# --- chapter 11, Hopper: the decode twin (weights on the MMA's M side, split-K over a cluster) ---
+
+DECODE_WG_ROWS = 64  #: the decode twin: weight rows per MMA warpgroup (WGMMA's M)
+DECODE_MAX_TOKENS = 128  #: the decode twin's token tile: M <= 128
+DECODE_TOKEN_MULTIPLE = 16  #: tokens (WGMMA's N) is a multiple of 16
+DECODE_SPLITS = (1, 2, 4)  #: CTAs per cluster along K
+DECODE_MMA_WARPGROUPS = (1, 2)
+#: k-blocks the converter's warp 0 loads ahead of the one it converts (stages - 2, as the fast twin)
+DECODE_LOAD_LAG = 2
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """The decode twin: ``tokens`` T (WGMMA's N: M padded, a multiple of 16 up to 128), ``mma_warpgroups``
+    (1 or 2: 64 or 128 weight rows of each GEMM per CTA), ``split`` (1, 2 or 4 CTAs along K, one cluster),
+    ``stages`` (packed k-blocks in flight, >= 3: the converter loads two k-blocks ahead of the one it converts)."""
+
+    tokens: int = 64
+    mma_warpgroups: int = 2
+    split: int = 1
+    stages: int = 4
+
+    def __post_init__(self):
+        check_int("tokens", self.tokens, lo=DECODE_TOKEN_MULTIPLE, hi=DECODE_MAX_TOKENS,
+                  multiple_of=DECODE_TOKEN_MULTIPLE)
+        check_choice("mma_warpgroups", self.mma_warpgroups, DECODE_MMA_WARPGROUPS)
+        check_choice("split", self.split, DECODE_SPLITS)
+        check_int("stages", self.stages, lo=DECODE_LOAD_LAG + 1)
+        if self.smem_bytes() > SMEM_PER_BLOCK:
+            raise ValueError(f"stages={self.stages} with tokens={self.tokens} and mma_warpgroups="
+                             f"{self.mma_warpgroups} needs {self.smem_bytes()} bytes of shared memory; a block has "
+                             f"{SMEM_PER_BLOCK}")
+
+    @property
+    def rows(self) -> int:
+        """Weight rows of each GEMM per CTA (WGMMA's M over the MMA warpgroups)."""
+        return DECODE_WG_ROWS * self.mma_warpgroups
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.mma_warpgroups)
+
+    def stage_bytes(self) -> int:
+        """Bytes TMA writes per k-block: packed W1, W2, A and their scales (A's box is ``tokens`` rows)."""
+        return (2 * self.rows + self.tokens) * (KB_BYTES + SF_BYTES)
+
+    def buffer_bytes(self) -> int:
+        """The four FP16 token buffers (one slice each: ``tokens`` x 64 values)."""
+        return SLICES * self.tokens * SLICE_K * 2
+
+    def partial_bytes(self) -> int:
+        """Split-K: both FP32 partial accumulators of the CTA (they reuse the buffers' and the ring's space)."""
+        return 0 if self.split == 1 else 2 * self.rows * self.tokens * 4
+
+    def smem_bytes(self) -> int:
+        """The FP16 buffers and the ring (or the partials, if larger), alignment and barriers."""
+        return max(self.buffer_bytes() + self.stages * self.stage_bytes(), self.partial_bytes()) + 1024 + 256
+
+
+def decode_max_stages(tokens: int, mma_warpgroups: int, split: int = 1, cap: int = 6) -> int:
+    """The decode twin's deepest ring (at most ``cap``) that fits in shared memory."""
+    best = DECODE_LOAD_LAG + 1
+    for s in range(DECODE_LOAD_LAG + 1, cap + 1):
+        try:
+            DecodeConfig(tokens, mma_warpgroups, split, s)
+        except ValueError:
+            break
+        best = s
+    return best

@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 
 from ..hardware import H100
-from .configs import GATED_TILE_M, PIPELINED_TILE_NS, DualSm100Config, PipelinedConfig
+from .. import nvfp4 as fp4
+from .configs import (DECODE_MAX_TOKENS, DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, DECODE_WG_ROWS, GATED_TILE_M,
+                      PIPELINED_TILE_NS, DecodeConfig, DualSm100Config, PipelinedConfig, decode_max_stages)
 from .problem import GatedProblem
 
 #: The share of the last wave's SMs a tile width must keep busy to be taken (else the best-filled one).
@@ -37,9 +39,37 @@ def choose_tile_n(m: int, n: int, num_sms: int = H100.sms) -> int:
     return max(sorted(PIPELINED_TILE_NS, reverse=True), key=fill)
 
 
-def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms) -> PipelinedConfig:
-    """The fast Hopper twin's configuration for ``problem`` on ``num_sms`` SMs."""
+def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms) -> PipelinedConfig | DecodeConfig:
+    """The Hopper configuration for ``problem`` on ``num_sms`` SMs: the decode twin's
+    (:func:`choose_decode_config`) up to :data:`DECODE_UP_TO` rows, else the fast twin's."""
+    if problem.m <= DECODE_UP_TO:
+        return choose_decode_config(problem.m, problem.n, problem.k, num_sms)
     return PipelinedConfig(tile_n=choose_tile_n(problem.m, problem.n, num_sms))
+
+
+#: The most rows of A the decode twin takes (its one token tile).
+DECODE_UP_TO = DECODE_MAX_TOKENS
+
+
+def choose_decode_config(m: int, n: int, k: int, num_sms: int = H100.sms) -> DecodeConfig:
+    """A configuration for an M x N x K decode (M <= 128), from a model of a weight stream, not from timings.
+
+    ``tokens``: M rounded up to 16; two MMA warpgroups (128 weight rows a CTA) up to 64 tokens, where they keep
+    four stages, one above. ``split``: the one of 1, 2, 4 that minimises waves x k-blocks per CTA (every CTA
+    streams its own weights; a wave of CTAs shares the GPU's bandwidth), the smaller on a tie (less to reduce).
+    ``stages``: as deep as shared memory allows (at most 6).
+    """
+    tokens = -(-m // DECODE_TOKEN_MULTIPLE) * DECODE_TOKEN_MULTIPLE
+    wgs = 2 if tokens <= 64 else 1
+    blocks = -(-n // (DECODE_WG_ROWS * wgs))
+    k_blocks = k // fp4.K_MULTIPLE
+
+    def cost(s):
+        return -(-blocks * s // num_sms) * -(-k_blocks // s)
+
+    split = min((s for s in DECODE_SPLITS if s <= k_blocks), key=lambda s: (cost(s), s))
+    return DecodeConfig(tokens, wgs, split, decode_max_stages(tokens, wgs, split))
+
 
 
 def choose_sm100(problem: GatedProblem, num_sms: int | None = None) -> DualSm100Config:

@@ -36,8 +36,8 @@ import time
 
 from .. import hardware, tiers
 from . import heuristic_gated, heuristic_grouped
-from .configs import (DESC_WORDS, TABLE_COLUMNS, PipelinedConfig, Sm90Config, Sm100Config, effective_splits,
-                      slots_per_cta)
+from .configs import (DESC_WORDS, TABLE_COLUMNS, DecodeConfig, PipelinedConfig, Sm90Config, Sm100Config,
+                      effective_splits, slots_per_cta)
 from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
 from .problem import (GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, offs_rule, pad_rows,
                       problem_of)
@@ -432,28 +432,38 @@ def sm100_kernels():
         return None
 
 
-def pipelined_kernel(cfg: PipelinedConfig, m: int, n: int, k: int, out_stride: tuple = None):
-    """The fast Hopper twin compiled for M x N x K (static shapes; cached): with TVM-FFI the pointer-taking host
-    function the plan calls (:func:`~gemmlab.kernels.dual_gemm_sm90_pipelined.compile_pipelined_ptrs`, for an output
-    of strides ``out_stride``), else the tensor-taking one."""
+def gated_kernel(cfg: PipelinedConfig | DecodeConfig, m: int, n: int, k: int, out_stride: tuple = None):
+    """A Hopper twin compiled for M x N x K (static shapes; cached): the decode twin for a
+    :class:`~gemmlab.family.configs.DecodeConfig`, else the fast twin. With TVM-FFI the pointer-taking host
+    function the plan calls (:func:`~gemmlab.kernels.dual_gemm_sm90.compile_with_pointers`, for an output of
+    strides ``out_stride``), else the tensor-taking one."""
     out_stride = tuple(out_stride) if out_stride is not None else (n, 1, 1)
+    decode = isinstance(cfg, DecodeConfig)
+    name = "dual_gemm_sm90_decode" if decode else "dual_gemm_sm90_pipelined"
 
     def build():
-        from ..kernels import dual_gemm_sm90_pipelined as mod
+        if decode:
+            from ..kernels import dual_gemm_sm90_decode as mod
 
+            compile_ptrs, compile_tensors = mod.compile_decode_ptrs, mod.compile_decode
+        else:
+            from ..kernels import dual_gemm_sm90_pipelined as mod
+
+            compile_ptrs, compile_tensors = mod.compile_pipelined_ptrs, mod.compile_pipelined
         if _have_tvm_ffi():
-            return mod.compile_pipelined_ptrs("sm_90a", cfg, m, n, k, out_stride)
-        return mod.compile_pipelined("sm_90a", cfg, m, n, k)  # pragma: no cover - without apache-tvm-ffi
+            return compile_ptrs("sm_90a", cfg, m, n, k, out_stride)
+        return compile_tensors("sm_90a", cfg, m, n, k)  # pragma: no cover - without apache-tvm-ffi
 
     if not _have_tvm_ffi():  # pragma: no cover
-        return compiled(("dual_gemm_sm90_pipelined", cfg, m, n, k), build)
-    return compiled(("dual_gemm_sm90_pipelined_ptrs", cfg, m, n, k, out_stride), build)
+        return compiled((name, cfg, m, n, k), build)
+    return compiled((name + "_ptrs", cfg, m, n, k, out_stride), build)
 
 
 class GatedPlan:
     """``gated_dual_gemm`` for one call signature: ``plan(a, b1, b2, sfa, sfb1, sfb2, out)`` returns ``out``.
 
-    On Hopper the fast twin's compiled kernel (``config``: a :class:`~gemmlab.family.configs.PipelinedConfig`),
+    On Hopper a twin's compiled kernel: the decode twin for ``config`` a :class:`~gemmlab.family.configs.DecodeConfig`
+    (M <= 128), else the fast twin (a :class:`~gemmlab.family.configs.PipelinedConfig`),
     called with the inputs' data pointers and ``out`` itself: the signature fixes every layout, so no view is made
     per call (:func:`~gemmlab.kernels.dual_gemm_sm90.pointer_host`). ``out_stride``: the strides
     of the outputs this signature passes (None: the plan allocates compact ones). On Blackwell the SM100 kernel's
@@ -472,7 +482,7 @@ class GatedPlan:
                                    "this checkout does not have")
             self.fn = mod.gated_dual_gemm_sm100
         else:
-            self.fn = raw_function(pipelined_kernel(config, problem.m, problem.n, problem.k, out_stride))
+            self.fn = raw_function(gated_kernel(config, problem.m, problem.n, problem.k, out_stride))
             self._pointers = _have_tvm_ffi()
 
     def bind(self, a, b1, b2, sfa, sfb1, sfb2, out):
@@ -531,8 +541,8 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
     from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
 
     cfg = config or heuristic_gated.choose_sm90(problem)
-    if not isinstance(cfg, PipelinedConfig):
-        raise TypeError(f"cfg must be a PipelinedConfig; got {type(cfg).__name__}")
+    if not isinstance(cfg, (PipelinedConfig, DecodeConfig)):
+        raise TypeError(f"cfg must be a PipelinedConfig or a DecodeConfig; got {type(cfg).__name__}")
     check_cuda(*tensors)
     out = tensors[6]
     return GatedPlan(problem, cfg, "sm90", None if out is None else tuple(out.stride()))
@@ -541,7 +551,7 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
 def prepare_gated(a, b1, b2, sfa, sfb1, sfb2, out, config=None):
     """``gated_dual_gemm`` as a zero-argument launch on these tensors: checked, compiled and converted once.
 
-    On Hopper the fast twin's compiled kernel bound to these tensors (what the public call launches, without its
+    On Hopper the heuristic's twin bound to these tensors (what the public call launches, without its
     per-call work); on a B200, a closure around the SM100 call. ``config`` forces a configuration (probes, sweeps).
     """
     from .problem import gated_problem

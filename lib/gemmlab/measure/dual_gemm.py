@@ -35,7 +35,8 @@ from .. import nvfp4 as fp4
 from .. import tiers
 from ..checks import check_choice, check_int
 from ..family.api import gated_dual_gemm
-from ..family.configs import GATED_TILE_M as TILE_M
+from ..family.configs import GATED_TILE_M as TILE_M, PipelinedConfig
+from ..family.heuristic_gated import choose_tile_n
 from ..family.plan import prepare_gated
 from ..family.problem import check_gated_arguments, check_gated_output
 
@@ -461,14 +462,18 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
         "bf16_gemm": [lambda x=x, w=w, h=h: torch.nn.functional.linear(x, w, out=h) for x, w, h in zip(xs, ws, hs)],
     }
     t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=3)
-    tk = bench.time_interleaved({f"{name}_kernel": fns for name, fns in launches.items() if name != "gemmlab"},
-                                rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
+    kernels = {f"{name}_kernel": fns for name, fns in launches.items() if name != "gemmlab"}
+    chosen = prepare_gated(*base.inputs(), out=base.c).plan.config
+    if not isinstance(chosen, PipelinedConfig):  # the decode twin was chosen: the fast twin beside it, same run
+        fast = PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))
+        kernels["fast_twin_kernel"] = [prepare_gated(*s.inputs(), out=s.c, config=fast) for s in sets]
+    tk = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
     flops = problem_flops(m, n, k)
     row = dict(m=m, n=n, k=k, sets=nsets, bf16_sets=bsets, ok=res.ok, max_abs_err=res.max_abs_err,
                nvfp4_bytes=problem_bytes(m, n, k)["total"], bf16_weight_bytes=ws[0].nbytes,
                fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6,
                compute_us=flops / (spec.peak_tflops("bf16") * 1e12) * 1e6,
-               config=repr(prepare_gated(*base.inputs(), out=base.c).plan.config))
+               config=repr(chosen))
     for name, v in list(t.items()) + list(tk.items()):
         row[f"{name}_us"] = v["median_ms"] * 1e3
         row[f"{name}_round_us"] = [x * 1e3 for x in v["round_ms"]]
@@ -477,5 +482,7 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     row["vs_bf16_path_kernel"] = row["bf16_path_kernel_us"] / row["prepared_kernel_us"]
     row["vs_bf16_gemm"] = row["bf16_gemm_us"] / row["gemmlab_us"]
     row["of_floor"] = max(row["fp4_bytes_us"], row["compute_us"]) / row["prepared_kernel_us"]
+    if "fast_twin_kernel_us" in row:
+        row["vs_fast_twin_kernel"] = row["fast_twin_kernel_us"] / row["prepared_kernel_us"]
     return row
 
