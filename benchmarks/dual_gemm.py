@@ -120,6 +120,8 @@ def bench_bf16(out_dir=None, shapes=dg.BF16_PATH_SHAPES, rounds=10, per_round=5)
                   f"{row['prepared_kernel_us']:.1f}, BF16 path {row['bf16_path_kernel_us']:.1f}; "
                   f"x{row['vs_bf16_path']:.2f} (call), x{row['vs_bf16_path_kernel']:.2f} (kernels)"
                   + (f"; fast twin's kernel {row['fast_twin_kernel_us']:.1f} us" if "fast_twin_kernel_us" in row else "")
+                  + (f"; decode twin's kernel {row['decode_twin_kernel_us']:.1f} us" if "decode_twin_kernel_us" in row
+                     else "")
                   + f"; {row['config']}", flush=True)
         except Exception:  # noqa: BLE001 - one failed shape is one failed row
             row = {"m": m, "n": n, "k": k, "ok": False, "error": traceback.format_exc()[-1500:]}
@@ -215,6 +217,7 @@ def main(argv=None):
     p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16"))
     p.add_argument("--out", default=None, help="write the JSON here instead of results/<device>/")
     p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--decode-only", action="store_true", help="bf16: only the shapes with M <= 128")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU (an H100/H200 runs the Hopper twin, a B200 the tcgen05 kernel)")
@@ -227,7 +230,8 @@ def main(argv=None):
     if args.what == "probe":
         probe(args.out)
     if args.what == "bf16":
-        bench_bf16(args.out, rounds=args.rounds)
+        shapes = [s for s in dg.BF16_PATH_SHAPES if s[0] <= 128 or not args.decode_only]
+        bench_bf16(args.out, shapes=shapes, rounds=args.rounds)
     return 0 if ok else 1
 
 

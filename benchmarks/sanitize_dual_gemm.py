@@ -1,6 +1,7 @@
-"""Small NVFP4 dual GEMMs for compute-sanitizer (memcheck, racecheck): both Hopper twins, every tile width.
+"""Small NVFP4 dual GEMMs for compute-sanitizer (memcheck, racecheck): the Hopper twins, every tile width, and the
+decode twin with one and two MMA warpgroups and split-K over clusters of 1, 2 and 4 CTAs.
 
-    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py
+    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode]
 
 Partial tiles in M and N, several k-blocks (so the TMA ring wraps and every FP16 buffer is reused).
 Prints the check against the FP32 reference per launch; the sanitizer's summary comes after.
@@ -17,10 +18,20 @@ import torch  # noqa: E402
 from gemmlab.kernels import dual_gemm_sm90 as simple  # noqa: E402
 from gemmlab.kernels import dual_gemm_sm90_pipelined as fast  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
-from gemmlab.family.configs import PIPELINED_TILE_NS, PipelinedConfig  # noqa: E402
+from gemmlab.family.configs import PIPELINED_TILE_NS, DecodeConfig, PipelinedConfig  # noqa: E402
+from gemmlab.kernels import dual_gemm_sm90_decode as decode  # noqa: E402
 
 
 def main():
+    # the decode twin: M not a multiple of 16, N not a multiple of the row block, 8 k-blocks (the ring wraps)
+    for m, cfg in ((40, DecodeConfig(48, 2, 1, 4)), (40, DecodeConfig(48, 2, 2, 4)), (40, DecodeConfig(48, 2, 4, 4)),
+                   (100, DecodeConfig(112, 1, 4, 4)), (1, DecodeConfig(16, 2, 4, 5))):
+        ops = fp4.generate(m, 136, 2048, seed=m, device="cuda")
+        decode.gated_dual_gemm_decode(*ops.inputs(), out=ops.c, cfg=cfg)
+        print(f"decode M={m} {cfg}: {fp4.check_close(ops.c, fp4.reference(*ops.inputs()))}", flush=True)
+    if sys.argv[1:] == ["decode"]:
+        torch.cuda.synchronize()
+        return
     shape = (200, 136, 1536)  # 2 x 3..5 tiles, 6 k-blocks: the 4-stage ring wraps
     for split in (True, False):
         for tile_n in PIPELINED_TILE_NS:

@@ -283,3 +283,16 @@ def test_gpu_default_config_and_repeat_calls_agree():
     torch.cuda.synchronize()
     assert torch.equal(first, second)  # no state leaks between launches (barriers, buffers, the cluster reduction)
     assert fp4.check_close(first, fp4.reference(*ops.inputs())).ok
+
+
+def test_setmaxnreg_asks_for_no_more_registers_than_the_cta_starts_with():
+    """setmaxnreg moves registers between a CTA's warpgroups; it cannot add any. A CTA of T threads starts with
+    T x (65,536 / T rounded down to a multiple of 8, at most 255) registers (ptxas's entry count: 168 for 384
+    threads, 255 for 256); an increase the decreases cannot pay for waits forever. (64, 224) with two MMA
+    warpgroups asked for 65,536 of 64,512 and hung on an H200; the emulator has no register pool to see it."""
+    for wgs, (conv, mma) in d.REGS.items():
+        threads = 128 * (1 + wgs)
+        entry = min(255, 65536 // threads // 8 * 8)
+        assert 128 * (conv + wgs * mma) <= threads * entry, (wgs, conv, mma)
+        assert conv % 8 == 0 and mma % 8 == 0 and 24 <= conv <= mma <= 256  # setmaxnreg's rules
+

@@ -13,7 +13,7 @@ import functools
 
 from ..hardware import H100
 from .. import nvfp4 as fp4
-from .configs import (DECODE_MAX_TOKENS, DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, DECODE_WG_ROWS, GATED_TILE_M,
+from .configs import (DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, DECODE_WG_ROWS, GATED_TILE_M,
                       PIPELINED_TILE_NS, DecodeConfig, DualSm100Config, PipelinedConfig, decode_max_stages)
 from .problem import GatedProblem
 
@@ -41,14 +41,18 @@ def choose_tile_n(m: int, n: int, num_sms: int = H100.sms) -> int:
 
 def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms) -> PipelinedConfig | DecodeConfig:
     """The Hopper configuration for ``problem`` on ``num_sms`` SMs: the decode twin's
-    (:func:`choose_decode_config`) up to :data:`DECODE_UP_TO` rows, else the fast twin's."""
+    (:func:`choose_decode_config`) up to :data:`DECODE_UP_TO` rows (none yet), else the fast twin's."""
     if problem.m <= DECODE_UP_TO:
         return choose_decode_config(problem.m, problem.n, problem.k, num_sms)
     return PipelinedConfig(tile_n=choose_tile_n(problem.m, problem.n, num_sms))
 
 
-#: The most rows of A the decode twin takes (its one token tile).
-DECODE_UP_TO = DECODE_MAX_TOKENS
+#: The most rows of A for which the public call runs the decode twin; 0: never, for now. The decode twin takes up to
+#: DECODE_MAX_TOKENS rows and is correct on the emulator at every configuration, and on an H200 with one MMA
+#: warpgroup without split-K (2026-11-27); its two-warpgroup form hung there (setmaxnreg asked for more registers than
+#: the CTA started with, since fixed but not yet run on a GPU), and no timing of it exists. It is chosen here once a
+#: GPU run has shown it correct in every form and faster than the fast twin (``benchmarks/dual_gemm.py bf16``).
+DECODE_UP_TO = 0
 
 
 def choose_decode_config(m: int, n: int, k: int, num_sms: int = H100.sms) -> DecodeConfig:

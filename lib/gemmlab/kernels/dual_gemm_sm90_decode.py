@@ -101,8 +101,11 @@ from .dual_gemm_sm90_pipelined import convert_a
 SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
 CONVERTER_THREADS = 128
 MMA_BARRIER = 1  #: named barrier of the MMA warpgroups (0 is __syncthreads)
-#: setmaxnreg per role, by MMA warpgroups: (converter, MMA); 128 x (converter + w x MMA) <= 64 K registers
-REGS = {1: (96, 256), 2: (64, 224)}
+#: setmaxnreg per role, by MMA warpgroups: (converter, MMA). setmaxnreg only moves registers the CTA started with:
+#: 128 x (converter + w x MMA) must not exceed threads x the entry count (384 x 168 = 64,512 with two MMA
+#: warpgroups). (64, 224) asked for 65,536 and hung on an H200 (the MMA warps waited forever in setmaxnreg.inc);
+#: the emulator has no register pool, so it cannot see this.
+REGS = {1: (96, 256), 2: (64, 216)}  #: 256 x 255 and 384 x 168 at entry
 
 
 # --------------------------------------------------------------------------------------

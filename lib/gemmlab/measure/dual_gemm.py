@@ -35,8 +35,8 @@ from .. import nvfp4 as fp4
 from .. import tiers
 from ..checks import check_choice, check_int
 from ..family.api import gated_dual_gemm
-from ..family.configs import GATED_TILE_M as TILE_M, PipelinedConfig
-from ..family.heuristic_gated import choose_tile_n
+from ..family.configs import DECODE_MAX_TOKENS, GATED_TILE_M as TILE_M, PipelinedConfig
+from ..family.heuristic_gated import choose_decode_config, choose_tile_n
 from ..family.plan import prepare_gated
 from ..family.problem import check_gated_arguments, check_gated_output
 
@@ -464,7 +464,15 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=3)
     kernels = {f"{name}_kernel": fns for name, fns in launches.items() if name != "gemmlab"}
     chosen = prepare_gated(*base.inputs(), out=base.c).plan.config
-    if not isinstance(chosen, PipelinedConfig):  # the decode twin was chosen: the fast twin beside it, same run
+    if isinstance(chosen, PipelinedConfig):
+        if m <= DECODE_MAX_TOKENS:  # the decode twin beside the fast twin, same run (checked first)
+            dec = choose_decode_config(m, n, k, spec.sms)
+            prepare_gated(*base.inputs(), out=base.c, config=dec)()
+            torch.cuda.synchronize()
+            row_decode_ok = fp4.check_close(base.c, fp4.reference(*base.inputs())).ok
+            if row_decode_ok:
+                kernels["decode_twin_kernel"] = [prepare_gated(*s.inputs(), out=s.c, config=dec) for s in sets]
+    else:  # the decode twin was chosen: the fast twin beside it, same run
         fast = PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))
         kernels["fast_twin_kernel"] = [prepare_gated(*s.inputs(), out=s.c, config=fast) for s in sets]
     tk = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
@@ -484,5 +492,7 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     row["of_floor"] = max(row["fp4_bytes_us"], row["compute_us"]) / row["prepared_kernel_us"]
     if "fast_twin_kernel_us" in row:
         row["vs_fast_twin_kernel"] = row["fast_twin_kernel_us"] / row["prepared_kernel_us"]
+    if "decode_twin_kernel_us" in row:
+        row["decode_twin_vs_bf16_path_kernel"] = row["bf16_path_kernel_us"] / row["decode_twin_kernel_us"]
     return row
 

@@ -99,3 +99,30 @@ def solution_e4m3_byte():
     from ...fp4_dequant import e4m3_byte_of_code
 
     return e4m3_byte_of_code(0b1011)  # 0x8C = 140: -1.5 x 2^-6, so the multiplier is 64 x scale
+
+
+def check_setmaxnreg_budget(answer) -> bool:
+    """Predict: the decode twin with two MMA warpgroups runs 384 threads; ptxas gives every thread 168 registers at
+    entry. Its converter warpgroup drops to 64 with ``setmaxnreg.dec``. What is the most each of the two MMA
+    warpgroups may ask for with ``setmaxnreg.inc`` (a multiple of 8) without waiting forever?"""
+    return verdict("setmaxnreg for two MMA warpgroups", answer, solution_setmaxnreg_budget(),
+                   "setmaxnreg only moves registers the CTA already has: 384 x 168 in all. Take the converter's "
+                   "128 x 64 away, share the rest between 256 MMA threads, round down to a multiple of 8.")
+
+
+def solution_setmaxnreg_budget():
+    threads, entry, converter = 384, 168, 64
+    return (threads * entry - 128 * converter) // 256 // 8 * 8  # (64,512 - 8,192) / 256 = 220 -> 216
+
+
+def explain_setmaxnreg_budget() -> str:
+    """Why (64, 224) hung on an H200 while the emulator ran it."""
+    return ("With (64, 224) the warpgroups ask for 128 x 64 + 256 x 224 = 65,536 registers: the whole register file, "
+            "but the CTA was given 384 x 168 = 64,512 at launch (65,536 / 384 = 170.7, rounded down to 168 by "
+            "ptxas). setmaxnreg.inc waits until the warpgroups' setmaxnreg.dec have freed enough of the CTA's own "
+            "registers; the converter frees 128 x (168 - 64) = 13,312, the two MMA warpgroups need 256 x (224 - 168) "
+            "= 14,336, so they wait forever. The emulator executes setmaxnreg as a marker and keeps no register "
+            "pool, so it cannot see the shortfall: this is a rule of the hardware's allocator, checked now by "
+            "arithmetic (tests/test_dual_gemm_sm90_decode.py) instead. The fast twin asks for 128 x (96 + 2 x 208) "
+            "= 65,536 as well, but ptxas ignores its setmaxnreg (note C7508: the kernel does not state a register "
+            "count at entry), so its warps simply keep the 168 they start with.")
