@@ -342,6 +342,25 @@ def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
                     *dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))
 
 
+def _timing_setup(m, n, k, rounds, per_round, seed, what: str) -> tuple:
+    """The checks (before the tier), this GPU's spec, and the input copies every timing of one shape rotates
+    over (enough to span 4x the L2; the first, ``base``, has a NaN-poisoned output). Returns
+    ``(m, n, k, spec, base, sets)``."""
+    import torch
+
+    from . import bench
+    from .. import hardware
+
+    m, n, k, _ = fp4.check_problem(m, n, k)
+    check_int("rounds", rounds, lo=1)
+    check_int("per_round", per_round, lo=1)
+    tiers.require_tier("gpu", f"gemmlab.measure.dual_gemm.{what}")
+    spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
+    base = fp4.generate(m, n, k, seed=seed, device="cuda")
+    nsets = bench.input_sets(problem_bytes(m, n, k)["total"], spec.l2_mib * 2 ** 20)
+    return m, n, k, spec, base, [base] + [_copy_operands(base) for _ in range(nsets - 1)]
+
+
 def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, seed: int = 0,
               simple: bool = False) -> dict:
     """Time M x N x K on this GPU: the public call, its prepared launch, baselines (a) and (b), side by side.
@@ -355,16 +374,9 @@ def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, s
     import torch
 
     from . import bench
-    from .. import hardware
 
-    m, n, k, _ = fp4.check_problem(m, n, k)
-    check_int("rounds", rounds, lo=1)
-    check_int("per_round", per_round, lo=1)
-    tiers.require_tier("gpu", "gemmlab.measure.dual_gemm.time_case")
-    spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
-    base = fp4.generate(m, n, k, seed=seed, device="cuda")
-    nsets = bench.input_sets(problem_bytes(m, n, k)["total"], spec.l2_mib * 2 ** 20)
-    sets = [base] + [_copy_operands(base) for _ in range(nsets - 1)]
+    m, n, k, spec, base, sets = _timing_setup(m, n, k, rounds, per_round, seed, "time_case")
+    nsets = len(sets)
     weights = [prepare_stock(s.b1, s.b2, s.sfb1, s.sfb2) for s in sets]  # ahead of time: not timed
     out_a = [torch.empty_like(s.c) for s in sets]
     out_b = [torch.empty_like(s.c) for s in sets]
@@ -436,16 +448,9 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     import torch
 
     from . import bench
-    from .. import hardware
 
-    m, n, k, _ = fp4.check_problem(m, n, k)
-    check_int("rounds", rounds, lo=1)
-    check_int("per_round", per_round, lo=1)
-    tiers.require_tier("gpu", "gemmlab.measure.dual_gemm.time_vs_bf16")
-    spec = hardware.device_spec(torch.cuda.current_device()) or hardware.H100
-    base = fp4.generate(m, n, k, seed=seed, device="cuda")
-    nsets = bench.input_sets(problem_bytes(m, n, k)["total"], spec.l2_mib * 2 ** 20)
-    sets = [base] + [_copy_operands(base) for _ in range(nsets - 1)]
+    m, n, k, spec, base, sets = _timing_setup(m, n, k, rounds, per_round, seed, "time_vs_bf16")
+    nsets = len(sets)
     ref = fp4.reference(*base.inputs())
     gated_dual_gemm(*base.inputs(), out=base.c)  # compiles, then checked on the poisoned buffer
     torch.cuda.synchronize()
@@ -464,13 +469,15 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=3)
     kernels = {f"{name}_kernel": fns for name, fns in launches.items() if name != "gemmlab"}
     chosen = prepare_gated(*base.inputs(), out=base.c).plan.config
+    decode_ok = dec = None
     if isinstance(chosen, PipelinedConfig):
         if m <= DECODE_MAX_TOKENS:  # the decode twin beside the fast twin, same run (checked first)
             dec = choose_decode_config(m, n, k, spec.sms)
+            base.c.fill_(float("nan"))  # poisoned again: the fast twin's output is in it
             prepare_gated(*base.inputs(), out=base.c, config=dec)()
             torch.cuda.synchronize()
-            row_decode_ok = fp4.check_close(base.c, fp4.reference(*base.inputs())).ok
-            if row_decode_ok:
+            decode_ok = fp4.check_close(base.c, fp4.reference(*base.inputs())).ok
+            if decode_ok:
                 kernels["decode_twin_kernel"] = [prepare_gated(*s.inputs(), out=s.c, config=dec) for s in sets]
     else:  # the decode twin was chosen: the fast twin beside it, same run
         fast = PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))
@@ -478,6 +485,7 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     tk = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
     flops = problem_flops(m, n, k)
     row = dict(m=m, n=n, k=k, sets=nsets, bf16_sets=bsets, ok=res.ok, max_abs_err=res.max_abs_err,
+               decode_twin=None if decode_ok is None else dict(config=repr(dec), ok=decode_ok),
                nvfp4_bytes=problem_bytes(m, n, k)["total"], bf16_weight_bytes=ws[0].nbytes,
                fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6,
                compute_us=flops / (spec.peak_tflops("bf16") * 1e12) * 1e6,
