@@ -36,7 +36,7 @@ def test_burst_throughput_cannot_be_paired_with_the_held_clock(rows):
     # they ran at a higher (unrecorded) clock, which is why the calibration does not pair them.
     p = next(r for r in rows if r["device"] == H100 and r["shape"] == (4096, 4096, 7168))
     peak_at_held = 132 * 4096 * p["held_mhz"] * 1e6 / 1e12
-    assert round(peak_at_held) == 738 and p["burst_tflops"] > 800 > peak_at_held > p["measured_tflops"]
+    assert round(peak_at_held) == 738 and p["burst_tflops"] > 1.05 * peak_at_held > peak_at_held > p["measured_tflops"]
 
 
 def test_datasheet_model_misses_and_calibrated_model_does_not(rows):
