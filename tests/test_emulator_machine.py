@@ -45,6 +45,35 @@ def test_integer_arithmetic_wraps_and_shifts_clamp():
     assert out.tolist() == [(i - 1) if i else -1 for i in range(32)]
 
 
+def test_dp2a_and_dp4a_add_products_of_packed_fields():
+    # a = 0x0007FFFD + lane: halves (-3 + lane, 7), the low half carrying into the high from lane 3 on;
+    # b bytes 0..3 = (lane - 16, 2, 5, -1 as s8); c = 1000
+    out = run_lanes("""
+    add.u32 %r4, %r1, 0x0007FFFD;
+    sub.u32 %r5, %r1, 16;
+    and.b32 %r5, %r5, 0xFF;
+    or.b32 %r5, %r5, 0xFF050200;    // bytes: lane - 16, 2, 5, -1
+    dp2a.lo.s32.s32 %r6, %r4, %r5, 1000;
+    dp2a.hi.s32.s32 %r7, %r4, %r5, 0;
+    dp4a.s32.s32 %r8, %r5, %r5, 0;  // sum of squares of the four signed bytes
+    dp4a.u32.u32 %r9, %r5, 0x01010101, 0;  // sum of the four unsigned bytes
+    add.u32 %r2, %r6, %r7;
+    add.u32 %r2, %r2, %r8;
+    add.u32 %r2, %r2, %r9;
+    """)
+    want = []
+    for lane in range(32):
+        word = 0x0007FFFD + lane
+        a_lo, a_hi = [(h ^ 0x8000) - 0x8000 for h in (word & 0xFFFF, word >> 16)]  # signed halves
+        b = [lane - 16, 2, 5, -1]
+        lo = 1000 + a_lo * b[0] + a_hi * b[1]
+        hi = a_lo * b[2] + a_hi * b[3]
+        sq = sum(x * x for x in b)
+        usum = sum(x & 0xFF for x in b)
+        want.append(lo + hi + sq + usum)
+    assert out.tolist() == want
+
+
 def test_divergent_branches_reconverge():
     # odd lanes take one arm, even lanes the other; both meet at JOIN and store
     out = run_lanes("""

@@ -396,6 +396,13 @@ def launch_pipelined(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute
     tiled_mma = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
                                                   (2, 1, 1), tiler_mn=(64, BN), a_source=warpgroup.OperandSource.RMEM)
     pa, pb, sa, sb, fb = smem_layouts(cfg)
+    if cutlass.const_expr(cute.size(a, mode=[0]) == 1):
+        # one row: a static extent of 1 is folded away and A's and SFA's TMA copies would lose their row coordinate
+        # (a 1-d copy against a 2-d tensor map); a run-time row count keeps it (other M: the layouts are unchanged)
+        a = cute.make_tensor(a.iterator, cute.make_layout((Int32(1), cute.size(a, mode=[1])),
+                                                          stride=(cute.size(a, mode=[1]), 1)))
+        sfa = cute.make_tensor(sfa.iterator, cute.make_layout((Int32(1), cute.size(sfa, mode=[1])),
+                                                              stride=(cute.size(sfa, mode=[1]), 1)))
     (tma_a, tA), (tma_b1, tB1), (tma_b2, tB2), (tma_sa, tSA), (tma_sb1, tSB1), (tma_sb2, tSB2) = tma_atoms(
         (a, b1, b2, sfa, sfb1, sfb2), pa, pb, sa, sb, BN)
     m = cute.size(c, mode=[0])

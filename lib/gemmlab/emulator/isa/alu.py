@@ -626,6 +626,54 @@ def h_prmt(ctx):
     return run
 
 
+def _lanes(x, width: int, count: int, signed: bool):
+    """``count`` packed ``width``-bit fields of the uint32 array ``x``, as int64 (sign-extended when ``signed``)."""
+    out = []
+    for i in range(count):
+        f = ((x >> np.uint32(width * i)) & np.uint32((1 << width) - 1)).astype(np.int64)
+        if signed:
+            f = np.where(f >= 1 << (width - 1), f - (1 << width), f)
+        out.append(f)
+    return out
+
+
+@handler("dp4a", "dp2a")
+def h_dot_product(ctx):
+    """``dp4a.atype.btype d, a, b, c`` and ``dp2a.mode.atype.btype d, a, b, c`` (PTX ISA, integer arithmetic:
+    dp4a, dp2a): four (dp4a) or two (dp2a: 16-bit fields of ``a`` against bytes 0-1 of ``b`` for ``.lo``, 2-3 for
+    ``.hi``) products of packed fields, signed or unsigned per operand type, added to ``c``; 32 bits, wrapping.
+    ``d`` and ``c`` are ``.u32`` when both types are, else ``.s32``."""
+    two = ctx.parts[0] == "dp2a"
+    parts = ctx.parts[1:]
+    mode = None
+    if two:
+        if not parts or parts[0] not in ("lo", "hi"):
+            ctx.unsupported("dp2a without .lo or .hi:")
+        mode, parts = parts[0], parts[1:]
+    if len(parts) != 2 or any(t not in ("u32", "s32") for t in parts):
+        ctx.unsupported("operand types other than .u32 / .s32 in")
+    a_signed, b_signed = parts[0] == "s32", parts[1] == "s32"
+    dtype = "s32" if (a_signed or b_signed) else "u32"
+    d, a, b, c = ctx.inst.operands
+    ra, rb, rc, w = ctx.src(a, "b32"), ctx.src(b, "b32"), ctx.src(c, "b32"), ctx.dst(d, "b32")
+
+    def run(warp, mask):
+        bytes_b = _lanes(rb(warp), 8, 4, b_signed)
+        if two:
+            fields_a = _lanes(ra(warp), 16, 2, a_signed)
+            first = 0 if mode == "lo" else 2
+            pairs = zip(fields_a, bytes_b[first:first + 2])
+        else:
+            pairs = zip(_lanes(ra(warp), 8, 4, a_signed), bytes_b)
+        acc = rc(warp).astype(np.int64)
+        if dtype == "s32":
+            acc = np.where(acc >= 1 << 31, acc - (1 << 32), acc)
+        for x, y in pairs:
+            acc = acc + x * y
+        w(warp, mask, (acc & 0xFFFFFFFF).astype(np.uint32))
+    return run
+
+
 # ---------------------------------------------------------------------------------------------
 # Comparison and selection
 # ---------------------------------------------------------------------------------------------
