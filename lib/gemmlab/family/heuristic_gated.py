@@ -3,9 +3,11 @@
 On Hopper the fast twin (:mod:`gemmlab.kernels.dual_gemm_sm90_pipelined`) has one decision: the
 width of its tile, ``tile_n`` (32, 48 or 64 columns of each GEMM). Narrow tiles cost more
 dequantization per MMA (each CTA converts its own B rows and all 128 of its A rows), so the
-widest tile whose grid fills the GPU wins (:func:`choose_tile_n`). On Blackwell the SM100 kernel
-runs its default :class:`~gemmlab.family.configs.DualSm100Config` (compile-verified only: no
-B200 timed a choice).
+widest tile whose grid fills the GPU wins (:func:`choose_tile_n`). The decode twin
+(:mod:`gemmlab.kernels.dual_gemm_sm90_decode`, M <= 128) has its own choice (:func:`choose_decode_config`),
+which the public call takes only up to :data:`DECODE_UP_TO` rows (none until a GPU run has timed it). On
+Blackwell the SM100 kernel runs its default :class:`~gemmlab.family.configs.DualSm100Config` (compile-verified
+only: no B200 timed a choice).
 """
 from __future__ import annotations
 
@@ -73,7 +75,6 @@ def choose_decode_config(m: int, n: int, k: int, num_sms: int = H100.sms) -> Dec
 
     split = min((s for s in DECODE_SPLITS if s <= k_blocks), key=lambda s: (cost(s), s))
     return DecodeConfig(tokens, wgs, split, decode_max_stages(tokens, wgs, split))
-
 
 
 def choose_sm100(problem: GatedProblem, num_sms: int | None = None) -> DualSm100Config:

@@ -167,6 +167,15 @@ def tma_atoms(tensors, pa: cute.Layout, pb: cute.Layout, sa: cute.Layout, sb: cu
 
 
 @cute.jit
+def with_runtime_rows(t: cute.Tensor, rows) -> cute.Tensor:
+    """Row-major ``t`` (rows, bytes) with its row count ``rows`` as a run-time ``Int32``. A static extent of 1 is
+    folded away, so a one-row operand's TMA copies would lose their row coordinate (a 1-d copy against a 2-d tensor
+    map: the GPU faults, the emulator refuses it); a run-time extent keeps it."""
+    width = cute.size(t, mode=[1])
+    return cute.make_tensor(t.iterator, cute.make_layout((Int32(rows), width), stride=(width, 1)))
+
+
+@cute.jit
 def gate_epilogue(thr_mma, acc1: cute.Tensor, acc2: cute.Tensor, mC: cute.Tensor, m_tile, n_tile,
                   bn: cutlass.Constexpr):
     """``silu(acc1) * acc2`` in FP32, FP16 out, stored from the registers, predicated on M and N (both twins)."""

@@ -95,7 +95,8 @@ from ..family.heuristic_gated import choose_decode_config
 from ..family.problem import check_gated_sizes
 from ..fp4_dequant import fp4x8_to_f16, scale_f16x2
 from ..ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
-from .dual_gemm_sm90 import check_devices, check_sm90_target, compile_with_pointers, fake_operands, operands_2d
+from .dual_gemm_sm90 import (check_devices, check_sm90_target, compile_with_pointers, fake_operands, operands_2d,
+                             with_runtime_rows)
 from .dual_gemm_sm90_pipelined import convert_a
 
 SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
@@ -460,12 +461,9 @@ def launch_decode(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute.Te
     g2s = cpasync.CopyBulkTensorTileG2SOp()
     m = cute.size(c, mode=[0])
     n = cute.size(c, mode=[1])
-    # the tokens' row extent as a run-time value: a static extent of 1 (M = 1) is folded away, and A's and SFA's
-    # TMA copies would lose their row coordinate (a 1-d copy against a 2-d tensor map)
+    # the tokens' row extent as a run-time value, at every M (M = 1 would lose A's and SFA's row coordinate)
     a_bytes = cute.size(a, mode=[1])
-    sf_bytes = cute.size(sfa, mode=[1])
-    a = cute.make_tensor(a.iterator, cute.make_layout((Int32(m), a_bytes), stride=(a_bytes, 1)))
-    sfa = cute.make_tensor(sfa.iterator, cute.make_layout((Int32(m), sf_bytes), stride=(sf_bytes, 1)))
+    a, sfa = with_runtime_rows(a, m), with_runtime_rows(sfa, m)
     atoms = []
     for i, tns in enumerate((b1, b2, a, sfb1, sfb2, sfa)):
         layout = (pw, pw, px, sw, sw, sx)[i]

@@ -60,7 +60,7 @@ from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K
 from ..family.heuristic_gated import choose_tile_n
 from ..family.problem import check_gated_sizes
 from .dual_gemm_sm90 import (check_devices, check_sm90_target, compile_with_pointers, fake_operands, gate_epilogue,
-                             operands_2d, tma_atoms, tma_copies)
+                             operands_2d, tma_atoms, tma_copies, with_runtime_rows)
 from ..fp4_dequant import fp4x8_to_f16, gather_bytes, scale_f16x2
 from ..ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
 from ..pipeline import DevicePipelineState
@@ -396,13 +396,8 @@ def launch_pipelined(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute
     tiled_mma = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
                                                   (2, 1, 1), tiler_mn=(64, BN), a_source=warpgroup.OperandSource.RMEM)
     pa, pb, sa, sb, fb = smem_layouts(cfg)
-    if cutlass.const_expr(cute.size(a, mode=[0]) == 1):
-        # one row: a static extent of 1 is folded away and A's and SFA's TMA copies would lose their row coordinate
-        # (a 1-d copy against a 2-d tensor map); a run-time row count keeps it (other M: the layouts are unchanged)
-        a = cute.make_tensor(a.iterator, cute.make_layout((Int32(1), cute.size(a, mode=[1])),
-                                                          stride=(cute.size(a, mode=[1]), 1)))
-        sfa = cute.make_tensor(sfa.iterator, cute.make_layout((Int32(1), cute.size(sfa, mode=[1])),
-                                                              stride=(cute.size(sfa, mode=[1]), 1)))
+    if cutlass.const_expr(cute.size(a, mode=[0]) == 1):  # one row only: other M keep the PTX the GPUs ran
+        a, sfa = with_runtime_rows(a, 1), with_runtime_rows(sfa, 1)
     (tma_a, tA), (tma_b1, tB1), (tma_b2, tB2), (tma_sa, tSA), (tma_sb1, tSB1), (tma_sb2, tSB2) = tma_atoms(
         (a, b1, b2, sfa, sfb1, sfb2), pa, pb, sa, sb, BN)
     m = cute.size(c, mode=[0])
