@@ -5,6 +5,7 @@
     python benchmarks/dual_gemm.py all
     python benchmarks/dual_gemm.py probe    # where the fast twin's time goes: its variants, kernels alone
     python benchmarks/dual_gemm.py bf16     # against the BF16 path a Hopper user would otherwise take (10 shapes)
+    python benchmarks/dual_gemm.py decode   # every decode-twin configuration beside the fast twin, M <= 128
 
 ``check``: every output poisoned with NaN first, rtol = atol = 1e-3 (``gemmlab.nvfp4.check_close``); baseline
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
@@ -154,6 +155,29 @@ def bench_bf16(out_dir=None, shapes=dg.BF16_PATH_SHAPES, rounds=10, per_round=5)
 
 
 # --------------------------------------------------------------------------------------
+# decode: every decode-twin configuration beside the fast twin (kernels alone)
+# --------------------------------------------------------------------------------------
+
+
+def bench_decode(out_dir=None, shapes=dg.DECODE_SWEEP_SHAPES, rounds=5, per_round=5):
+    docs = []
+    for i, (m, n, k) in enumerate(shapes):
+        try:
+            doc = dg.sweep_decode(m, n, k, rounds=rounds, per_round=per_round, seed=400 + i)
+        except Exception:  # noqa: BLE001 - one failed shape is one failed row
+            doc = {"m": m, "n": n, "k": k, "rows": [], "error": traceback.format_exc()[-1500:]}
+            print(f"{m} x {n} x {k}: FAILED\n{doc['error']}", flush=True)
+        docs.append(doc)
+        for r in doc["rows"]:
+            mark = " <- chosen" if r["config"] == doc.get("chosen") else ""
+            us = f"{r['kernel_us']:8.1f}" if "kernel_us" in r else "    --  "
+            print(f"{m:>4}x{n:>5}x{k:>5} {us} us ok={r['ok']} {r['config']}{mark}", flush=True)
+        torch.cuda.empty_cache()
+    return _write("dual_gemm_decode", {"shapes": docs, "clocks": bench.gpu_clocks(), "rounds": rounds,
+                                       "per_round": per_round}, out_dir)
+
+
+# --------------------------------------------------------------------------------------
 # probe: the fast twin's variants and its two halves alone
 # --------------------------------------------------------------------------------------
 
@@ -214,7 +238,7 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16"))
+    p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16", "decode"))
     p.add_argument("--out", default=None, help="write the JSON here instead of results/<device>/")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--decode-only", action="store_true", help="bf16: only the shapes with M <= 128")
@@ -232,6 +256,8 @@ def main(argv=None):
     if args.what == "bf16":
         shapes = [s for s in dg.BF16_PATH_SHAPES if s[0] <= 128 or not args.decode_only]
         bench_bf16(args.out, shapes=shapes, rounds=args.rounds)
+    if args.what == "decode":
+        bench_decode(args.out)
     return 0 if ok else 1
 
 

@@ -77,17 +77,57 @@ def test_config_rejects_bad_types(kwargs):
         DecodeConfig(**kwargs)
 
 
-@pytest.mark.parametrize("m, n, k, want", [
-    (1, 4096, 7168, (16, 2, 4)),     # 32 row blocks: split 4 fills 128 of 132 SMs
-    (64, 4096, 7168, (64, 2, 4)),
-    (128, 4096, 7168, (128, 1, 2)),  # 64 blocks x 2 = 128 CTAs (4 would be two waves of half the k-blocks: a tie)
-    (64, 14336, 4096, (64, 2, 1)),   # 112 blocks already fill the GPU
-    (1, 64, 256, (16, 2, 1)),        # one k-block: nothing to split
+@pytest.mark.parametrize("m, n, k, clusters, want", [
+    # 64 row blocks of one warpgroup, split 2: 64 pairs fit the H100's 66 at once, 14 k-blocks each: 23.4 us modelled;
+    # two warpgroups, split 4 would need 32 quads where 30 fit (two waves): 41.4 us
+    (1, 4096, 7168, None, (16, 1, 2)),
+    # only 20 pairs at once: split 2 takes 4 waves; no split, 28 k-blocks a CTA, one wave is best (33.5 us)
+    (1, 4096, 7168, (132, 20, 30), (16, 1, 1)),
+    (64, 14336, 4096, None, (64, 2, 1)),   # 112 row blocks of 128 already fill the GPU
+    (1, 64, 256, None, (16, 1, 1)),        # one k-block: nothing to split; one row block
+    (128, 4096, 7168, None, (128, 1, 2)),  # two warpgroups at 128 tokens fit no ring
 ])
-def test_choose_decode_config(m, n, k, want):
-    cfg = d.choose_decode_config(m, n, k)
+def test_choose_decode_config(m, n, k, clusters, want):
+    cfg = d.choose_decode_config(m, n, k, clusters=clusters)
     assert (cfg.tokens, cfg.mma_warpgroups, cfg.split) == want
     assert cfg.stages == decode_max_stages(cfg.tokens, cfg.mma_warpgroups, cfg.split)
+
+
+def test_decode_cost_worked_example():
+    from gemmlab.family.heuristic_gated import DECODE_COST, decode_cost
+
+    c0, c_work, c_tokens, c_wave, c_split = DECODE_COST
+    # 4096 rows / 64 = 64 row blocks, 64 pairs fit at once: one wave of 7168 / 256 / 2 = 14 k-blocks, 16 tokens
+    got = decode_cost(DecodeConfig(16, 1, 2, 6), 4096, 7168, (132, 66, 30))
+    assert got == pytest.approx(c0 + 14 * (c_work + c_tokens / 4) + c_wave + c_split)
+    # 65 pairs fit at most 64: halve the pairs, two waves
+    got2 = decode_cost(DecodeConfig(16, 1, 2, 6), 4096, 7168, (132, 32, 30))
+    assert got2 == pytest.approx(c0 + 28 * (c_work + c_tokens / 4) + 2 * c_wave + c_split)
+
+
+def test_decode_choice_against_the_h100_sweep():
+    """On every shape the H100 sweep timed, the model's pick (on that GPU's cluster capacity, from the driver) ran
+    within 25 % of the sweep's fastest configuration, and it beat the fast twin wherever the public call takes it."""
+    import json
+    from pathlib import Path
+
+    from gemmlab.family.heuristic_gated import DECODE_UP_TO
+
+    doc = json.loads((Path(__file__).parents[1] / "results/nvidia-h100-80gb-hbm3/dual_gemm_decode.json").read_text())
+    checked = 0
+    for shape in doc["shapes"]:
+        times = {r["config"]: r["kernel_us"] for r in shape["rows"] if r.get("ok") and "kernel_us" in r}
+        decode = {c: t for c, t in times.items() if c.startswith("DecodeConfig")}
+        if not decode:
+            continue
+        pick = repr(d.choose_decode_config(shape["m"], shape["n"], shape["k"],
+                                           clusters=tuple(shape.get("clusters") or (132, 66, 30))))
+        assert times[pick] <= 1.25 * min(decode.values()), (shape["m"], shape["n"], shape["k"], pick)
+        if shape["m"] <= DECODE_UP_TO:
+            fast = [t for c, t in times.items() if c.startswith("PipelinedConfig")]
+            assert times[pick] < min(fast)
+        checked += 1
+    assert checked >= 9
 
 
 # ---------------------------------------------------------------- refusals, before any compile

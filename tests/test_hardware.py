@@ -182,3 +182,19 @@ def test_sm_count_matches_the_device():
     import torch
 
     assert hw.sm_count() == torch.cuda.get_device_properties(0).multi_processor_count > 0
+
+
+@pytest.mark.parametrize("size, exc", [(0, ValueError), (9, ValueError), (2.0, TypeError), ("4", TypeError)])
+def test_max_active_clusters_rejects_bad_sizes(size, exc):
+    with pytest.raises(exc, match="size"):
+        hw.max_active_clusters(size)
+
+
+@pytest.mark.gpu
+def test_max_active_clusters_on_this_gpu():
+    """One CTA per SM: clusters of 1 fill every SM; a cluster's CTAs share a GPC, so pairs and quads fit at most
+    SMs / size, and at least one of each fits."""
+    sms = hw.sm_count()
+    assert hw.max_active_clusters(1) == sms
+    for size in (2, 4):
+        assert 1 <= hw.max_active_clusters(size) <= sms // size

@@ -212,6 +212,60 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+#: An empty kernel, loaded only to ask the driver how many clusters of a size fit at once.
+_EMPTY_PTX = b".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry gemmlab_empty() { ret; }\n"
+
+
+def max_active_clusters(size: int, device=None, *, threads: int = 384, smem_bytes: int = 200 * 1024) -> int:
+    """How many clusters of ``size`` CTAs (1, 2, 4 or 8) device ``device`` (default: the current one) runs at once when
+    each CTA takes ``threads`` threads and ``smem_bytes`` of shared memory (the default: one CTA per SM, as the
+    decode twin does), as the driver reports it (``cuOccupancyMaxActiveClusters`` on an empty kernel).
+
+    Not simply SMs / size: a cluster's CTAs share one GPC, and an H100's 132 SMs sit in GPCs of unequal size, so
+    clusters of 4 leave SMs idle. Queried once per (device, size, threads, smem) and cached.
+    """
+    from .checks import check_int
+
+    check_int("size", size, lo=1, hi=8)
+    import torch
+
+    index = torch.cuda.current_device() if device is None else torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    return _max_active_clusters(index, size, threads, smem_bytes)
+
+
+@functools.lru_cache(maxsize=None)
+def _max_active_clusters(index: int, size: int, threads: int, smem_bytes: int) -> int:
+    import torch
+    from cuda.bindings import driver as cu
+
+    def ok(res):
+        err, *rest = res if isinstance(res, tuple) else (res,)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"max_active_clusters: the driver answered {err}")
+        return rest[0] if len(rest) == 1 else rest
+
+    with torch.cuda.device(index):
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # the primary context, current
+        mod = ok(cu.cuModuleLoadData(_EMPTY_PTX))
+        fn = ok(cu.cuModuleGetFunction(mod, b"gemmlab_empty"))
+        ok(cu.cuFuncSetAttribute(fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 smem_bytes))
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = size * 1024, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
+        cfg.sharedMemBytes = smem_bytes
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = size, 1, 1
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        n = int(ok(cu.cuOccupancyMaxActiveClusters(fn, cfg)))
+        ok(cu.cuModuleUnload(mod))
+    return n
+
+
 @functools.lru_cache(maxsize=None)
 def device_spec(index: int = 0) -> GPUSpec | None:
     """The datasheet spec of CUDA device ``index``, if it is one of the course's GPUs (else None)."""

@@ -5,7 +5,7 @@ width of its tile, ``tile_n`` (32, 48 or 64 columns of each GEMM). Narrow tiles 
 dequantization per MMA (each CTA converts its own B rows and all 128 of its A rows), so the
 widest tile whose grid fills the GPU wins (:func:`choose_tile_n`). The decode twin
 (:mod:`gemmlab.kernels.dual_gemm_sm90_decode`, M <= 128) has its own choice (:func:`choose_decode_config`),
-which the public call takes only up to :data:`DECODE_UP_TO` rows (none until a GPU run has timed it). On
+which the public call takes up to :data:`DECODE_UP_TO` rows, from a time model fitted to an H100's timings. On
 Blackwell the SM100 kernel runs its default :class:`~gemmlab.family.configs.DualSm100Config` (compile-verified
 only: no B200 timed a choice).
 """
@@ -15,8 +15,8 @@ import functools
 
 from ..hardware import H100
 from .. import nvfp4 as fp4
-from .configs import (DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, DECODE_WG_ROWS, GATED_TILE_M,
-                      PIPELINED_TILE_NS, DecodeConfig, DualSm100Config, PipelinedConfig, decode_max_stages)
+from .configs import (DECODE_MMA_WARPGROUPS, DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, GATED_TILE_M, PIPELINED_TILE_NS,
+                      DecodeConfig, DualSm100Config, PipelinedConfig, decode_max_stages)
 from .problem import GatedProblem
 
 #: The share of the last wave's SMs a tile width must keep busy to be taken (else the best-filled one).
@@ -41,40 +41,74 @@ def choose_tile_n(m: int, n: int, num_sms: int = H100.sms) -> int:
     return max(sorted(PIPELINED_TILE_NS, reverse=True), key=fill)
 
 
-def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms) -> PipelinedConfig | DecodeConfig:
-    """The Hopper configuration for ``problem`` on ``num_sms`` SMs: the decode twin's
-    (:func:`choose_decode_config`) up to :data:`DECODE_UP_TO` rows (none yet), else the fast twin's."""
+def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[int, ...] | None = None
+                ) -> PipelinedConfig | DecodeConfig:
+    """The Hopper configuration for ``problem`` on ``num_sms`` SMs: the decode twin's (:func:`choose_decode_config`,
+    given the GPU's ``clusters`` capacity) up to :data:`DECODE_UP_TO` rows, else the fast twin's."""
     if problem.m <= DECODE_UP_TO:
-        return choose_decode_config(problem.m, problem.n, problem.k, num_sms)
+        return choose_decode_config(problem.m, problem.n, problem.k, num_sms, clusters)
     return PipelinedConfig(tile_n=choose_tile_n(problem.m, problem.n, num_sms))
 
 
-#: The most rows of A for which the public call runs the decode twin; 0: never, for now. The decode twin takes up to
-#: DECODE_MAX_TOKENS rows and is correct on the emulator at every configuration, and on an H200 with one MMA
-#: warpgroup without split-K (2026-11-27); its two-warpgroup form hung there (setmaxnreg asked for more registers than
-#: the CTA started with, since fixed but not yet run on a GPU), and no timing of it exists. It is chosen here once a
-#: GPU run has shown it correct in every form and faster than the fast twin (``benchmarks/dual_gemm.py bf16``).
-DECODE_UP_TO = 0
+#: The most rows of A for which the public call runs the decode twin. Timed on an H100 (2026-11-27,
+#: ``benchmarks/dual_gemm.py decode``): at M = 1, 32 and 64 on 4096 x 7168, 3072 x 4096 and 14336 x 4096 weights its best
+#: configuration took 0.38 to 0.65 of the fast twin's time; at M = 128 the configuration then chosen took 0.87 of the
+#: fast twin's time on 4096 x 7168 and 1.47 on 14336 x 4096, so from 65 rows the fast twin keeps the job until
+#: M = 65..128 is timed with every configuration. Correct on that H100 in every form (one or two MMA warpgroups,
+#: split 1, 2, 4).
+DECODE_UP_TO = 64
+
+#: Clusters of 1, 2 and 4 CTAs an H100 runs at once with one CTA per SM, where the plan cannot ask the driver
+#: (:func:`gemmlab.hardware.max_active_clusters`): 132 SMs; 66 pairs; 30 quads, inferred from the decode sweep (32
+#: clusters of 4 took as long as a wave and a half). A cluster's CTAs share a GPC, and the GPCs are of unequal size.
+H100_CLUSTERS = (132, 66, 30)
+
+#: The decode twin's time model, microseconds, fitted by least squares to the 54 configurations the H100 sweep timed
+#: (2026-11-27; 4 us rms; its pick is 2.5 % slower than the sweep's best on average): a fixed cost; per 64 weight
+#: rows x k-block a CTA streams, summed over waves (an MMA warp's conversions are the bottleneck); the same scaled by
+#: tokens / 64 (the token tile's WGMMA columns); per wave; and split-K's reduction.
+DECODE_COST = (3.25, 0.72, 0.60, 5.85, 2.07)
 
 
-def choose_decode_config(m: int, n: int, k: int, num_sms: int = H100.sms) -> DecodeConfig:
-    """A configuration for an M x N x K decode (M <= 128), from a model of a weight stream, not from timings.
+def decode_cost(cfg: DecodeConfig, n: int, k: int, clusters: tuple[int, ...]) -> float:
+    """:data:`DECODE_COST`'s model of ``cfg``'s time at N x K, in microseconds, on a GPU running ``clusters[i]``
+    clusters of ``DECODE_SPLITS[i]`` CTAs at once."""
+    blocks = -(-n // cfg.rows)
+    waves = -(-blocks // clusters[DECODE_SPLITS.index(cfg.split)])
+    work = waves * -(-(k // fp4.K_MULTIPLE) // cfg.split) * cfg.mma_warpgroups
+    c0, c_work, c_tokens, c_wave, c_split = DECODE_COST
+    return c0 + work * (c_work + c_tokens * cfg.tokens / 64) + c_wave * waves + c_split * (cfg.split > 1)
 
-    ``tokens``: M rounded up to 16; two MMA warpgroups (128 weight rows a CTA) up to 64 tokens, where they keep
-    four stages, one above. ``split``: the one of 1, 2, 4 that minimises waves x k-blocks per CTA (every CTA
-    streams its own weights; a wave of CTAs shares the GPU's bandwidth), the smaller on a tie (less to reduce).
-    ``stages``: as deep as shared memory allows (at most 6).
-    """
+
+def decode_candidates(m: int, k: int) -> list[DecodeConfig]:
+    """Every decode-twin configuration for M rows and K: tokens = M rounded up to 16, one or two MMA warpgroups,
+    split 1, 2 or 4 (no more than the k-blocks), the deepest ring that fits shared memory (two warpgroups at 128
+    tokens fit none)."""
     tokens = -(-m // DECODE_TOKEN_MULTIPLE) * DECODE_TOKEN_MULTIPLE
-    wgs = 2 if tokens <= 64 else 1
-    blocks = -(-n // (DECODE_WG_ROWS * wgs))
-    k_blocks = k // fp4.K_MULTIPLE
+    out = []
+    for wgs in DECODE_MMA_WARPGROUPS:
+        for split in DECODE_SPLITS:
+            if split > k // fp4.K_MULTIPLE:
+                continue
+            try:
+                out.append(DecodeConfig(tokens, wgs, split, decode_max_stages(tokens, wgs, split)))
+            except ValueError:  # not even the shallowest ring fits
+                pass
+    return out
 
-    def cost(s):
-        return -(-blocks * s // num_sms) * -(-k_blocks // s)
 
-    split = min((s for s in DECODE_SPLITS if s <= k_blocks), key=lambda s: (cost(s), s))
-    return DecodeConfig(tokens, wgs, split, decode_max_stages(tokens, wgs, split))
+@functools.lru_cache(maxsize=1024)
+def choose_decode_config(m: int, n: int, k: int, num_sms: int = H100.sms,
+                         clusters: tuple[int, ...] | None = None) -> DecodeConfig:
+    """The decode twin's configuration for M x N x K (M <= 128): the candidate (:func:`decode_candidates`) of least
+    modelled time (:func:`decode_cost`), the fewer MMA warpgroups and the smaller split on a tie.
+
+    ``clusters``: how many clusters of 1, 2 and 4 CTAs the GPU runs at once (the plan asks the driver); None: an
+    H100's (:data:`H100_CLUSTERS`) scaled to ``num_sms``.
+    """
+    if clusters is None:
+        clusters = tuple(max(1, c * num_sms // H100.sms) for c in H100_CLUSTERS)
+    return min(decode_candidates(m, k), key=lambda c: (decode_cost(c, n, k, clusters), c.mma_warpgroups, c.split))
 
 
 def choose_sm100(problem: GatedProblem, num_sms: int | None = None) -> DualSm100Config:

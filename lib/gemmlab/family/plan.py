@@ -36,8 +36,8 @@ import time
 
 from .. import hardware, tiers
 from . import heuristic_gated, heuristic_grouped
-from .configs import (DESC_WORDS, TABLE_COLUMNS, DecodeConfig, PipelinedConfig, Sm90Config, Sm100Config,
-                      effective_splits, slots_per_cta)
+from .configs import (DECODE_SPLITS, DESC_WORDS, TABLE_COLUMNS, DecodeConfig, PipelinedConfig, Sm90Config,
+                      Sm100Config, effective_splits, slots_per_cta)
 from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
 from .problem import (GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, offs_rule, pad_rows,
                       problem_of)
@@ -527,6 +527,16 @@ class GatedPlan:
         return f"GatedPlan({p.m}x{p.n}x{p.k}, {self.arch}: {self.config})"
 
 
+def gated_sm90_config(problem: GatedProblem, device) -> PipelinedConfig | DecodeConfig:
+    """The heuristic's Hopper configuration on ``device``: its SMs, and for the decode twin the clusters of 1, 2 and 4
+    CTAs the driver says it runs at once (one CTA per SM, as the decode twin takes)."""
+    sms = hardware.sm_count(device)
+    clusters = None
+    if problem.m <= heuristic_gated.DECODE_UP_TO:
+        clusters = tuple(hardware.max_active_clusters(s, device) for s in DECODE_SPLITS)
+    return heuristic_gated.choose_sm90(problem, sms, clusters)
+
+
 def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
     """The plan of ``problem`` for ``tensors`` (a, b1, b2, sfa, sfb1, sfb2, out, as
     :func:`~gemmlab.family.problem.gated_problem` accepted them) on this machine: the architecture's heuristic
@@ -540,7 +550,7 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
         raise AssertionError("unreachable: require_tier accepted a cpu tier")  # pragma: no cover
     from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
 
-    cfg = config or heuristic_gated.choose_sm90(problem)
+    cfg = config or gated_sm90_config(problem, tensors[0].device)
     if not isinstance(cfg, (PipelinedConfig, DecodeConfig)):
         raise TypeError(f"cfg must be a PipelinedConfig or a DecodeConfig; got {type(cfg).__name__}")
     check_cuda(*tensors)
@@ -564,7 +574,7 @@ def prepare_gated(a, b1, b2, sfa, sfb1, sfb2, out, config=None):
         from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
 
         check_cuda(a, b1, b2, sfa, sfb1, sfb2, out)
-        plan = GatedPlan(problem, config or heuristic_gated.choose_sm90(problem), "sm90", tuple(out.stride()))
+        plan = GatedPlan(problem, config or gated_sm90_config(problem, a.device), "sm90", tuple(out.stride()))
         run = plan.bind(a, b1, b2, sfa, sfb1, sfb2, out)
         run.plan = plan
         return run

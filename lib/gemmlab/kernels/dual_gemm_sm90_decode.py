@@ -64,13 +64,13 @@ Roles (128 threads per warpgroup; warpgroups 1 .. ``mma_warpgroups`` multiply)::
     warpgroup 0     warp 0 first: load k-block kb + stages - 2 (wait empty[s]; expect_tx(full[s]); 15 TMA boxes)
                     all 4 warps, per k-block: wait full[s]; per slice j: load A(j + 1) bytes; wait bempty[j];
                       convert A(j) into FP16 buffer j; fence.proxy.async; arrive bfull[j];
-                      after the 4 slices: arrive empty[s]; split > 1: both cluster barriers
+                      after the 4 slices: arrive empty[s]; split > 1: a CTA barrier, both cluster barriers
     warpgroups 1-2  per k-block: wait full[s]; per slice j >= 1: wgmma.wait_group 1 -> arrive bempty[(j - 2) % 4]
                       -> convert W1(j) while W2(j) loads, W2(j) while W1(j + 1) loads (last: arrive empty[s])
                       -> wait bfull[j] -> wgmma.fence; 4 x (acc1 += W1 A^T, acc2 += W2 A^T); commit
                     end of the k-block: wgmma.wait_group 1 -> arrive bempty[2]
                     split = 1: wait 0; silu(acc1) * acc2 -> FP16 -> C^T (predicated)
-                    split > 1: wait 0; (two warpgroups: named barrier) partials -> own shared memory;
+                    split > 1: wait 0; CTA barrier (the converter's writes are done); partials -> own shared memory;
                       cluster barrier; reduce this CTA's share over the cluster (ld.shared::cluster)
                       -> gate -> C^T; cluster barrier
 """
@@ -101,7 +101,6 @@ from .dual_gemm_sm90_pipelined import convert_a
 
 SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
 CONVERTER_THREADS = 128
-MMA_BARRIER = 1  #: named barrier of the MMA warpgroups (0 is __syncthreads)
 #: setmaxnreg per role, by MMA warpgroups: (converter, MMA). setmaxnreg only moves registers the CTA started with:
 #: 128 x (converter + w x MMA) must not exceed threads x the entry count (384 x 168 = 64,512 with two MMA
 #: warpgroups). (64, 224) asked for 65,536 and hung on an H200 (the MMA warps waited forever in setmaxnreg.inc);
@@ -302,6 +301,9 @@ def decode_kernel(
             if lane == 0:
                 cute.arch.mbarrier_arrive(empty + stage)
         if cutlass.const_expr(SPLIT > 1):
+            # every FP16 buffer write of ours is done before the MMA warpgroups write their partials over the buffers
+            # (the mbarriers already order them; this barrier makes it plain, and compute-sanitizer's racecheck sees it)
+            cute.arch.sync_threads()
             # the cluster barriers count every thread of the cluster: take part rather than rely on exited threads
             cute.arch.cluster_arrive()
             cute.arch.cluster_wait()
@@ -388,9 +390,9 @@ def decode_kernel(
                     tCgC[i] = gate(acc1[i], acc2[i]).to(Float16)
         else:
             V = cute.size(acc1)  # values per thread and accumulator
-            if cutlass.const_expr(cfg.mma_warpgroups > 1):
-                # the other warpgroup may still read the ring or the FP16 buffers the partials overwrite
-                cute.arch.barrier(barrier_id=MMA_BARRIER, number_of_threads=MT)
+            # the whole CTA: the converter's last FP16 writes and the other MMA warpgroup's last reads of the ring and
+            # the buffers come before the partials overwrite them
+            cute.arch.sync_threads()
             part = cute.recast_ptr(fRaw, dtype=Float32)
             for j in cutlass.range(V, unroll_full=True):  # fragment order: value j of thread i at word j MT + i
                 st_shared_f32(part + (j * MT + ctid), acc1[j])

@@ -342,6 +342,14 @@ def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
                     *dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))
 
 
+def device_clusters() -> tuple[int, ...]:
+    """Clusters of 1, 2 and 4 CTAs the current GPU runs at once, one CTA per SM (the decode twin's choice needs them)."""
+    from .. import hardware
+    from ..family.configs import DECODE_SPLITS
+
+    return tuple(hardware.max_active_clusters(s) for s in DECODE_SPLITS)
+
+
 def _timing_setup(m, n, k, rounds, per_round, seed, what: str) -> tuple:
     """The checks (before the tier), this GPU's spec, and the input copies every timing of one shape rotates
     over (enough to span 4x the L2; the first, ``base``, has a NaN-poisoned output). Returns
@@ -472,7 +480,7 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     decode_ok = dec = None
     if isinstance(chosen, PipelinedConfig):
         if m <= DECODE_MAX_TOKENS:  # the decode twin beside the fast twin, same run (checked first)
-            dec = choose_decode_config(m, n, k, spec.sms)
+            dec = choose_decode_config(m, n, k, spec.sms, device_clusters())
             base.c.fill_(float("nan"))  # poisoned again: the fast twin's output is in it
             prepare_gated(*base.inputs(), out=base.c, config=dec)()
             torch.cuda.synchronize()
@@ -504,3 +512,43 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
         row["decode_twin_vs_bf16_path_kernel"] = row["bf16_path_kernel_us"] / row["decode_twin_kernel_us"]
     return row
 
+
+
+#: The decode sweep's shapes: M from one token to the twin's 128 (96: two MMA warpgroups still fit), on three weight shapes (DeepSeek-V3's and GPU
+#: MODE's 4096 x 7168, GPU MODE's 3072 x 4096, and a wide FFN, 14336 x 4096).
+DECODE_SWEEP_SHAPES = tuple((m, n, k) for n, k in ((4096, 7168), (3072, 4096), (14336, 4096))
+                            for m in (1, 32, 64, 96, 128))
+
+
+def sweep_decode(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:
+    """Every decode-twin configuration at M x N x K (:func:`~gemmlab.family.heuristic_gated.decode_candidates`)
+    beside the fast twin the heuristic would pick, kernels alone (``gpu_only``), on inputs rotated over 4x the L2. Each
+    configuration is first checked on a NaN-poisoned output against the FP32 reference; one that fails is
+    recorded with ``ok`` False and not timed. Returns ``{"m", "n", "k", "chosen", "clusters", "rows": [...]}``
+    (``chosen``: :func:`choose_decode_config`'s pick on this GPU's cluster capacity ``clusters``), each row a
+    configuration's ``config``, ``ok`` and ``kernel_us``."""
+    import torch
+
+    from . import bench
+    from ..family.heuristic_gated import decode_candidates
+
+    m, n, k, spec, base, sets = _timing_setup(m, n, k, rounds, per_round, seed, "sweep_decode")
+    configs = [PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))]
+    configs += decode_candidates(m, k)
+    ref = fp4.reference(*base.inputs())
+    rows, kernels = [], {}
+    for cfg in configs:
+        base.c.fill_(float("nan"))
+        prepare_gated(*base.inputs(), out=base.c, config=cfg)()
+        torch.cuda.synchronize()
+        ok = fp4.check_close(base.c, ref).ok
+        rows.append(dict(config=repr(cfg), ok=ok))
+        if ok:
+            kernels[repr(cfg)] = [prepare_gated(*s.inputs(), out=s.c, config=cfg) for s in sets]
+    t = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=2, gpu_only=True)
+    for row in rows:
+        if row["config"] in t:
+            row["kernel_us"] = t[row["config"]]["median_ms"] * 1e3
+    return dict(m=m, n=n, k=k, chosen=repr(choose_decode_config(m, n, k, spec.sms, device_clusters())), rows=rows,
+                clusters=device_clusters(),
+                fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6)
