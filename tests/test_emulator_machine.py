@@ -124,6 +124,23 @@ def test_cvt_packs_a_into_the_upper_half():
     assert out[0].item() == 0x3F80_4000  # bf16(1.0) = 0x3F80 upper, bf16(2.0) = 0x4000 lower
 
 
+def test_packed_f16x2_arithmetic_keeps_each_half_in_place():
+    """mul and fma .f16x2 work on each 16-bit half and leave it where it was (PTX ISA, half-precision arithmetic):
+    (lo 1, hi 2) x (lo 3, hi 5) = (lo 3, hi 10); + (lo 1, hi 2) = (lo 4, hi 12)."""
+    out = run_lanes("""
+    mov.b32 %r3, 0x40003C00;      // hi 2.0, lo 1.0
+    mov.b32 %r4, 0x45004200;      // hi 5.0, lo 3.0
+    mul.rn.f16x2 %r2, %r3, %r4;
+    """)
+    assert out[0].item() == 0x4900_4200  # f16(10.0) = 0x4900 upper, f16(3.0) = 0x4200 lower
+    out = run_lanes("""
+    mov.b32 %r3, 0x40003C00;
+    mov.b32 %r4, 0x45004200;
+    fma.rn.f16x2 %r2, %r3, %r4, %r3;
+    """)
+    assert out[0].item() == 0x4A00_4400  # f16(12.0) upper, f16(4.0) lower
+
+
 def test_out_of_bounds_global_store_names_the_line_and_lane():
     out = torch.zeros(8, dtype=torch.int32)
     src = kernel(STORE_LANE + "    st.global.u32 [%rd3], %r1;\n    ret;")

@@ -281,7 +281,7 @@ def _packed_binary(ctx, fn):
         with np.errstate(**_ERRSTATE):
             lo = fn(*[p[0] for p in parts])
             hi = fn(*[p[1] for p in parts])
-        w(warp, mask, pack_halves(to_raw(lo, half), to_raw(hi, half)))
+        w(warp, mask, pack_halves(to_raw(hi, half), to_raw(lo, half)))
     return run
 
 
