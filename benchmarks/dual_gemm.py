@@ -123,6 +123,8 @@ def bench_bf16(out_dir=None, shapes=dg.BF16_PATH_SHAPES, rounds=10, per_round=5)
                   + (f"; fast twin's kernel {row['fast_twin_kernel_us']:.1f} us" if "fast_twin_kernel_us" in row else "")
                   + (f"; decode twin's kernel {row['decode_twin_kernel_us']:.1f} us" if "decode_twin_kernel_us" in row
                      else "")
+                  + "".join(f"; A16 twin ({t}) {row.get(f'a16_{t}_kernel_us', float('nan')):.1f} us ok={v['ok']}"
+                            for t, v in (row.get("a16_twin") or {}).items())
                   + f"; {row['config']}", flush=True)
         except Exception:  # noqa: BLE001 - one failed shape is one failed row
             row = {"m": m, "n": n, "k": k, "ok": False, "error": traceback.format_exc()[-1500:]}

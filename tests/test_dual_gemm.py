@@ -220,7 +220,7 @@ def test_plan_launches_with_the_inputs_pointers_and_out_itself(small):
 
     calls = []
     p = plan.GatedPlan.__new__(plan.GatedPlan)  # no compile: launch() needs only its slots
-    p.problem, p.arch, p._pointers = plan.GatedProblem(200, 136, 768), "sm90", True
+    p.problem, p.arch, p._pointers, p._workspace = plan.GatedProblem(200, 136, 768), "sm90", True, False
     p.fn = lambda *args: calls.append(args)
     out = torch.empty(200, 136, 1, dtype=torch.float16)
     tensors = (*small.inputs(), out)
@@ -236,6 +236,19 @@ def test_plan_launches_with_the_inputs_pointers_and_out_itself(small):
     run = p.bind(*tensors)
     run()
     assert calls[-1][:6] == ptrs and calls[-1][6] is out
+    # the A16 twin's plan passes an (M, K) FP16 workspace's pointer after the inputs: a fresh one per call
+    p._workspace = True
+    seen = []
+    real = p.workspace  # the plan's own, bound before the class is patched to record what it hands out
+    plan.GatedPlan.workspace, saved = (lambda self, a: seen.append(real(a)) or seen[-1]), plan.GatedPlan.workspace
+    try:
+        assert p.launch(ptrs, *tensors) is out
+        assert len(calls[-1]) == 8 and calls[-1][:6] == ptrs and calls[-1][7] is out
+        assert calls[-1][6] == seen[-1].data_ptr() and seen[-1].shape == (200, 768) and seen[-1].dtype == torch.float16
+        p.bind(*tensors)()
+        assert calls[-1][6] == seen[-1].data_ptr() and len(seen) == 2
+    finally:
+        plan.GatedPlan.workspace = saved
 
 
 def test_gated_key_tells_apart_what_a_plan_depends_on(small):
@@ -254,11 +267,11 @@ def test_the_decode_twin_takes_decode_rows_and_the_plan_compiles_it():
     from gemmlab.family import heuristic_gated as hg
     from gemmlab.family.configs import DecodeConfig, PipelinedConfig
 
-    # the public call takes the decode twin up to DECODE_UP_TO rows (64: timed faster on an H100), the fast twin above
-    assert hg.DECODE_UP_TO == 64
-    for m in (1, 40, 64, 65, 100, 128, 129):
+    # the public call takes the decode twin for every M it handles (timed faster on an H100), the fast twin above
+    assert hg.DECODE_UP_TO == 128
+    for m in (1, 40, 64, 65, 100, 128, 129, 383):
         cfg = hg.choose_sm90(plan.GatedProblem(m, 4096, 7168))
-        assert isinstance(cfg, DecodeConfig if m <= 64 else PipelinedConfig)
+        assert isinstance(cfg, DecodeConfig if m <= 128 else PipelinedConfig)
     for m in (1, 40, 64, 100, 128):
         cfg = hg.choose_decode_config(m, 4096, 7168)
         assert cfg.tokens >= m and cfg.tokens - m < 16
@@ -291,6 +304,46 @@ def test_the_pointer_host_compiles_the_same_kernel():
         mod.compile_pipelined_ptrs("sm_90a", cfg, 128, 256, 512, out_stride=(256, 1))
     with pytest.raises(ValueError, match="target sm_90a"):
         mod.compile_pipelined_ptrs("sm_100a", cfg, 128, 256, 512)
+
+
+def test_the_a16_pointer_host_compiles_the_same_kernels():
+    """The A16 twin through the plan: the FP16 workspace's pointer joins the six inputs; the pre-pass and the main
+    kernel are the tensor-taking compile's, byte for byte."""
+    pytest.importorskip("tvm_ffi")
+    import re
+
+    from gemmlab.family.configs import A16Config
+    from gemmlab.kernels import dual_gemm_sm90_a16 as mod
+
+    cfg = A16Config(64, 3)
+    by_ptr = mod.compile_a16_ptrs("sm_90a", cfg, 200, 136, 512)
+    by_tensor = mod.compile_a16("sm_90a", cfg, 200, 136, 512)
+
+    def kernels(ptx):
+        return [re.sub(r"kernel_cutlass_\w+", "KERNEL", body) for body in ptx.split(".entry")[1:]]
+
+    assert len(kernels(by_ptr.__ptx__)) == 2  # the pre-pass and the main kernel
+    assert kernels(by_ptr.__ptx__) == kernels(by_tensor.__ptx__)
+    with pytest.raises(ValueError, match="target sm_90a"):
+        mod.compile_a16_ptrs("sm_100a", cfg, 200, 136, 512)
+
+
+@pytest.mark.parametrize("m, n, want", [
+    (64, 4096, "DecodeConfig"), (128, 4096, "DecodeConfig"), (129, 4096, "PipelinedConfig"),
+    (256, 3072, "PipelinedConfig"),
+    (384, 4096, (128, 5)),     # 3 x 32 = 96 wide tiles: 0.73 of 132 SMs
+    (512, 3072, (128, 5)),     # 4 x 24 = 96
+    (512, 1024, (64, 7)),      # 4 x 8 = 32 wide tiles leave most SMs idle: 64-wide ones, 4 x 16 = 64
+    (2048, 14336, (128, 5)),
+])
+def test_choose_sm90_by_rows(m, n, want):
+    from gemmlab.family import heuristic_gated as hg
+
+    cfg = hg.choose_sm90(plan.GatedProblem(m, n, 7168))
+    if isinstance(want, str):
+        assert type(cfg).__name__ == want
+    else:
+        assert type(cfg).__name__ == "A16Config" and (cfg.tile_n, cfg.stages) == want
 
 
 def test_time_vs_bf16_checks_before_the_tier_and_the_bf16_path_is_the_gate():

@@ -78,10 +78,10 @@ def test_config_rejects_bad_types(kwargs):
 
 
 @pytest.mark.parametrize("m, n, k, clusters, want", [
-    # 64 row blocks of one warpgroup, split 2: 64 pairs fit the H100's 66 at once, 14 k-blocks each: 23.4 us modelled;
-    # two warpgroups, split 4 would need 32 quads where 30 fit (two waves): 41.4 us
+    # 64 row blocks of one warpgroup, split 2: 64 pairs fit the H100's 66 at once, 14 k-blocks each: 22.9 us modelled;
+    # two warpgroups, split 4 would need 32 quads where 30 fit (two waves): 41.1 us
     (1, 4096, 7168, None, (16, 1, 2)),
-    # only 20 pairs at once: split 2 takes 4 waves; no split, 28 k-blocks a CTA, one wave is best (33.5 us)
+    # only 20 pairs at once: split 2 takes 4 waves; no split, 28 k-blocks a CTA, one wave is best (31.4 us)
     (1, 4096, 7168, (132, 20, 30), (16, 1, 1)),
     (64, 14336, 4096, None, (64, 2, 1)),   # 112 row blocks of 128 already fill the GPU
     (1, 64, 256, None, (16, 1, 1)),        # one k-block: nothing to split; one row block

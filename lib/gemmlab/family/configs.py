@@ -669,3 +669,71 @@ def decode_max_stages(tokens: int, mma_warpgroups: int, split: int = 1, cap: int
             break
         best = s
     return best
+
+
+# --- chapter 11, Hopper: the A16 twin (A converted to FP16 once by a pre-pass; SS WGMMA over stacked [B1; B2]) ---
+
+A16_TILE_NS = (64, 128)  #: the A16 twin: N of each GEMM per CTA (WGMMA's N is twice that: B1 and B2 stacked)
+A16_B_STAGES = 2  #: the A16 twin: packed B k-blocks in flight (the producer loads them ahead of the converter)
+A16_SLICE_BYTES = GATED_TILE_M * SLICE_K * 2  #: one FP16 A slice of the A16 twin: 128 rows x 64 K x 2 bytes (16 KiB)
+
+
+@dataclass(frozen=True)
+class A16Config:
+    """The A16 twin: ``tile_n``: N of each GEMM per CTA (64 or 128; WGMMA's N is ``2 tile_n``); ``stages``: FP16 A
+    slices (128 rows x 64 K, 16 KiB: each MMA warpgroup's 64 rows in a ring of its own) in flight, >= 2, at most
+    what shared memory allows (:func:`a16_max_stages`: 7 for ``tile_n`` 64, 5 for 128)."""
+
+    tile_n: int = 128
+    stages: int = 5
+
+    def __post_init__(self):
+        object.__setattr__(self, "tile_n", check_choice("tile_n", self.tile_n, A16_TILE_NS))
+        object.__setattr__(self, "stages", check_int("stages", self.stages, lo=2))
+        if self.smem_bytes() > SMEM_PER_BLOCK:
+            raise ValueError(f"stages must be at most {a16_max_stages(self.tile_n)} for tile_n={self.tile_n}: "
+                             f"stages={self.stages} needs {self.smem_bytes()} bytes of shared memory; a block has "
+                             f"{SMEM_PER_BLOCK}")
+
+    @property
+    def buffers(self) -> int:
+        """FP16 [B1; B2] slice buffers between the converter and the MMAs (:func:`a16_buffers`)."""
+        return a16_buffers(self.tile_n)
+
+    @property
+    def threads(self) -> int:
+        """Three warpgroups: the converter (its warp 0 loads B) and two MMA warpgroups (64 rows of C each)."""
+        return 384
+
+    def b_stage_bytes(self) -> int:
+        """Bytes TMA writes per packed B k-block: B1 and B2 bytes and their scales."""
+        return 2 * self.tile_n * (KB_BYTES + SF_BYTES)
+
+    def buffer_bytes(self) -> int:
+        """The FP16 [B1; B2] slice buffers (each ``2 tile_n`` rows of one 128-byte swizzle row)."""
+        return self.buffers * 2 * self.tile_n * SLICE_K * 2
+
+    def smem_bytes(self) -> int:
+        """The FP16 B buffers, the FP16 A ring, the packed B ring, alignment and barriers."""
+        return a16_smem_bytes(self.tile_n, self.stages)
+
+
+def a16_buffers(tile_n: int) -> int:
+    """The A16 twin's FP16 [B1; B2] slice buffers: four of 16 KiB (``tile_n`` 64) or two of 32 KiB (128)."""
+    return 4 if tile_n == 64 else 2
+
+
+def a16_smem_bytes(tile_n: int, stages: int) -> int:
+    """Shared memory of the A16 twin: FP16 B buffers, ``stages`` FP16 A slices, the packed B ring, slack."""
+    buffers = a16_buffers(tile_n) * 2 * tile_n * SLICE_K * 2
+    b_ring = A16_B_STAGES * 2 * tile_n * (KB_BYTES + SF_BYTES)
+    return buffers + stages * A16_SLICE_BYTES + b_ring + SM90_SMEM_SLACK + 256
+
+
+def a16_max_stages(tile_n: int) -> int:
+    """The A16 twin's deepest FP16 A ring (slices) that fits in shared memory for ``tile_n``."""
+    tile_n = check_choice("tile_n", tile_n, A16_TILE_NS)
+    s = 2
+    while a16_smem_bytes(tile_n, s + 1) <= SMEM_PER_BLOCK:
+        s += 1
+    return s

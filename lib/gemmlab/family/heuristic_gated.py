@@ -5,7 +5,9 @@ width of its tile, ``tile_n`` (32, 48 or 64 columns of each GEMM). Narrow tiles 
 dequantization per MMA (each CTA converts its own B rows and all 128 of its A rows), so the
 widest tile whose grid fills the GPU wins (:func:`choose_tile_n`). The decode twin
 (:mod:`gemmlab.kernels.dual_gemm_sm90_decode`, M <= 128) has its own choice (:func:`choose_decode_config`),
-which the public call takes up to :data:`DECODE_UP_TO` rows, from a time model fitted to an H100's timings. On
+which the public call takes up to :data:`DECODE_UP_TO` rows, from a time model fitted to an H100's timings; the A16
+twin (:mod:`gemmlab.kernels.dual_gemm_sm90_a16`: A converted to FP16 once per call) takes over from
+:data:`A16_FROM` rows (:func:`choose_a16`). On
 Blackwell the SM100 kernel runs its default :class:`~gemmlab.family.configs.DualSm100Config` (compile-verified
 only: no B200 timed a choice).
 """
@@ -15,8 +17,9 @@ import functools
 
 from ..hardware import H100
 from .. import nvfp4 as fp4
-from .configs import (DECODE_MMA_WARPGROUPS, DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, GATED_TILE_M, PIPELINED_TILE_NS,
-                      DecodeConfig, DualSm100Config, PipelinedConfig, decode_max_stages)
+from .configs import (DECODE_MAX_TOKENS, DECODE_MMA_WARPGROUPS, DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, GATED_TILE_M,
+                      PIPELINED_TILE_NS, A16Config, DecodeConfig, DualSm100Config, PipelinedConfig, a16_max_stages,
+                      decode_max_stages)
 from .problem import GatedProblem
 
 #: The share of the last wave's SMs a tile width must keep busy to be taken (else the best-filled one).
@@ -42,32 +45,52 @@ def choose_tile_n(m: int, n: int, num_sms: int = H100.sms) -> int:
 
 
 def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[int, ...] | None = None
-                ) -> PipelinedConfig | DecodeConfig:
+                ) -> PipelinedConfig | DecodeConfig | A16Config:
     """The Hopper configuration for ``problem`` on ``num_sms`` SMs: the decode twin's (:func:`choose_decode_config`,
-    given the GPU's ``clusters`` capacity) up to :data:`DECODE_UP_TO` rows, else the fast twin's."""
+    given the GPU's ``clusters`` capacity) up to :data:`DECODE_UP_TO` rows, the A16 twin's (:func:`choose_a16`) from
+    :data:`A16_FROM` rows, else the fast twin's."""
     if problem.m <= DECODE_UP_TO:
         return choose_decode_config(problem.m, problem.n, problem.k, num_sms, clusters)
+    if problem.m >= A16_FROM:
+        return choose_a16(problem.m, problem.n, num_sms)
     return PipelinedConfig(tile_n=choose_tile_n(problem.m, problem.n, num_sms))
 
 
-#: The most rows of A for which the public call runs the decode twin. Timed on an H100 (2026-11-27,
-#: ``benchmarks/dual_gemm.py decode``): at M = 1, 32 and 64 on 4096 x 7168, 3072 x 4096 and 14336 x 4096 weights its best
-#: configuration took 0.38 to 0.65 of the fast twin's time; at M = 128 the configuration then chosen took 0.87 of the
-#: fast twin's time on 4096 x 7168 and 1.47 on 14336 x 4096, so from 65 rows the fast twin keeps the job until
-#: M = 65..128 is timed with every configuration. Correct on that H100 in every form (one or two MMA warpgroups,
-#: split 1, 2, 4).
-DECODE_UP_TO = 64
+#: The fewest rows of A for which the public call runs the A16 twin (A converted to FP16 once by a pre-pass, SS WGMMA
+#: over stacked [B1; B2]). Its first GPU run (H200, 2026-11-27, kernels alone, 30 launches each) took 0.72 to 0.86 of
+#: the fast twin's time at M = 512 and 2048 (tile_n 128), and at M = 256 0.91 on 256 x 4096 x 7168 but 1.10 on
+#: 256 x 3072 x 4096 (tile_n 64): at 256 rows the fast twin keeps the job.
+A16_FROM = 384
+
+#: The share of the SMs the A16 twin's 128-wide tiles must keep busy (one wave) to be taken over 64-wide ones: at
+#: 512 x 3072 (96 tiles, 0.73 of 132 SMs) the wide tile still took 0.78 of the narrow one's time (H200).
+A16_WIDE_FILL = 0.7
+
+
+def choose_a16(m: int, n: int, num_sms: int = H100.sms) -> A16Config:
+    """The A16 twin's configuration: ``tile_n`` 128 (each converted B element serves the 128 rows of a CTA, and the
+    WGMMA is m64n256) where its grid fills at least :data:`A16_WIDE_FILL` of the SMs, else 64; the deepest ring."""
+    tiles = -(-m // GATED_TILE_M) * -(-n // 128)
+    tile_n = 128 if tiles >= A16_WIDE_FILL * num_sms else 64
+    return A16Config(tile_n, a16_max_stages(tile_n))
+
+
+#: The most rows of A for which the public call runs the decode twin: all it takes. Timed on an H100 (2026-11-27,
+#: ``benchmarks/dual_gemm.py decode``, kernels alone) at M = 1, 32, 64, 96 and 128 on 4096 x 7168, 3072 x 4096 and
+#: 14336 x 4096 weights, the configuration :func:`choose_decode_config` picks ran 1.03x (128 x 3072 x 4096) to 2.6x
+#: (1 x 4096 x 7168) faster than the fast twin; correct there in every form (one or two MMA warpgroups, split 1, 2, 4).
+DECODE_UP_TO = DECODE_MAX_TOKENS
 
 #: Clusters of 1, 2 and 4 CTAs an H100 runs at once with one CTA per SM, where the plan cannot ask the driver
-#: (:func:`gemmlab.hardware.max_active_clusters`): 132 SMs; 66 pairs; 30 quads, inferred from the decode sweep (32
-#: clusters of 4 took as long as a wave and a half). A cluster's CTAs share a GPC, and the GPCs are of unequal size.
+#: (:func:`gemmlab.hardware.max_active_clusters`, which answered 132, 66 and 30 on an H100 on 2026-11-27, and 15
+#: clusters of 8): a cluster's CTAs share a GPC, and the GPCs are of unequal size, so 30 quads use 120 SMs.
 H100_CLUSTERS = (132, 66, 30)
 
-#: The decode twin's time model, microseconds, fitted by least squares to the 54 configurations the H100 sweep timed
-#: (2026-11-27; 4 us rms; its pick is 2.5 % slower than the sweep's best on average): a fixed cost; per 64 weight
-#: rows x k-block a CTA streams, summed over waves (an MMA warp's conversions are the bottleneck); the same scaled by
+#: The decode twin's time model, microseconds, fitted by least squares to the 75 configurations the H100 sweep timed
+#: (2026-11-27; 5 us rms; its pick is 3 % slower than the sweep's best on average, 18 % at worst): a fixed cost; per
+#: 64 weight rows x k-block a CTA streams, summed over waves (an MMA warp's conversions are the bottleneck); the same scaled by
 #: tokens / 64 (the token tile's WGMMA columns); per wave; and split-K's reduction.
-DECODE_COST = (3.25, 0.72, 0.60, 5.85, 2.07)
+DECODE_COST = (3.04, 0.59, 0.70, 6.92, 2.20)
 
 
 def decode_cost(cfg: DecodeConfig, n: int, k: int, clusters: tuple[int, ...]) -> float:

@@ -36,8 +36,8 @@ import time
 
 from .. import hardware, tiers
 from . import heuristic_gated, heuristic_grouped
-from .configs import (DECODE_SPLITS, DESC_WORDS, TABLE_COLUMNS, DecodeConfig, PipelinedConfig, Sm90Config,
-                      Sm100Config, effective_splits, slots_per_cta)
+from .configs import (DECODE_SPLITS, DESC_WORDS, TABLE_COLUMNS, A16Config, DecodeConfig, PipelinedConfig,
+                      Sm90Config, Sm100Config, effective_splits, slots_per_cta)
 from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
 from .problem import (GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, offs_rule, pad_rows,
                       problem_of)
@@ -432,20 +432,27 @@ def sm100_kernels():
         return None
 
 
-def gated_kernel(cfg: PipelinedConfig | DecodeConfig, m: int, n: int, k: int, out_stride: tuple = None):
+def gated_kernel(cfg: PipelinedConfig | DecodeConfig | A16Config, m: int, n: int, k: int,
+                 out_stride: tuple = None):
     """A Hopper twin compiled for M x N x K (static shapes; cached): the decode twin for a
-    :class:`~gemmlab.family.configs.DecodeConfig`, else the fast twin. With TVM-FFI the pointer-taking host
-    function the plan calls (:func:`~gemmlab.kernels.dual_gemm_sm90.compile_with_pointers`, for an output of
-    strides ``out_stride``), else the tensor-taking one."""
+    :class:`~gemmlab.family.configs.DecodeConfig`, the A16 twin (pre-pass and main kernel; it takes an (M, K) FP16
+    workspace after the inputs) for an :class:`~gemmlab.family.configs.A16Config`, else the fast twin. With TVM-FFI
+    the pointer-taking host function the plan calls (:func:`~gemmlab.kernels.dual_gemm_sm90.compile_with_pointers`,
+    for an output of strides ``out_stride``), else the tensor-taking one."""
     out_stride = tuple(out_stride) if out_stride is not None else (n, 1, 1)
     decode = isinstance(cfg, DecodeConfig)
-    name = "dual_gemm_sm90_decode" if decode else "dual_gemm_sm90_pipelined"
+    a16 = isinstance(cfg, A16Config)
+    name = "dual_gemm_sm90_decode" if decode else "dual_gemm_sm90_a16" if a16 else "dual_gemm_sm90_pipelined"
 
     def build():
         if decode:
             from ..kernels import dual_gemm_sm90_decode as mod
 
             compile_ptrs, compile_tensors = mod.compile_decode_ptrs, mod.compile_decode
+        elif a16:
+            from ..kernels import dual_gemm_sm90_a16 as mod
+
+            compile_ptrs, compile_tensors = mod.compile_a16_ptrs, mod.compile_a16
         else:
             from ..kernels import dual_gemm_sm90_pipelined as mod
 
@@ -463,18 +470,20 @@ class GatedPlan:
     """``gated_dual_gemm`` for one call signature: ``plan(a, b1, b2, sfa, sfb1, sfb2, out)`` returns ``out``.
 
     On Hopper a twin's compiled kernel: the decode twin for ``config`` a :class:`~gemmlab.family.configs.DecodeConfig`
-    (M <= 128), else the fast twin (a :class:`~gemmlab.family.configs.PipelinedConfig`),
+    (M <= 128), the A16 twin for an :class:`~gemmlab.family.configs.A16Config` (its FP16 A workspace allocated per
+    call), else the fast twin (a :class:`~gemmlab.family.configs.PipelinedConfig`),
     called with the inputs' data pointers and ``out`` itself: the signature fixes every layout, so no view is made
     per call (:func:`~gemmlab.kernels.dual_gemm_sm90.pointer_host`). ``out_stride``: the strides
     of the outputs this signature passes (None: the plan allocates compact ones). On Blackwell the SM100 kernel's
     own call (compile-verified only: it permutes the scales on every call).
     """
 
-    __slots__ = ("problem", "config", "arch", "fn", "_pointers")
+    __slots__ = ("problem", "config", "arch", "fn", "_pointers", "_workspace")
 
     def __init__(self, problem: GatedProblem, config, arch: str, out_stride: tuple = None):
         self.problem, self.config, self.arch = problem, config, arch
         self._pointers = False
+        self._workspace = isinstance(config, A16Config)  # the A16 twin's FP16 A, (M, K): allocated per call
         if arch == "sm100":
             mod = sm100_kernels()
             if mod is None:
@@ -490,14 +499,23 @@ class GatedPlan:
         fn = self.fn
         if self.arch == "sm100":
             return lambda: fn(a, b1, b2, sfa, sfb1, sfb2, out=out)
+        ws = [self.workspace(a)] if self._workspace else []  # one for this prepared launch
         if self._pointers:
-            ptrs = [t.data_ptr() for t in (a, b1, b2, sfa, sfb1, sfb2)]
+            ptrs = [t.data_ptr() for t in (a, b1, b2, sfa, sfb1, sfb2, *ws)]
             return lambda: fn(*ptrs, out)
         from ..compile import current_stream, to_cute  # pragma: no cover - without apache-tvm-ffi
         from ..kernels.dual_gemm_sm90 import operands_2d  # pragma: no cover
 
-        conv = [to_cute(t) for t in operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)]  # pragma: no cover
+        ops = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)  # pragma: no cover
+        conv = [to_cute(t) for t in (*ops[:6], *ws, ops[6])]  # pragma: no cover
         return lambda: fn(*conv, current_stream())  # pragma: no cover
+
+    def workspace(self, a):
+        """The A16 twin's (M, K) FP16 workspace for A converted (from torch's caching allocator, on ``a``'s device and
+        current stream, so calls on other streams never share one)."""
+        import torch
+
+        return torch.empty((self.problem.m, self.problem.k), dtype=torch.float16, device=a.device)
 
     def launch(self, ptrs, a, b1, b2, sfa, sfb1, sfb2, out=None):
         """The call with the inputs' data pointers already read (``ptrs``: a, b1, b2, sfa, sfb1, sfb2, as the
@@ -507,7 +525,10 @@ class GatedPlan:
 
             out = torch.empty((self.problem.m, self.problem.n, 1), dtype=torch.float16, device=a.device)
         if self._pointers:
-            self.fn(*ptrs, out)
+            if self._workspace:
+                self.fn(*ptrs, self.workspace(a).data_ptr(), out)
+            else:
+                self.fn(*ptrs, out)
         else:  # pragma: no cover - without apache-tvm-ffi, or the sm100 call
             self(a, b1, b2, sfa, sfb1, sfb2, out)
         return out
@@ -527,7 +548,7 @@ class GatedPlan:
         return f"GatedPlan({p.m}x{p.n}x{p.k}, {self.arch}: {self.config})"
 
 
-def gated_sm90_config(problem: GatedProblem, device) -> PipelinedConfig | DecodeConfig:
+def gated_sm90_config(problem: GatedProblem, device) -> PipelinedConfig | DecodeConfig | A16Config:
     """The heuristic's Hopper configuration on ``device``: its SMs, and for the decode twin the clusters of 1, 2 and 4
     CTAs the driver says it runs at once (one CTA per SM, as the decode twin takes)."""
     sms = hardware.sm_count(device)
@@ -551,8 +572,8 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
     from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
 
     cfg = config or gated_sm90_config(problem, tensors[0].device)
-    if not isinstance(cfg, (PipelinedConfig, DecodeConfig)):
-        raise TypeError(f"cfg must be a PipelinedConfig or a DecodeConfig; got {type(cfg).__name__}")
+    if not isinstance(cfg, (PipelinedConfig, DecodeConfig, A16Config)):
+        raise TypeError(f"cfg must be a PipelinedConfig, a DecodeConfig or an A16Config; got {type(cfg).__name__}")
     check_cuda(*tensors)
     out = tensors[6]
     return GatedPlan(problem, cfg, "sm90", None if out is None else tuple(out.stride()))

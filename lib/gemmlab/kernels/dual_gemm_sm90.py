@@ -341,11 +341,12 @@ def dual_host(cfg: DualSm90Config):
 
 
 @functools.lru_cache(maxsize=None)
-def pointer_host(launch, cfg, m: int, n: int, k: int):
+def pointer_host(launch, cfg, m: int, n: int, k: int, workspace: bool = False):
     """A host function for a public call's plan: the six inputs as bare global pointers (16-byte aligned) and ``out``
     as the (M, N, 1) tensor it is, for an M x N x K problem fixed at compile time; it rebuilds the 2-D views
     :func:`operands_2d` makes in torch and calls ``launch`` (a twin's ``@cute.jit`` launch function, arguments
-    ``(a, b1, b2, sfa, sfb1, sfb2, c, stream, cfg)``).
+    ``(a, b1, b2, sfa, sfb1, sfb2, c, stream, cfg)``). ``workspace``: one more pointer after the six, an (M, K) FP16
+    row-major workspace passed to ``launch`` before ``c`` (the A16 twin's converted A).
 
     The layouts of every operand follow from M, N and K (the call's checks require packed rows), so a call passes
     ``t.data_ptr()`` (a tenth of a microsecond) instead of seven torch views (microseconds each). ``out`` stays a
@@ -354,26 +355,41 @@ def pointer_host(launch, cfg, m: int, n: int, k: int):
     """
     kb, ks = k // 2, k // fp4.SF_VEC
 
+    def views(pa, pb1, pb2, psfa, psfb1, psfb2, out):
+        return (cute.make_tensor(pa, cute.make_layout((m, kb), stride=(kb, 1))),
+                cute.make_tensor(pb1, cute.make_layout((n, kb), stride=(kb, 1))),
+                cute.make_tensor(pb2, cute.make_layout((n, kb), stride=(kb, 1))),
+                cute.make_tensor(psfa, cute.make_layout((m, ks), stride=(ks, 1))),
+                cute.make_tensor(psfb1, cute.make_layout((n, ks), stride=(ks, 1))),
+                cute.make_tensor(psfb2, cute.make_layout((n, ks), stride=(ks, 1))),
+                cute.make_tensor(out.iterator, cute.make_layout((m, n), stride=(n, 1))))
+
+    if not workspace:
+        @cute.jit
+        def dual_gemm_sm90_pointers(pa: cute.Pointer, pb1: cute.Pointer, pb2: cute.Pointer, psfa: cute.Pointer,
+                                    psfb1: cute.Pointer, psfb2: cute.Pointer, out: cute.Tensor, stream: cuda.CUstream):
+            launch(*views(pa, pb1, pb2, psfa, psfb1, psfb2, out), stream, cfg)
+
+        return dual_gemm_sm90_pointers
+
     @cute.jit
-    def dual_gemm_sm90_pointers(pa: cute.Pointer, pb1: cute.Pointer, pb2: cute.Pointer, psfa: cute.Pointer,
-                                psfb1: cute.Pointer, psfb2: cute.Pointer, out: cute.Tensor, stream: cuda.CUstream):
-        a = cute.make_tensor(pa, cute.make_layout((m, kb), stride=(kb, 1)))
-        b1 = cute.make_tensor(pb1, cute.make_layout((n, kb), stride=(kb, 1)))
-        b2 = cute.make_tensor(pb2, cute.make_layout((n, kb), stride=(kb, 1)))
-        sfa = cute.make_tensor(psfa, cute.make_layout((m, ks), stride=(ks, 1)))
-        sfb1 = cute.make_tensor(psfb1, cute.make_layout((n, ks), stride=(ks, 1)))
-        sfb2 = cute.make_tensor(psfb2, cute.make_layout((n, ks), stride=(ks, 1)))
-        c = cute.make_tensor(out.iterator, cute.make_layout((m, n), stride=(n, 1)))
-        launch(a, b1, b2, sfa, sfb1, sfb2, c, stream, cfg)
+    def dual_gemm_sm90_pointers_ws(pa: cute.Pointer, pb1: cute.Pointer, pb2: cute.Pointer, psfa: cute.Pointer,
+                                   psfb1: cute.Pointer, psfb2: cute.Pointer, pws: cute.Pointer, out: cute.Tensor,
+                                   stream: cuda.CUstream):
+        ops = views(pa, pb1, pb2, psfa, psfb1, psfb2, out)
+        ws = cute.make_tensor(pws, cute.make_layout((m, k), stride=(k, 1)))
+        launch(*ops[:6], ws, ops[6], stream, cfg)
 
-    return dual_gemm_sm90_pointers
+    return dual_gemm_sm90_pointers_ws
 
 
-def compile_with_pointers(target: str, launch, cfg, m: int, n: int, k: int, out_stride: tuple = None):
+def compile_with_pointers(target: str, launch, cfg, m: int, n: int, k: int, out_stride: tuple = None,
+                          workspace: bool = False):
     """Compile :func:`pointer_host` through TVM-FFI (package ``apache-tvm-ffi``) without a GPU. Call the result as
-    ``fn(a.data_ptr(), b1.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb1.data_ptr(), sfb2.data_ptr(), out)``: it
-    launches on torch's current stream. ``out_stride``: the strides of the (M, N, 1) outputs it will be called with
-    (default compact, ``(N, 1, 1)``). The caller has checked ``target`` and the sizes."""
+    ``fn(a.data_ptr(), b1.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb1.data_ptr(), sfb2.data_ptr(), out)``
+    (``workspace``: the (M, K) FP16 workspace's pointer before ``out``): it launches on torch's current stream.
+    ``out_stride``: the strides of the (M, N, 1) outputs it will be called with (default compact, ``(N, 1, 1)``).
+    The caller has checked ``target`` and the sizes."""
     from cutlass.cute.runtime import make_fake_tensor, make_ptr
 
     from ..compile import compile_for, fake_stream
@@ -382,9 +398,10 @@ def compile_with_pointers(target: str, launch, cfg, m: int, n: int, k: int, out_
     if len(out_stride) != 3 or any(not isinstance(s, int) or isinstance(s, bool) for s in out_stride):
         raise ValueError(f"out_stride must be three ints (the (M, N, 1) output's strides); got {out_stride!r}")
     ptr = make_ptr(Uint8, 0, cute.AddressSpace.gmem, assumed_align=16)
+    ws = [make_ptr(Float16, 0, cute.AddressSpace.gmem, assumed_align=16)] if workspace else []
     out = make_fake_tensor(Float16, (m, n, 1), out_stride, assumed_align=16)
-    return compile_for(target, pointer_host(launch, cfg, m, n, k), *[ptr] * 6, out, fake_stream(env=True),
-                       tvm_ffi=True)
+    return compile_for(target, pointer_host(launch, cfg, m, n, k, workspace), *[ptr] * 6, *ws, out,
+                       fake_stream(env=True), tvm_ffi=True)
 
 
 def check_sm90_target(target: str) -> str:

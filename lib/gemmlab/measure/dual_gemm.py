@@ -35,7 +35,7 @@ from .. import nvfp4 as fp4
 from .. import tiers
 from ..checks import check_choice, check_int
 from ..family.api import gated_dual_gemm
-from ..family.configs import DECODE_MAX_TOKENS, GATED_TILE_M as TILE_M, PipelinedConfig
+from ..family.configs import DECODE_MAX_TOKENS, GATED_TILE_M as TILE_M, A16Config, DecodeConfig, PipelinedConfig
 from ..family.heuristic_gated import choose_decode_config, choose_tile_n
 from ..family.plan import prepare_gated
 from ..family.problem import check_gated_arguments, check_gated_output
@@ -342,6 +342,28 @@ def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
                     *dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))
 
 
+def prepare_a16(a, b1, b2, sfa, sfb1, sfb2, out, cfg):
+    """The A16 twin (pre-pass, then the main kernel) as a zero-argument launch on these tensors, its FP16 A workspace
+    allocated once here (sm90 only)."""
+    import torch
+
+    from ..compile import launcher
+    from ..kernels import dual_gemm_sm90, dual_gemm_sm90_a16
+
+    check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    tiers.require_tier("sm90", "gemmlab.measure.dual_gemm.prepare_a16")
+    ops = dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
+    a16 = torch.empty((a.shape[0], 2 * a.shape[1]), dtype=torch.float16, device=a.device)
+    return launcher(dual_gemm_sm90_a16.a16_host(cfg), *ops[:6], a16, ops[6])
+
+
+def a16_configs() -> list:
+    """The A16 twin's configurations the benchmarks try: each tile width with its deepest ring."""
+    from ..family.configs import A16_TILE_NS, A16Config, a16_max_stages
+
+    return [A16Config(tile_n, a16_max_stages(tile_n)) for tile_n in A16_TILE_NS]
+
+
 def device_clusters() -> tuple[int, ...]:
     """Clusters of 1, 2 and 4 CTAs the current GPU runs at once, one CTA per SM (the decode twin's choice needs them)."""
     from .. import hardware
@@ -478,7 +500,7 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     kernels = {f"{name}_kernel": fns for name, fns in launches.items() if name != "gemmlab"}
     chosen = prepare_gated(*base.inputs(), out=base.c).plan.config
     decode_ok = dec = None
-    if isinstance(chosen, PipelinedConfig):
+    if not isinstance(chosen, DecodeConfig):
         if m <= DECODE_MAX_TOKENS:  # the decode twin beside the fast twin, same run (checked first)
             dec = choose_decode_config(m, n, k, spec.sms, device_clusters())
             base.c.fill_(float("nan"))  # poisoned again: the fast twin's output is in it
@@ -490,10 +512,23 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     else:  # the decode twin was chosen: the fast twin beside it, same run
         fast = PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))
         kernels["fast_twin_kernel"] = [prepare_gated(*s.inputs(), out=s.c, config=fast) for s in sets]
+    if isinstance(chosen, A16Config):  # the fast twin beside the A16 twin, same run
+        fast = PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))
+        kernels["fast_twin_kernel"] = [prepare_gated(*s.inputs(), out=s.c, config=fast) for s in sets]
+    a16 = {}
+    if m > DECODE_MAX_TOKENS:  # the A16 twin (A converted once by a pre-pass) beside the fast twin, checked first
+        for cfg in a16_configs():
+            base.c.fill_(float("nan"))
+            prepare_a16(*base.inputs(), base.c, cfg)()
+            torch.cuda.synchronize()
+            a16[cfg.tile_n] = dict(config=repr(cfg), ok=fp4.check_close(base.c, fp4.reference(*base.inputs())).ok)
+            if a16[cfg.tile_n]["ok"]:
+                kernels[f"a16_{cfg.tile_n}_kernel"] = [prepare_a16(*s.inputs(), s.c, cfg) for s in sets]
     tk = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
     flops = problem_flops(m, n, k)
     row = dict(m=m, n=n, k=k, sets=nsets, bf16_sets=bsets, ok=res.ok, max_abs_err=res.max_abs_err,
                decode_twin=None if decode_ok is None else dict(config=repr(dec), ok=decode_ok),
+               a16_twin=a16 or None,
                nvfp4_bytes=problem_bytes(m, n, k)["total"], bf16_weight_bytes=ws[0].nbytes,
                fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6,
                compute_us=flops / (spec.peak_tflops("bf16") * 1e12) * 1e6,
@@ -510,6 +545,9 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
         row["vs_fast_twin_kernel"] = row["fast_twin_kernel_us"] / row["prepared_kernel_us"]
     if "decode_twin_kernel_us" in row:
         row["decode_twin_vs_bf16_path_kernel"] = row["bf16_path_kernel_us"] / row["decode_twin_kernel_us"]
+    for tile_n in a16:
+        if f"a16_{tile_n}_kernel_us" in row:
+            row[f"a16_{tile_n}_vs_bf16_path_kernel"] = row["bf16_path_kernel_us"] / row[f"a16_{tile_n}_kernel_us"]
     return row
 
 

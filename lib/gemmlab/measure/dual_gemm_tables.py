@@ -211,3 +211,50 @@ def draw_benchmark(docs: list[dict], name: str = "11_benchmark"):
     fig.suptitle("NVFP4 gated dual GEMM on Hopper: the twin against both baselines (measured)", fontsize=11)
     fig.subplots_adjust(bottom=0.2)
     return save(fig, name), data
+
+
+def _short(config: str) -> str:
+    """``DecodeConfig(tokens=64, mma_warpgroups=1, split=2, stages=6)`` -> ``64t 1wg s2``; the fast twin -> ``fast``."""
+    if not config.startswith("DecodeConfig"):
+        return "fast twin"
+    f = dict(part.split("=") for part in config[len("DecodeConfig("):-1].split(", "))
+    return f"{f['tokens']}t {f['mma_warpgroups']}wg s{f['split']}"
+
+
+def decode_sweep_rows(doc: dict) -> list[dict]:
+    """Per shape of a decode sweep (``benchmarks/dual_gemm.py decode``): the fast twin's kernel time, the time of the
+    decode-twin configuration today's model picks (:func:`~gemmlab.family.heuristic_gated.choose_decode_config`, on
+    the cluster capacity the run's GPU reported, an H100's where the run predates that record) and of the fastest
+    one the sweep timed, and the NVFP4-byte floor."""
+    from ..family.heuristic_gated import choose_decode_config
+
+    out = []
+    for shape in doc["shapes"]:
+        times = {r["config"]: r["kernel_us"] for r in shape.get("rows", []) if r.get("ok") and "kernel_us" in r}
+        fast = [t for c, t in times.items() if not c.startswith("DecodeConfig")]
+        decode = {c: t for c, t in times.items() if c.startswith("DecodeConfig")}
+        if not fast or not decode:
+            out.append({"shape": f"{shape['m']}x{shape['n']}x{shape['k']}", "error": shape.get("error", "no rows")})
+            continue
+        best = min(decode, key=decode.get)
+        clusters = shape.get("clusters")
+        pick = repr(choose_decode_config(shape["m"], shape["n"], shape["k"],
+                                         clusters=None if clusters is None else tuple(clusters)))
+        out.append({"shape": f"{shape['m']}x{shape['n']}x{shape['k']}", "fast_us": fast[0],
+                    "pick": _short(pick) if pick in decode else "-", "pick_us": decode.get(pick),
+                    "best": _short(best), "best_us": decode[best],
+                    "x_fast": fast[0] / decode[pick] if pick in decode else None,
+                    "floor_us": shape.get("fp4_bytes_us"),
+                    "all_ok": all(r.get("ok") for r in shape.get("rows", []))})
+    return out
+
+
+def format_decode_sweep(doc: dict) -> str:
+    """:func:`decode_sweep_rows` as a table: kernels alone, microseconds; ``x fast``: the fast twin's time over the
+    pick's."""
+    cols = [("shape", "M x N x K", ""), ("fast_us", "fast twin", ".1f"), ("pick", "model's pick", ""),
+            ("pick_us", "pick us", ".1f"), ("best", "sweep's best", ""), ("best_us", "best us", ".1f"),
+            ("x_fast", "x fast", ".2f"), ("floor_us", "FP4 floor", ".1f"), ("all_ok", "all correct", "")]
+    rows = [r for r in decode_sweep_rows(doc) if "error" not in r]
+    failed = [f"{r['shape']}: {r['error'].strip().splitlines()[-1]}" for r in decode_sweep_rows(doc) if "error" in r]
+    return format_table(rows, cols) + "".join(f"\nfailed: {f}" for f in failed)

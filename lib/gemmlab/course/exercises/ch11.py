@@ -126,3 +126,28 @@ def explain_setmaxnreg_budget() -> str:
             "arithmetic (tests/test_dual_gemm_sm90_decode.py) instead. The fast twin asks for 128 x (96 + 2 x 208) "
             "= 65,536 as well, but ptxas ignores its setmaxnreg (note C7508: the kernel does not state a register "
             "count at entry), so its warps simply keep the 168 they start with.")
+
+
+def check_a_conversions(answer) -> bool:
+    """Predict: at 2048 x 14336 x 4096 the fast twin runs 128-row tiles ``tile_n`` = 64 columns wide. How many times
+    does it convert each FP4 value of A in all (an int)? The A16 twin converts each once."""
+    return verdict("conversions of each value of A", answer, solution_a_conversions(),
+                   "Every CTA converts its own 128 rows of A, for each of its k-blocks; how many CTAs share the "
+                   "same 128 rows?")
+
+
+def solution_a_conversions():
+    return 14336 // 64  # one CTA per 64 columns of N: 224 CTAs hold the same 128 rows of A, and each converts them
+
+
+def explain_a_conversions() -> str:
+    """What the A16 twin pays for converting A once, at 2048 x 14336 x 4096 with tile_n 128."""
+    m, n, k, tile_n = 2048, 14336, 4096, 128
+    ws = m * k * 2
+    return (f"A becomes an FP16 workspace of {m} x {k} x 2 = {ws / 1e6:.1f} MB, written once by the pre-pass and read "
+            f"back by TMA by each of the {n // tile_n} CTAs along N: {n // tile_n} x {ws / 1e6:.1f} MB = "
+            f"{n // tile_n * ws / 1e9:.2f} GB of reads, almost all from L2 (the 50 MB L2 holds the whole workspace), "
+            f"and about 3.6 times the bytes per A value of packed FP4 with its scales. In exchange the MMA "
+            f"warpgroups convert nothing: they wait for A and B and issue WGMMA, and the converter warpgroup's "
+            f"conversions of [B1; B2] serve 128 rows of A each, fed to one m64n256k16 WGMMA per 16 K (both GEMMs, "
+            f"128 columns each) where the fast twin issues two m64n64k16. On the H100 the kernel took 839 us where the fast twin took 1,161 (2026-11-27).")

@@ -1,0 +1,495 @@
+"""Chapter 11 on Hopper, the A16 twin: A converted to FP16 once, then an SS WGMMA over stacked [B1; B2].
+
+What it teaches
+    The fast twin (:mod:`gemmlab.kernels.dual_gemm_sm90_pipelined`) converts A's FP4 bytes into
+    WGMMA register fragments in every CTA along N: A is converted N / ``tile_n`` times in all,
+    and at M >= 256 conversion and MMA each take about 60% of its time. This twin converts A
+    exactly once and spends the saved work on wider MMAs:
+
+    * **A pre-pass** (:func:`prepass_kernel`) turns the packed NVFP4 A and its scales into a
+      plain FP16 (M, K) row-major tensor in global memory (a workspace). Every e2m1 x e4m3
+      product is exact in FP16 (:mod:`gemmlab.fp4_dequant`), so nothing is lost. It is a
+      streaming kernel: thread ``i`` of a CTA converts 8-value units ``i``, ``i + 256``, ...
+      (one packed word in, one 16-byte FP16 chunk out), so a warp's loads and stores are
+      each one contiguous span; every access is predicated on the unit count.
+    * **The main kernel** (:func:`a16_kernel`) reads that FP16 A by TMA straight into
+      WGMMA's 128B-swizzled K-major layout. Each MMA warpgroup owns a ring of ``stages``
+      slots holding its 64 rows of a 64-K slice (one 64 x 64 box, 8 KiB) and refills a slot
+      itself as soon as ``wgmma.wait_group 1`` shows the slot read: no mbarrier between
+      warpgroups for A, and a load ``stages - 1`` slices ahead. B1 and B2 arrive packed,
+      with their scales, by TMA as in the fast twin (slice-major, a ring of two k-blocks,
+      loaded one k-block ahead by the converter's warp 0), and the converter warpgroup
+      turns each B slice into FP16 in shared memory. B1's ``tile_n`` rows and B2's are
+      **stacked** in one buffer of ``2 tile_n`` rows, so one ``wgmma.m64n(2 tile_n)k16``
+      (both operands from shared memory: the SS form) serves both GEMMs: the accumulator's
+      first ``tile_n`` columns are A B1^T, the next ``tile_n`` A B2^T. Wider N reads A from
+      shared memory once for twice the columns.
+    * **Epilogue**: ``silu(acc1) * acc2`` in FP32, FP16 to C straight from the registers,
+      predicated on row < M and column < N (the fast twin's
+      :func:`~gemmlab.kernels.dual_gemm_sm90.gate_epilogue`, on two views of the one
+      accumulator).
+
+    The price: A travels as FP16 (2 bytes a value instead of 9/16), once through global
+    memory for the pre-pass's store and once per CTA along N through L2 for the main kernel.
+
+Roles of the main kernel (384 threads, three warpgroups)::
+
+    warpgroup 0  converter; its warp 0 first loads packed k-block kb + 1 (wait pempty[(kb + 1) % 2]; expect_tx;
+                   10 TMA boxes: B1, B2 as four 32-byte slices each, their scales);
+                 all 4 warps, per k-block kb: wait pfull[kb % 2]; per slice j (g = 4 kb + j): load B(j + 1) bytes;
+                   wait hempty[g % buffers]; convert [B1; B2](j) into buffer g % buffers; fence.proxy.async;
+                   arrive hfull[g % buffers]; after the 4 slices: arrive pempty[kb % 2]
+    warpgroups 1, 2  MMA, 64 rows of C each; first warp: load A slices 0 .. stages - 1 (own rows, own ring);
+                   per slice g: wait afull[wg][g % stages], hfull[g % buffers]; wgmma.fence;
+                   4 x wgmma m64n(2 tile_n)k16 SS; commit; wait_group 1 -> arrive hempty of slice g - 1;
+                   first warp: load A slice g - 1 + stages into slot (g - 1) % stages
+                 epilogue: wait 0; silu(acc[:, :tile_n]) * acc[:, tile_n:] -> FP16 -> C (predicated)
+
+Registers: 384 threads start with 168 each (.minnctapersm 1: ptxas then honours setmaxnreg, see the decode
+twin); :data:`REGS` moves them to the roles, ``128 x (converter + 2 x MMA) <= 64,512``. Not 512 threads with
+a producer warpgroup: 128 registers at entry, and ptxas refuses a m64n256k16 WGMMA (``tile_n`` 128) below 154
+whatever setmaxnreg gives its region (C7602).
+
+Measured (kernels alone, inputs rotated over 4x the L2, ``benchmarks/dual_gemm.py bf16``; H100, 2026-11-27):
+``tile_n`` 128 took 0.72 to 0.88 of the fast twin's time at M = 512 to 2048 (2048 x 4096 x 7168: 409 us against
+554); at M = 256 the 64 CTAs of 128-wide tiles leave half the GPU idle, and ``tile_n`` 64 won on one of two shapes.
+"""
+from __future__ import annotations
+
+import functools
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+import cuda.bindings.driver as cuda
+from cutlass import Float16, Float32, Int32, Int64, Uint8
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.memory import SmemAllocator
+from cutlass.tensor_utils import LayoutEnum
+
+from ..family.configs import A16_B_STAGES as B_STAGES, A16_SLICE_BYTES as A_SLICE_BYTES, A16Config
+from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K, SLICES
+from ..family.problem import check_gated_sizes
+from ..fp4_dequant import fp4x8_to_f16, scale_f16x2
+from ..ldst import ld_global_b32, st_global_v4, st_shared_v4
+from .dual_gemm_sm90 import (check_devices, check_sm90_target, compile_with_pointers, fake_operands, gate_epilogue,
+                             operand_2d, operands_2d, with_runtime_rows)
+from .dual_gemm_sm90_pipelined import load_b
+
+SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
+WG_ROWS = 64  #: rows of C per MMA warpgroup (WGMMA's M)
+THREADS = 384
+CONVERTER_THREADS = 128
+#: setmaxnreg per role: (converter, MMA). 384 threads start with 168 registers each (64,512 in all), and
+#: 128 x (112 + 2 x 192) = 63,488 <= 64,512. An MMA thread holds 2 tile_n FP32 accumulators (128 at tile_n 128).
+REGS = (112, 192)
+PREPASS_THREADS = 256
+PREPASS_UNITS = 4  #: 8-value units each pre-pass thread converts (one packed word in, 16 FP16 bytes out each)
+
+
+# --------------------------------------------------------------------------------------
+# The pre-pass: NVFP4 A -> FP16 A
+# --------------------------------------------------------------------------------------
+
+
+@cute.kernel
+def prepass_kernel(a: cute.Tensor, sfa: cute.Tensor, a16: cute.Tensor, units: cutlass.Constexpr):
+    """Unit ``u`` (8 values): packed word ``u`` of ``a`` (flat), scale byte ``u // 2`` of ``sfa`` (flat: K/16 a row,
+    K/8 units a row), FP16 chunk ``u`` (16 bytes) of ``a16``. Thread ``i`` of CTA ``b`` converts units
+    ``b 256 U + i + 256 j``, ``j < U``: all loads first, then the conversions and stores."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    first = bidx * (PREPASS_THREADS * PREPASS_UNITS) + tidx
+    pa = a.iterator
+    ps = sfa.iterator
+    po = cute.recast_ptr(a16.iterator, dtype=Uint8)
+    held = []
+    for j in cutlass.range_constexpr(PREPASS_UNITS):
+        u = first + j * PREPASS_THREADS
+        ok = u < units
+        w = ld_global_b32(pa + Int64(u) * 4, pred=ok)
+        sw = ld_global_b32(ps + Int64(u // 8) * 4, pred=ok)  # the word holding scale byte u // 2
+        held.append((u, ok, w, sw))
+    for u, ok, w, sw in held:
+        sc = scale_f16x2(sw >> (((u // 2) % 4) * 8), 0)
+        h = fp4x8_to_f16(w, sc, sc)
+        st_global_v4(po + Int64(u) * 16, *h, pred=ok)
+
+
+@cute.jit
+def launch_prepass(a: cute.Tensor, sfa: cute.Tensor, a16: cute.Tensor, stream: cuda.CUstream):
+    """``a`` (M, K/2) packed bytes, ``sfa`` (M, K/16) scale bytes, ``a16`` (M, K) FP16: all row-major."""
+    units = cute.size(a16) // 8
+    per_cta = PREPASS_THREADS * PREPASS_UNITS
+    prepass_kernel(a, sfa, a16, units).launch(grid=((units + per_cta - 1) // per_cta, 1, 1),
+                                              block=(PREPASS_THREADS, 1, 1), stream=stream)
+
+
+# --------------------------------------------------------------------------------------
+# The main kernel
+# --------------------------------------------------------------------------------------
+
+
+@cute.jit
+def convert_b_stacked(fB, loaded, unit: Int32, buf, bn: cutlass.Constexpr):
+    """One unit of :func:`~.dual_gemm_sm90_pipelined.load_b` (row ``unit // 4`` of [B1; B2], 16 values) to FP16 in
+    buffer ``buf``: two 16-byte chunks of a 128B-swizzled row, chunk c of row r at chunk ``c ^ (r % 8)``. The
+    buffer stacks B1's ``bn`` rows and B2's: row r of [B1; B2] at ``r x 128`` bytes (WGMMA's K-major B layout
+    for N = 2 bn)."""
+    row = unit // 4
+    q = unit % 4
+    x0, x1, sw = loaded
+    sc = scale_f16x2(sw >> (q * 8), 0)  # the unit's 16 values share scale byte q of the slice's four
+    h0 = fp4x8_to_f16(x0, sc, sc)
+    h1 = fp4x8_to_f16(x1, sc, sc)
+    dst_row = fB + (buf * (2 * bn * 128) + row * 128)
+    r8 = row % 8
+    st_shared_v4(dst_row + ((2 * q) ^ r8) * 16, *h0)
+    st_shared_v4(dst_row + ((2 * q + 1) ^ r8) * 16, *h1)
+
+
+@cute.jit
+def acc_half(acc: cute.Tensor, half: cutlass.Constexpr, bn: cutlass.Constexpr) -> cute.Tensor:
+    """GEMM ``half + 1``'s view of the stacked accumulator: a thread's values of an m64nNk16 C fragment are
+    ``((2, 2, N / 8), 1, 1)`` with the N / 8 column groups outermost, so columns ``[0, bn)`` are the first half of
+    the fragment and ``[bn, 2 bn)`` the second: each half is laid out as the fragment of a ``(128, bn)`` tile."""
+    inner = cute.make_layout(((2, 2, bn // 8), 1, 1), stride=((1, 2, 4), 0, 0))
+    return cute.make_tensor(acc.iterator + half * (bn // 2), inner)
+
+
+@cute.kernel
+def a16_kernel(
+    tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b1: cute.CopyAtom, mB1: cute.Tensor,
+    tma_b2: cute.CopyAtom, mB2: cute.Tensor, tma_sb1: cute.CopyAtom, mSB1: cute.Tensor,
+    tma_sb2: cute.CopyAtom, mSB2: cute.Tensor, mC: cute.Tensor, tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
+    sa_layout: cute.ComposedLayout, pb_layout: cute.Layout, sb_layout: cute.Layout, fb_layout: cute.ComposedLayout,
+    k_blocks: Int32, cfg: cutlass.Constexpr,
+):
+    BN = cfg.tile_n
+    SA = cfg.stages
+    NB = cfg.buffers
+    tidx, _, _ = cute.arch.thread_idx()
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    wg = warp // 4
+    m_tile, n_tile, _ = cute.arch.block_idx()
+    slices = k_blocks * SLICES
+
+    smem = SmemAllocator()
+    fRaw = smem.allocate_tensor(Uint8, cute.make_layout(cfg.buffer_bytes()), byte_alignment=1024)
+    aRaw = smem.allocate_tensor(Uint8, cute.make_layout(SA * A_SLICE_BYTES), byte_alignment=1024)
+    pBRaw = smem.allocate_tensor(Uint8, cute.make_layout(B_STAGES * 2 * BN * KB_BYTES), byte_alignment=128)
+    sBRaw = smem.allocate_tensor(Uint8, cute.make_layout(B_STAGES * 2 * BN * SF_BYTES), byte_alignment=128)
+    afull = smem.allocate_array(Int64, 2 * SA, byte_alignment=8)  # per MMA warpgroup: its FP16 A half-slice landed
+    pfull = smem.allocate_array(Int64, B_STAGES, byte_alignment=8)  # packed B k-block landed (TMA)
+    pempty = smem.allocate_array(Int64, B_STAGES, byte_alignment=8)  # packed B k-block read (4 converter warps)
+    hfull = smem.allocate_array(Int64, NB, byte_alignment=8)  # FP16 [B1; B2] buffer written (4 converter warps)
+    hempty = smem.allocate_array(Int64, NB, byte_alignment=8)  # FP16 [B1; B2] buffer read (8 MMA warps)
+
+    pB1 = cute.make_tensor(pBRaw.iterator, pb_layout)
+    pB2 = cute.make_tensor(pBRaw.iterator + BN * KB_BYTES, pb_layout)
+    sSB1 = cute.make_tensor(sBRaw.iterator, sb_layout)
+    sSB2 = cute.make_tensor(sBRaw.iterator + BN * SF_BYTES, sb_layout)
+
+    if warp == 0:
+        for atom in (tma_a, tma_b1, tma_b2, tma_sb1, tma_sb2):
+            cpasync.prefetch_descriptor(atom)
+        with cute.arch.elect_one():
+            for s in cutlass.range_constexpr(2 * SA):
+                cute.arch.mbarrier_init(afull + s, 1)
+            for s in cutlass.range_constexpr(B_STAGES):
+                cute.arch.mbarrier_init(pfull + s, 1)
+                cute.arch.mbarrier_init(pempty + s, 4)
+            for b in cutlass.range_constexpr(NB):
+                cute.arch.mbarrier_init(hfull + b, 4)
+                cute.arch.mbarrier_init(hempty + b, 8)
+            cute.arch.mbarrier_init_fence()
+    cute.arch.sync_threads()
+
+    if wg == 0:
+        # ============================================================ converter: [B1; B2] to FP16; warp 0 loads B
+        cute.arch.warpgroup_reg_dealloc(REGS[0])
+        lane = cute.arch.lane_idx()
+        b_copies = []
+        for atom, g, s, width in ((tma_b1, mB1, pB1, KB_BYTES), (tma_b2, mB2, pB2, KB_BYTES),
+                                  (tma_sb1, mSB1, sSB1, SF_BYTES), (tma_sb2, mSB2, sSB2, SF_BYTES)):
+            tiles = cute.local_tile(g, (BN, width), (None, None))
+            dst, src = cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(s, 0, 2),
+                                             cute.group_modes(tiles, 0, 2))
+            b_copies.append((atom, src, dst))
+        if warp == 0:
+            load_b_stage(b_copies, pfull, n_tile, Int32(0), Int32(0), cfg.b_stage_bytes())
+        per = 2 * BN * (SLICE_BYTES // 8) // CONVERTER_THREADS  # 8-byte units of a slice per thread
+        for kb in cutlass.range(k_blocks, unroll=1):
+            if warp == 0:
+                nxt = kb + 1  # one k-block ahead: its stage was released by all four warps after k-block kb - 1
+                if nxt < k_blocks:
+                    cute.arch.mbarrier_wait(pempty + nxt % B_STAGES, ((nxt // B_STAGES) & 1) ^ 1)
+                    load_b_stage(b_copies, pfull, n_tile, nxt, nxt % B_STAGES, cfg.b_stage_bytes())
+            st = kb % B_STAGES
+            cute.arch.mbarrier_wait(pfull + st, (kb // B_STAGES) & 1)
+            stage_b = pBRaw.iterator + st * (2 * BN * KB_BYTES)
+            stage_sb = sBRaw.iterator + st * (2 * BN * SF_BYTES)
+            loaded = [load_b(stage_b, stage_sb, tidx + i * CONVERTER_THREADS, 0, BN) for i in range(per)]
+            for sl in cutlass.range_constexpr(SLICES):
+                buf = sl % NB  # SLICES is a multiple of NB: the buffer is fixed per slice of a k-block
+                uses = SLICES // NB  # times a k-block fills each buffer
+                cute.arch.mbarrier_wait(hempty + buf, ((kb * uses + sl // NB) & 1) ^ 1)  # its last WGMMAs are done
+                nxt_loaded = loaded
+                if cutlass.const_expr(sl + 1 < SLICES):  # the next slice's loads overlap this one's conversion
+                    nxt_loaded = [load_b(stage_b, stage_sb, tidx + i * CONVERTER_THREADS, sl + 1, BN)
+                                  for i in range(per)]
+                for i in cutlass.range_constexpr(per):
+                    convert_b_stacked(fRaw.iterator, loaded[i], tidx + i * CONVERTER_THREADS, buf, BN)
+                loaded = nxt_loaded
+                cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy stores before WGMMA reads them
+                cute.arch.sync_warp()
+                if lane == 0:
+                    cute.arch.mbarrier_arrive(hfull + buf)
+            if lane == 0:
+                cute.arch.mbarrier_arrive(pempty + st)
+    else:
+        # ============================================================ MMA warpgroups: 64 rows of C each
+        cute.arch.warpgroup_reg_alloc(REGS[1])
+        wgi = wg - 1
+        ctid = tidx - 128
+        lane = cute.arch.lane_idx()
+        loader = warp % 4 == 0  # this warpgroup's first warp issues its A loads
+        # this warpgroup's own FP16 A ring: its 64 rows of every slice, loaded by its first warp, read by its WGMMAs
+        ring = aRaw.iterator + wgi * (SA * A_SLICE_BYTES // 2)
+        sA = cute.make_tensor(cute.recast_ptr(ring, sa_layout.inner, Float16), sa_layout.outer)
+        bars = afull + wgi * SA
+        gA = cute.local_tile(mA, (WG_ROWS, SLICE_K), (None, None))
+        tAs, tAg = cpasync.tma_partition(tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2),
+                                         cute.group_modes(gA, 0, 2))
+        a_row_tile = m_tile * 2 + wgi
+        if loader:
+            for i in cutlass.range_constexpr(SA):
+                if i < slices:
+                    load_a_slice(tma_a, tAg, tAs, bars, a_row_tile, Int32(i), Int32(i))
+
+        thr_mma = tiled_mma.get_slice(ctid % 128)
+        fB = cute.make_tensor(cute.recast_ptr(fRaw.iterator, fb_layout.inner, Float16), fb_layout.outer)
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))  # (MMA, MMA_M, MMA_K, stages)
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(fB))  # (MMA, MMA_N, MMA_K, buffers)
+        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C((WG_ROWS, 2 * BN)), Float32)
+        acc.fill(0.0)
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        k_steps = cute.size(tCrA, mode=[2])
+        for kb in cutlass.range(k_blocks, unroll=1):
+            for sl in cutlass.range_constexpr(SLICES):
+                g = kb * SLICES + sl
+                slot = g % SA
+                buf = sl % NB
+                uses = SLICES // NB
+                cute.arch.mbarrier_wait(bars + slot, (g // SA) & 1)
+                cute.arch.mbarrier_wait(hfull + buf, (kb * uses + sl // NB) & 1)
+                warpgroup.fence()
+                for ks in cutlass.range_constexpr(k_steps):
+                    cute.gemm(tiled_mma, acc, tCrA[(None, None, ks, slot)], tCrB[(None, None, ks, buf)], acc)
+                warpgroup.commit_group()
+                # the previous slice's WGMMAs are done: its FP16 B buffer may be refilled, and its A slot, by us
+                warpgroup.wait_group(1)
+                if g > 0:
+                    if lane == 0:
+                        cute.arch.mbarrier_arrive(hempty + (sl + NB - 1) % NB)
+                    refill = g - 1 + SA
+                    if loader:
+                        if refill < slices:
+                            load_a_slice(tma_a, tAg, tAs, bars, a_row_tile, refill, (g + SA - 1) % SA)
+        warpgroup.wait_group(0)
+
+        # ---- epilogue: columns [0, BN) of the accumulator are A B1^T, [BN, 2 BN) A B2^T
+        thr_epi = epi_mma.get_slice(ctid)
+        gate_epilogue(thr_epi, acc_half(acc, 0, BN), acc_half(acc, 1, BN), mC, m_tile, n_tile, BN)
+
+
+@cute.jit
+def load_b_stage(copies, pfull, n_tile, kb: Int32, stage: Int32, stage_bytes: cutlass.Constexpr):
+    """Packed B1, B2 and their scales of k-block ``kb`` into ring stage ``stage`` (10 boxes: 4 slices each, 2 of
+    scales)."""
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(pfull + stage, stage_bytes)
+    for atom, src, dst in copies:
+        cute.copy(atom, src[(None, n_tile, kb)], dst[(None, stage)], tma_bar_ptr=pfull + stage)
+
+
+@cute.jit
+def load_a_slice(tma_a, tAg, tAs, bars, row_tile, g: Int32, slot: Int32):
+    """One 64 x 64 FP16 box of A (a warpgroup's rows of slice ``g``) into ring slot ``slot``."""
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(bars + slot, A_SLICE_BYTES // 2)
+    cute.copy(tma_a, tAg[(None, row_tile, g)], tAs[(None, slot)], tma_bar_ptr=bars + slot)
+
+
+# --------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------
+
+
+def smem_layouts(cfg: A16Config):
+    """The FP16 A ring (WGMMA's 128B-swizzled K-major A, one 128 x 64 slice per stage), the packed B ring
+    (slice-major, B2 after B1 in every stage), B's scales (row-major) and the FP16 [B1; B2] buffers."""
+    BN, S = cfg.tile_n, cfg.stages
+    tile = (TILE_M, 2 * BN, SLICE_K)
+    # one MMA warpgroup's ring: its 64 rows of each slice (WGMMA's 128B-swizzled K-major A), ``stages`` slots
+    sa = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (WG_ROWS, 2 * BN, SLICE_K), Float16, S)
+    pb = cute.make_layout((BN, (SLICE_BYTES, SLICES), B_STAGES),
+                          stride=(SLICE_BYTES, (1, BN * SLICE_BYTES), 2 * BN * KB_BYTES))
+    sb = cute.make_layout((BN, SF_BYTES, B_STAGES), stride=(SF_BYTES, 1, 2 * BN * SF_BYTES))
+    fb = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile, Float16, cfg.buffers)
+    return sa, pb, sb, fb
+
+
+@cute.jit
+def launch_a16(a16: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfb1: cute.Tensor, sfb2: cute.Tensor,
+               c: cute.Tensor, stream: cuda.CUstream, cfg: cutlass.Constexpr):
+    """The main kernel: ``a16`` (M, K) FP16 row-major (the pre-pass's output), ``b1``/``b2`` (N, K/2) packed bytes,
+    ``sfb1``/``sfb2`` (N, K/16) scale bytes, ``c`` (M, N) FP16."""
+    BN = cfg.tile_n
+    # one warpgroup's MMA (each MMA warpgroup has an A ring of its own): m64n(2 BN)k16, SS
+    tiled_mma = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
+                                                  (1, 1, 1), tiler_mn=(WG_ROWS, 2 * BN))
+    # partitions C for the epilogue: a (128, BN) tile, the fragment of each half of the accumulator
+    epi_mma = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
+                                                (2, 1, 1), tiler_mn=(WG_ROWS, BN))
+    sa, pb, sb, fb = smem_layouts(cfg)
+    m = cute.size(c, mode=[0])
+    n = cute.size(c, mode=[1])
+    if cutlass.const_expr(m == 1):  # one row: keep the row coordinate of A's TMA copies
+        a16 = with_runtime_rows(a16, 1)
+    g2s = cpasync.CopyBulkTensorTileG2SOp()
+    tma_a, tA = cpasync.make_tiled_tma_atom(g2s, a16, cute.slice_(sa, (None, None, 0)), (WG_ROWS, SLICE_K))
+    tma_b1, tB1 = cpasync.make_tiled_tma_atom(g2s, b1, cute.slice_(pb, (None, None, 0)), (BN, KB_BYTES))
+    tma_b2, tB2 = cpasync.make_tiled_tma_atom(g2s, b2, cute.slice_(pb, (None, None, 0)), (BN, KB_BYTES))
+    tma_sb1, tSB1 = cpasync.make_tiled_tma_atom(g2s, sfb1, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
+    tma_sb2, tSB2 = cpasync.make_tiled_tma_atom(g2s, sfb2, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
+    k_blocks = cute.size(b1, mode=[1]) // KB_BYTES
+    a16_kernel(tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sb1, tSB1, tma_sb2, tSB2, c, tiled_mma, epi_mma,
+               sa, pb, sb, fb, k_blocks, cfg).launch(
+        grid=((m + TILE_M - 1) // TILE_M, (n + BN - 1) // BN, 1), block=(THREADS, 1, 1), min_blocks_per_mp=1,
+        stream=stream)
+
+
+@cute.jit
+def launch_both(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute.Tensor, sfb1: cute.Tensor,
+                sfb2: cute.Tensor, a16: cute.Tensor, c: cute.Tensor, stream: cuda.CUstream, cfg: cutlass.Constexpr):
+    """The pre-pass into ``a16`` (the FP16 A workspace), then the main kernel, on one stream."""
+    launch_prepass(a, sfa, a16, stream)
+    launch_a16(a16, b1, b2, sfb1, sfb2, c, stream, cfg)
+
+
+@functools.lru_cache(maxsize=None)
+def a16_host(cfg: A16Config):
+    """The ``@cute.jit`` host function of ``cfg``: :func:`launch_both` (static shapes: one compile per problem
+    size)."""
+
+    @cute.jit
+    def dual_gemm_sm90_a16_host(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute.Tensor,
+                                sfb1: cute.Tensor, sfb2: cute.Tensor, a16: cute.Tensor, c: cute.Tensor,
+                                stream: cuda.CUstream):
+        launch_both(a, b1, b2, sfa, sfb1, sfb2, a16, c, stream, cfg)
+
+    return dual_gemm_sm90_a16_host
+
+
+@cute.jit
+def prepass_host(a: cute.Tensor, sfa: cute.Tensor, a16: cute.Tensor, stream: cuda.CUstream):
+    """The pre-pass alone: NVFP4 ``a`` (M, K/2) and ``sfa`` (M, K/16) to FP16 ``a16`` (M, K)."""
+    launch_prepass(a, sfa, a16, stream)
+
+
+def _config(cfg):
+    cfg = A16Config() if cfg is None else cfg
+    if not isinstance(cfg, A16Config):
+        raise TypeError(f"cfg must be an A16Config; got {type(cfg).__name__}")
+    return cfg
+
+
+def _fake_a16(m: int, k: int):
+    from ..compile import fake_tensor
+
+    return fake_tensor(Float16, (m, k), stride_order=(1, 0))
+
+
+def compile_a16(target: str, cfg: A16Config | None, m: int, n: int, k: int):
+    """Compile the A16 twin of ``cfg`` (None: the default :class:`A16Config`), pre-pass and main kernel in one host
+    function, for an M x N x K problem without a GPU (static shapes). The compiled function takes
+    ``(a, b1, b2, sfa, sfb1, sfb2, a16, c, stream)`` (:func:`operands_2d`'s operands, the (M, K) FP16 workspace
+    before ``c``). Every argument is checked before the DSL sees it."""
+    from ..compile import compile_for, fake_stream
+
+    check_sm90_target(target)
+    m, n, k = check_gated_sizes(m, n, k)  # N a multiple of 8 too
+    cfg = _config(cfg)
+    ops = fake_operands(m, n, k)
+    return compile_for(target, a16_host(cfg), *ops[:6], _fake_a16(m, k), ops[6], fake_stream())
+
+
+def compile_a16_ptrs(target: str, cfg: A16Config | None, m: int, n: int, k: int, out_stride: tuple = None):
+    """The A16 twin compiled through TVM-FFI with the inputs and the FP16 A workspace as bare pointers
+    (:func:`~gemmlab.kernels.dual_gemm_sm90.compile_with_pointers` with ``workspace``): what the public call's plan
+    launches, as ``fn(a, b1, b2, sfa, sfb1, sfb2, a16 workspace pointers, out)``."""
+    check_sm90_target(target)
+    m, n, k = check_gated_sizes(m, n, k)
+    return compile_with_pointers(target, launch_both, _config(cfg), m, n, k, out_stride, workspace=True)
+
+
+def compile_prepass(target: str, m: int, k: int):
+    """Compile the pre-pass alone for M x K without a GPU: ``(a, sfa, a16, stream)``."""
+    from ..compile import compile_for, fake_stream
+
+    check_sm90_target(target)
+    m, _, k = check_gated_sizes(m, 8, k)
+    ops = fake_operands(m, 8, k)
+    return compile_for(target, prepass_host, ops[0], ops[3], _fake_a16(m, k), fake_stream())
+
+
+def gated_dual_gemm_a16(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: A16Config | None = None):
+    """``silu(A B1^T) * (A B2^T)`` in FP16 on an H100/H200 with the A16 twin (arguments as the simple twin's;
+    ``cfg`` forced or the default :class:`A16Config`). Checks every argument before anything compiles or launches;
+    allocates the (M, K) FP16 A workspace per call and runs the pre-pass and the main kernel on torch's current
+    stream. Returns ``out``."""
+    import torch
+
+    from ..compile import launcher
+    from ..tiers import require_tier
+    from .dual_gemm_sm90 import check_twin_arguments
+    from .dual_gemm_sm90_pipelined import check_compact_out
+
+    m, n, k = check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    check_compact_out(out, n)
+    cfg = _config(cfg)
+    require_tier("sm90", "gemmlab.kernels.dual_gemm_sm90_a16.gated_dual_gemm_a16")
+    check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
+    if out is None:
+        out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
+    a16 = torch.empty((m, k), dtype=torch.float16, device=a.device)
+    ops = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
+    launcher(a16_host(cfg), *ops[:6], a16, ops[6])()
+    return out
+
+
+def prepass_a16(a, sfa, out=None):
+    """The pre-pass alone on an H100/H200: NVFP4 ``a`` (M, K/2, 1) packed (uint8 or ``float4_e2m1fn_x2``) with its
+    e4m3 scales ``sfa`` (M, K/16, 1) to FP16 ``out`` (M, K), row-major (allocated when None); exact. Checks every
+    argument before anything compiles or launches. Returns ``out``."""
+    import torch
+
+    from .. import nvfp4 as fp4
+    from ..checks import check_tensor
+    from ..compile import launcher
+    from ..tiers import require_tier
+
+    m, _, k, l = fp4.check_operands(a, a, a, sfa, sfa, sfa)  # a as its own B: the checks of A and SFA
+    if l != 1:
+        raise ValueError(f"L must be 1 (the kernel's batch); got L={l}")
+    if out is not None:
+        check_tensor("out", out, dtypes=(torch.float16,), ndim=2, device=None)
+        if tuple(out.shape) != (m, k):
+            raise ValueError(f"out must have shape {(m, k)}; got {tuple(out.shape)}")
+    require_tier("sm90", "gemmlab.kernels.dual_gemm_sm90_a16.prepass_a16")
+    check_devices(a, a, a, sfa, sfa, sfa, out)
+    if out is None:
+        out = torch.empty((m, k), dtype=torch.float16, device=a.device)
+    launcher(prepass_host, operand_2d(0, a), operand_2d(3, sfa), out)()
+    return out
