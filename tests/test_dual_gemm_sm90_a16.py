@@ -112,16 +112,6 @@ def test_config_fields_are_plain_ints():
 # ---------------------------------------------------------------- refusals, before any compile
 
 
-@pytest.fixture
-def no_compile(monkeypatch):
-    import gemmlab.compile
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("compiled before the arguments were checked")
-
-    monkeypatch.setattr(gemmlab.compile, "compile_for", refuse)
-
-
 @pytest.mark.parametrize("target, cfg, m, n, k, exc, match", [
     ("sm_100a", None, 256, 128, 512, ValueError, "needs target sm_90a"),
     ("sm_90", None, 256, 128, 512, ValueError, "target must be one of|needs target sm_90a"),

@@ -133,16 +133,6 @@ def test_decode_choice_against_the_h100_sweep():
 # ---------------------------------------------------------------- refusals, before any compile
 
 
-@pytest.fixture
-def no_compile(monkeypatch):
-    import gemmlab.compile
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("compiled before the arguments were checked")
-
-    monkeypatch.setattr(gemmlab.compile, "compile_for", refuse)
-
-
 @pytest.mark.parametrize("target, cfg, m, n, k, exc, match", [
     ("sm_100a", None, 64, 128, 512, ValueError, "needs target sm_90a"),
     ("sm_90a", None, 129, 128, 512, ValueError, "M must be <= 128"),

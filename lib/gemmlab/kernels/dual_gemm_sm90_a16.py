@@ -71,10 +71,10 @@ from ..family.configs import A16_B_STAGES as B_STAGES, A16_SLICE_BYTES as A_SLIC
 from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K, SLICES
 from ..family.problem import check_gated_sizes
 from ..fp4_dequant import fp4x8_to_f16, scale_f16x2
-from ..ldst import ld_global_b32, st_global_v4, st_shared_v4
+from ..ldst import ld_global_b32, st_global_v4
 from .dual_gemm_sm90 import (check_devices, check_sm90_target, compile_with_pointers, fake_operands, gate_epilogue,
                              operand_2d, operands_2d, with_runtime_rows)
-from .dual_gemm_sm90_pipelined import load_b
+from .dual_gemm_sm90_pipelined import convert_unit, load_b
 
 SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
 WG_ROWS = 64  #: rows of C per MMA warpgroup (WGMMA's M)
@@ -136,16 +136,7 @@ def convert_b_stacked(fB, loaded, unit: Int32, buf, bn: cutlass.Constexpr):
     buffer ``buf``: two 16-byte chunks of a 128B-swizzled row, chunk c of row r at chunk ``c ^ (r % 8)``. The
     buffer stacks B1's ``bn`` rows and B2's: row r of [B1; B2] at ``r x 128`` bytes (WGMMA's K-major B layout
     for N = 2 bn)."""
-    row = unit // 4
-    q = unit % 4
-    x0, x1, sw = loaded
-    sc = scale_f16x2(sw >> (q * 8), 0)  # the unit's 16 values share scale byte q of the slice's four
-    h0 = fp4x8_to_f16(x0, sc, sc)
-    h1 = fp4x8_to_f16(x1, sc, sc)
-    dst_row = fB + (buf * (2 * bn * 128) + row * 128)
-    r8 = row % 8
-    st_shared_v4(dst_row + ((2 * q) ^ r8) * 16, *h0)
-    st_shared_v4(dst_row + ((2 * q + 1) ^ r8) * 16, *h1)
+    convert_unit(fB + (buf * (2 * bn * 128) + (unit // 4) * 128), loaded, unit)
 
 
 @cute.jit

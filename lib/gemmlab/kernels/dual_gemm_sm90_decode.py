@@ -93,11 +93,10 @@ from ..family.configs import DECODE_LOAD_LAG as LOAD_LAG, DECODE_MAX_TOKENS as M
 from ..family.configs import KB_BYTES, SF_BYTES, SLICE_K, SLICES, DecodeConfig
 from ..family.heuristic_gated import choose_decode_config
 from ..family.problem import check_gated_sizes
-from ..fp4_dequant import fp4x8_to_f16, scale_f16x2
-from ..ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4, st_shared_v4
+from ..ldst import ld_shared_b32, ld_shared_v2, ld_shared_v4
 from .dual_gemm_sm90 import (check_devices, check_sm90_target, compile_with_pointers, fake_operands, operands_2d,
                              with_runtime_rows)
-from .dual_gemm_sm90_pipelined import convert_a
+from .dual_gemm_sm90_pipelined import convert_a, convert_unit
 
 SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
 CONVERTER_THREADS = 128
@@ -168,16 +167,7 @@ def x_unit(tidx, i: int, units: int):
 def convert_x(fX, loaded, unit: Int32, buf: cutlass.Constexpr, tokens: cutlass.Constexpr):
     """One unit of :func:`load_x` to FP16 in buffer ``buf``: two 16-byte chunks of a 128B-swizzled row
     (chunk c of row r at chunk ``c ^ (r % 8)``: WGMMA's K-major B layout)."""
-    row = unit // 4
-    q = unit % 4
-    x0, x1, sw = loaded
-    sc = scale_f16x2(sw >> (q * 8), 0)  # the unit's 16 values share scale byte q of the slice's four
-    h0 = fp4x8_to_f16(x0, sc, sc)
-    h1 = fp4x8_to_f16(x1, sc, sc)
-    dst_row = fX + (buf * tokens * 128 + row * 128)
-    r8 = row % 8
-    st_shared_v4(dst_row + ((2 * q) ^ r8) * 16, *h0)
-    st_shared_v4(dst_row + ((2 * q + 1) ^ r8) * 16, *h1)
+    convert_unit(fX + (buf * tokens * 128 + (unit // 4) * 128), loaded, unit)
 
 
 @cute.jit

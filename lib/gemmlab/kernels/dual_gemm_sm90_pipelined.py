@@ -136,13 +136,22 @@ def convert_b(fB, loaded, unit: Int32, buf: cutlass.Constexpr, bn: cutlass.Const
     descriptors step through them with one stride; chunk c of row r sits at chunk ``c ^ (r % 8)``.
     """
     row = unit // 4
-    q = unit % 4
     is_b2 = Int32(row >= bn)
+    convert_unit(fB + (buf * bn * 128 + row * 128 + is_b2 * ((SLICES - 1) * bn * 128)), loaded, unit)
+
+
+@cute.jit
+def convert_unit(dst_row, loaded, unit: Int32):
+    """Unit ``unit`` (row ``unit // 4`` of a slice, its 16 values ``16 (unit % 4)`` onwards: 8 packed bytes and the
+    slice's scale word, as :func:`load_b` loads them) to FP16 in the 128-byte row at ``dst_row`` of a 128B-swizzled
+    buffer (WGMMA's K-major layout): two 16-byte chunks, chunk c of row r at chunk ``c ^ (r % 8)``. The fast twin's
+    B, the decode twin's tokens and the A16 twin's stacked [B1; B2] differ only in where the row lies."""
+    row = unit // 4
+    q = unit % 4
     x0, x1, sw = loaded
     sc = scale_f16x2(sw >> (q * 8), 0)  # the unit's 16 values share scale byte q of the slice's four
     h0 = fp4x8_to_f16(x0, sc, sc)
     h1 = fp4x8_to_f16(x1, sc, sc)
-    dst_row = fB + (buf * bn * 128 + row * 128 + is_b2 * ((SLICES - 1) * bn * 128))
     r8 = row % 8
     st_shared_v4(dst_row + ((2 * q) ^ r8) * 16, *h0)
     st_shared_v4(dst_row + ((2 * q + 1) ^ r8) * 16, *h1)
