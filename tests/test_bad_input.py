@@ -348,6 +348,8 @@ def machine(monkeypatch):
                                 tiers.require_tier("sm90", caller))
             monkeypatch.setattr(dual_gemm_sm90, "check_devices", lambda *tensors: None)
             monkeypatch.setattr(hardware, "sm_count", lambda device=None: 132)
+            monkeypatch.setattr(hardware, "max_active_clusters",
+                                lambda size, device=None: {1: 132, 2: 66, 4: 30}[size])
     return use
 
 

@@ -94,6 +94,8 @@ def test_config_rejects_bad_fields(kwargs, match):
     (dict(stages=3.0), "stages must be an int"),
     (dict(stages=True), "stages must be an int"),
     (dict(stages="4"), "stages must be an int"),
+    (dict(mma_converts=1), "mma_converts must be a bool"),
+    (dict(mma_converts="yes"), "mma_converts must be a bool"),
 ])
 def test_config_rejects_bad_types(kwargs, match):
     with pytest.raises((TypeError, ValueError), match=match) as info:
@@ -264,18 +266,23 @@ def test_ptxas_no_spills_no_warnings(m, n, k, cfg, tmp_path):
 
 # ---------------------------------------------------------------- correctness on the emulator
 
-EMULATED = [  # (m, n, k, (tile_n, stages), seeds)
+EMULATED = [  # (m, n, k, (tile_n, stages[, mma_converts]), seeds)
     # M not a multiple of 128, N not of tile_n, 24 slices over a ring of 7 (and 6 k-blocks over 2 packed stages)
     (200, 136, 1536, (64, 7), [0]),
     (200, 136, 2048, (128, 5), [1]),  # 32 slices over a ring of 5; two FP16 B buffers
     (128, 72, 1024, (64, 2), [2, 3]),  # the shallowest ring: each slot refilled as soon as it is read
     (64, 64, 512, (128, 2), [4]),  # M = 64: the second MMA warpgroup's rows are all past M (zero-filled boxes)
     (1, 64, 256, (128, 3), [5]),  # one row, one k-block (fewer slices than slots)
+    # mma_converts: the MMA warpgroups convert half of every slice (12 warps on hfull and pempty)
+    (200, 136, 1536, (64, 7, True), [6, 7]),
+    (200, 136, 2048, (128, 5, True), [8]),
+    (128, 72, 1024, (64, 2, True), [9]),
+    (1, 64, 256, (128, 3, True), [10]),  # one k-block: the MMA warps convert slice 0 before their first WGMMA
 ]
 
 
 @pytest.mark.parametrize("m, n, k, fields, seeds", EMULATED,
-                         ids=[f"{m}x{n}x{k}-n{f[0]}s{f[1]}" for m, n, k, f, _ in EMULATED])
+                         ids=[f"{m}x{n}x{k}-n{f[0]}s{f[1]}" + ("-mma" if f[2:] else "") for m, n, k, f, _ in EMULATED])
 def test_emulator_matches_reference(m, n, k, fields, seeds):
     cfg = A16Config(*fields)
     for seed in seeds:
@@ -318,7 +325,7 @@ def test_emulator_prepass_writes_every_value_exactly(m, k):
 # ---------------------------------------------------------------- on an H100 / H200
 
 GPU_SHAPES = list(fp4.TEST_SHAPES) + list(fp4.BENCHMARK_SHAPES) + [(2048, 14336, 4096)]
-GPU_CONFIGS = ["default", (64, a16_max_stages(64)), (128, a16_max_stages(128)), (64, 2)]
+GPU_CONFIGS = ["default", (64, a16_max_stages(64)), (128, a16_max_stages(128)), (64, 2), (128, 5, True), (64, 7, True)]
 
 
 @pytest.mark.gpu

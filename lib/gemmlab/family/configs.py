@@ -682,14 +682,20 @@ A16_SLICE_BYTES = GATED_TILE_M * SLICE_K * 2  #: one FP16 A slice of the A16 twi
 class A16Config:
     """The A16 twin: ``tile_n``: N of each GEMM per CTA (64 or 128; WGMMA's N is ``2 tile_n``); ``stages``: FP16 A
     slices (128 rows x 64 K, 16 KiB: each MMA warpgroup's 64 rows in a ring of its own) in flight, >= 2, at most
-    what shared memory allows (:func:`a16_max_stages`: 7 for ``tile_n`` 64, 5 for 128)."""
+    what shared memory allows (:func:`a16_max_stages`: 7 for ``tile_n`` 64, 5 for 128); ``mma_converts``: the MMA
+    warpgroups convert half of every [B1; B2] slice themselves (while their WGMMAs of the slice before run), so the
+    converter warpgroup converts half as much. Correct on an H100, but 3 to 8 % slower there (2026-11-27,
+    ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_mma_converts.json``), so off by default."""
 
     tile_n: int = 128
     stages: int = 5
+    mma_converts: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "tile_n", check_choice("tile_n", self.tile_n, A16_TILE_NS))
         object.__setattr__(self, "stages", check_int("stages", self.stages, lo=2))
+        if not isinstance(self.mma_converts, bool):
+            raise TypeError(f"mma_converts must be a bool; got {type(self.mma_converts).__name__}")
         if self.smem_bytes() > SMEM_PER_BLOCK:
             raise ValueError(f"stages must be at most {a16_max_stages(self.tile_n)} for tile_n={self.tile_n}: "
                              f"stages={self.stages} needs {self.smem_bytes()} bytes of shared memory; a block has "

@@ -53,6 +53,9 @@ whatever setmaxnreg gives its region (C7602).
 Measured (kernels alone, inputs rotated over 4x the L2, ``benchmarks/dual_gemm.py bf16``; H100, 2026-11-27):
 ``tile_n`` 128 took 0.72 to 0.88 of the fast twin's time at M = 512 to 2048 (2048 x 4096 x 7168: 409 us against
 554); at M = 256 the 64 CTAs of 128-wide tiles leave half the GPU idle, and ``tile_n`` 64 won on one of two shapes.
+``mma_converts`` (the MMA warpgroups convert half of each slice between their WGMMAs) was correct there but 3 to 8 %
+slower: an MMA warpgroup converting slice j + 1 cannot issue slice j + 1's WGMMAs until it is done, and only slice
+j's are in flight meanwhile, so the tensor cores wait on the conversion it took over.
 """
 from __future__ import annotations
 
@@ -164,6 +167,9 @@ def a16_kernel(
     wg = warp // 4
     m_tile, n_tile, _ = cute.arch.block_idx()
     slices = k_blocks * SLICES
+    CONVERTING_WARPS = 12 if cfg.mma_converts else 4  # the warps that write each FP16 buffer and read each packed stage
+    UNITS = 2 * BN * (SLICE_BYTES // 8)  # 8-byte units of a [B1; B2] slice
+    CONV_UNITS = UNITS // 2 if cfg.mma_converts else UNITS  # the converter warpgroup's: the first ones
 
     smem = SmemAllocator()
     fRaw = smem.allocate_tensor(Uint8, cute.make_layout(cfg.buffer_bytes()), byte_alignment=1024)
@@ -189,9 +195,9 @@ def a16_kernel(
                 cute.arch.mbarrier_init(afull + s, 1)
             for s in cutlass.range_constexpr(B_STAGES):
                 cute.arch.mbarrier_init(pfull + s, 1)
-                cute.arch.mbarrier_init(pempty + s, 4)
+                cute.arch.mbarrier_init(pempty + s, CONVERTING_WARPS)
             for b in cutlass.range_constexpr(NB):
-                cute.arch.mbarrier_init(hfull + b, 4)
+                cute.arch.mbarrier_init(hfull + b, CONVERTING_WARPS)
                 cute.arch.mbarrier_init(hempty + b, 8)
             cute.arch.mbarrier_init_fence()
     cute.arch.sync_threads()
@@ -209,7 +215,7 @@ def a16_kernel(
             b_copies.append((atom, src, dst))
         if warp == 0:
             load_b_stage(b_copies, pfull, n_tile, Int32(0), Int32(0), cfg.b_stage_bytes())
-        per = 2 * BN * (SLICE_BYTES // 8) // CONVERTER_THREADS  # 8-byte units of a slice per thread
+        per = CONV_UNITS // CONVERTER_THREADS  # 8-byte units of a slice per thread
         for kb in cutlass.range(k_blocks, unroll=1):
             if warp == 0:
                 nxt = kb + 1  # one k-block ahead: its stage was released by all four warps after k-block kb - 1
@@ -266,6 +272,10 @@ def a16_kernel(
         acc.fill(0.0)
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
         k_steps = cute.size(tCrA, mode=[2])
+        MPER = (UNITS - CONV_UNITS) // (2 * 128)  # units of a slice per MMA thread (mma_converts)
+        if cutlass.const_expr(cfg.mma_converts):  # our half of slice 0 before the first WGMMA
+            mma_convert_slice(pBRaw.iterator, sBRaw.iterator, fRaw.iterator, pfull, pempty, hfull, hempty, Int32(0),
+                              0, CONV_UNITS + ctid, MPER, lane, BN, NB)
         for kb in cutlass.range(k_blocks, unroll=1):
             for sl in cutlass.range_constexpr(SLICES):
                 g = kb * SLICES + sl
@@ -287,11 +297,41 @@ def a16_kernel(
                     if loader:
                         if refill < slices:
                             load_a_slice(tma_a, tAg, tAs, bars, a_row_tile, refill, (g + SA - 1) % SA)
+                if cutlass.const_expr(cfg.mma_converts):  # our half of the next slice while these WGMMAs run
+                    nkb = kb + (sl + 1) // SLICES
+                    if nkb < k_blocks:
+                        mma_convert_slice(pBRaw.iterator, sBRaw.iterator, fRaw.iterator, pfull, pempty, hfull, hempty,
+                                          nkb, (sl + 1) % SLICES, CONV_UNITS + ctid, MPER, lane, BN, NB)
         warpgroup.wait_group(0)
 
         # ---- epilogue: columns [0, BN) of the accumulator are A B1^T, [BN, 2 BN) A B2^T
         thr_epi = epi_mma.get_slice(ctid)
         gate_epilogue(thr_epi, acc_half(acc, 0, BN), acc_half(acc, 1, BN), mC, m_tile, n_tile, BN)
+
+
+@cute.jit
+def mma_convert_slice(pB, sB, fB, pfull, pempty, hfull, hempty, kb: Int32, sl: cutlass.Constexpr, first: Int32,
+                      per: cutlass.Constexpr, lane: Int32, bn: cutlass.Constexpr, nb: cutlass.Constexpr):
+    """An MMA thread's share of slice ``sl`` of k-block ``kb`` (``mma_converts``): units ``first``, ``first + 256``,
+    ... of the stacked [B1; B2] slice into its FP16 buffer. Waits for the packed k-block (its first slice) and for
+    the buffer's last WGMMAs; arrives on ``hfull`` (and, after the k-block's last slice, on ``pempty``) as the
+    converter's warps do."""
+    st = kb % B_STAGES
+    buf = sl % nb
+    if cutlass.const_expr(sl == 0):
+        cute.arch.mbarrier_wait(pfull + st, (kb // B_STAGES) & 1)
+    cute.arch.mbarrier_wait(hempty + buf, ((kb * (SLICES // nb) + sl // nb) & 1) ^ 1)
+    stage_b = pB + st * (2 * bn * KB_BYTES)
+    stage_sb = sB + st * (2 * bn * SF_BYTES)
+    loaded = [load_b(stage_b, stage_sb, first + i * 256, sl, bn) for i in range(per)]
+    for i in cutlass.range_constexpr(per):
+        convert_b_stacked(fB, loaded[i], first + i * 256, buf, bn)
+    cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy stores before WGMMA reads them
+    cute.arch.sync_warp()
+    if lane == 0:
+        cute.arch.mbarrier_arrive(hfull + buf)
+        if cutlass.const_expr(sl == SLICES - 1):
+            cute.arch.mbarrier_arrive(pempty + st)  # this warp has read the k-block's packed bytes
 
 
 @cute.jit
