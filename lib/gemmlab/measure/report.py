@@ -171,6 +171,23 @@ def _dual_gemm_section(doc: dict, check: dict | None, sanitizer: Path | None) ->
                                    "× (b)", "× (b) kernels"], rows)
 
 
+def _dual_gemm_bf16_section(doc: dict) -> str:
+    """The public call against the BF16 path a Hopper user would otherwise take (``benchmarks/dual_gemm.py bf16``)."""
+    s = doc["summary"]
+    head = (f"**NVFP4 gated dual GEMM on Hopper against the BF16 path** (chapter 11; {doc['device']}, "
+            f"{doc['date'][:10]}, torch {doc['torch']}; `benchmarks/dual_gemm.py bf16`). The BF16 path: BF16 "
+            "activations, [B1; B2] dequantized once to BF16, per call one cuBLAS GEMM, then silu and mul in torch. "
+            f"Its time over ours on GPU MODE's four shapes: {s['gpu_mode_call_geomean']:.2f}× as called, "
+            f"**{s['gpu_mode_kernel_geomean']:.2f}×** kernels alone; {s['correct']} of {s['shapes']} shapes correct "
+            "(poisoned outputs). The kernel each call ran is named by its configuration: `DecodeConfig` the decode "
+            "twin, `PipelinedConfig` the fast twin, `A16Config` the A16 twin.")
+    rows = [[f"{r['m']}×{r['n']}×{r['k']}", r["config"].split("(")[0], f"{r['gemmlab_us']:.1f}",
+             f"{r['bf16_path_us']:.1f}", f"{r['prepared_kernel_us']:.1f}", f"{r['bf16_path_kernel_us']:.1f}",
+             f"{r['vs_bf16_path']:.2f}", f"{r['vs_bf16_path_kernel']:.2f}"] for r in doc["rows"] if r.get("ok")]
+    return head + "\n\n" + _table(["M×N×K", "kernel", "gemmlab µs", "BF16 path µs", "kernel µs", "BF16 kernels µs",
+                                   "× call", "× kernels"], rows)
+
+
 def _first_gemm_section(doc: dict) -> str:
     rows = [[r["kernel"], f"{r['TFLOP/s']:.0f}", f"{r['vs torch']:.3f}"] for r in doc["rows"]]
     head = f"**First TMA + WGMMA GEMM, 4096³ BF16** (chapter 06; {doc['device']}, {doc['date']})"
@@ -260,6 +277,9 @@ def render() -> str:
             san = dev_dir / "dual_gemm_sanitizer.txt"
             parts.append(_dual_gemm_section(_load(f), _load(c) if c.exists() else None,
                                             san if san.exists() else None))
+        f = dev_dir / "dual_gemm_bf16.json"
+        if f.exists():
+            parts.append(_dual_gemm_bf16_section(_load(f)))
         f = dev_dir / "sm100_check.json"
         if f.exists():
             doc = _load(f)
