@@ -35,3 +35,16 @@ def test_sanitizer_summary_reaches_the_readme():
         text = path.read_text()
         assert "ERROR SUMMARY: 0 errors" in text and "RACECHECK SUMMARY: 0 hazards" in text
         assert "ERROR SUMMARY: 0 errors" in report.README.read_text()
+
+
+def test_bf16_path_section_names_each_calls_kernel_and_drops_failed_rows():
+    row = dict(m=64, n=4096, k=7168, ok=True, config="DecodeConfig(tokens=64, mma_warpgroups=1, split=2, stages=6)",
+               gemmlab_us=33.3, bf16_path_us=54.7, prepared_kernel_us=33.4, bf16_path_kernel_us=52.9,
+               vs_bf16_path=54.7 / 33.3, vs_bf16_path_kernel=52.9 / 33.4)
+    doc = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-27 11:00:00 UTC", "torch": "2.11.0+cu130",
+           "summary": {"gpu_mode_call_geomean": 0.9, "gpu_mode_kernel_geomean": 0.84, "correct": 1, "shapes": 2},
+           "rows": [row, dict(m=1, n=64, k=256, ok=False, error="boom")]}
+    text = report._dual_gemm_bf16_section(doc)
+    assert "0.90× as called" in text and "**0.84×** kernels alone" in text and "1 of 2 shapes correct" in text
+    assert "| 64×4096×7168 | DecodeConfig | 33.3 | 54.7 | 33.4 | 52.9 | 1.64 | 1.58 |" in text
+    assert "1×64×256" not in text
