@@ -299,6 +299,10 @@ def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
     16 K values, row-major; K a multiple of 256, N of 8; ``out`` (M, N, 1) FP16, compact, or None; every tensor
     16-byte aligned, ``out`` apart from the inputs. Returns ``out``.
 
+    On an H100/H200 the kernel follows M (:func:`~gemmlab.family.heuristic_gated.choose_sm90`): the decode twin up to
+    128 rows, the fast twin from 129 to 383, the A16 twin (A converted to FP16 once, in a workspace the call
+    allocates) from 384.
+
     Bad input raises ``TypeError`` / ``ValueError`` naming the argument, on every machine and before any
     compile or launch; a machine without a Hopper or datacenter Blackwell GPU then raises ``TierError``.
     """
