@@ -57,13 +57,14 @@ def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[
 
 
 #: The fewest rows of A for which the public call runs the A16 twin (A converted to FP16 once by a pre-pass, SS WGMMA
-#: over stacked [B1; B2]). Its first GPU run (H200, 2026-11-27, kernels alone, 30 launches each) took 0.72 to 0.86 of
-#: the fast twin's time at M = 512 and 2048 (tile_n 128), and at M = 256 0.91 on 256 x 4096 x 7168 but 1.10 on
-#: 256 x 3072 x 4096 (tile_n 64): at 256 rows the fast twin keeps the job.
+#: over stacked [B1; B2]). Kernels alone (``benchmarks/dual_gemm.py bf16``, 2026-11-27) it took 0.72 to 0.88 of the fast
+#: twin's time from M = 512 to 2048 at tile_n 128 on an H100, 0.71 to 0.87 on an H200; at M = 256 (tile_n 64) 0.94 on
+#: 256 x 4096 x 7168 but 1.12 on 256 x 3072 x 4096 (both GPUs alike): at 256 rows the fast twin keeps the job. No M
+#: between 257 and 511 has been timed: 384 splits the difference.
 A16_FROM = 384
 
 #: The share of the SMs the A16 twin's 128-wide tiles must keep busy (one wave) to be taken over 64-wide ones: at
-#: 512 x 3072 (96 tiles, 0.73 of 132 SMs) the wide tile still took 0.78 of the narrow one's time (H200).
+#: 512 x 3072 (96 tiles, 0.73 of 132 SMs) the wide tile still took 0.80 of the narrow one's time (H100 and H200).
 A16_WIDE_FILL = 0.7
 
 
