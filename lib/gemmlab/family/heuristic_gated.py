@@ -87,7 +87,7 @@ DECODE_UP_TO = DECODE_MAX_TOKENS
 #: clusters of 8): a cluster's CTAs share a GPC, and the GPCs are of unequal size, so 30 quads use 120 SMs.
 H100_CLUSTERS = (132, 66, 30)
 
-#: The decode twin's time model, microseconds, fitted by least squares to the 75 configurations the H100 sweep timed
+#: The decode twin's time model, microseconds, fitted by least squares to the 81 configurations the H100 sweep timed
 #: (2026-11-27; 5 us rms; its pick is 3 % slower than the sweep's best on average, 20 % at worst): a fixed cost; per
 #: 64 weight rows x k-block a CTA streams, summed over waves (an MMA warp's conversions are the bottleneck); the same
 #: scaled by tokens / 64 (the token tile's WGMMA columns); per wave; and split-K's reduction.
