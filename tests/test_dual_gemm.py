@@ -505,3 +505,26 @@ def test_baselines_on_the_gpu(shape):
     b = dg.stock_path(ops.a, ops.sfa, w)
     assert fp4.check_close(a, ref).ok
     assert fp4.check_close(b, ref).ok
+
+
+def test_the_gated_plan_asks_the_device_for_its_cluster_capacity(monkeypatch):
+    """Up to DECODE_UP_TO rows the plan's choice uses the clusters the driver says fit (a GPU whose pairs are scarce
+    gets no split), above it none are asked for."""
+    from gemmlab.family.configs import DecodeConfig
+
+    asked = []
+
+    def clusters(size, device=None):
+        asked.append(size)
+        return {1: 132, 2: 20, 4: 30}[size]
+
+    monkeypatch.setattr(plan.hardware, "sm_count", lambda device=None: 132)
+    monkeypatch.setattr(plan.hardware, "max_active_clusters", clusters)
+    cfg = plan.gated_sm90_config(plan.GatedProblem(1, 4096, 7168), "cuda:0")
+    assert asked == [1, 2, 4] and isinstance(cfg, DecodeConfig) and cfg.split == 1
+    monkeypatch.setattr(plan.hardware, "max_active_clusters", lambda size, device=None: (132, 66, 30)[size // 2])
+    assert plan.gated_sm90_config(plan.GatedProblem(1, 4096, 7168), "cuda:0").split == 2  # an H100's: pairs fit
+    asked.clear()
+    monkeypatch.setattr(plan.hardware, "max_active_clusters", clusters)
+    plan.gated_sm90_config(plan.GatedProblem(512, 4096, 7168), "cuda:0")
+    assert asked == []
