@@ -195,14 +195,15 @@ def sm_count(device=None) -> int:
 
     Queried once per device and cached: the GEMM sizes its grid by it on every call.
     """
+    return _sm_count(_device_index(device))
+
+
+def _device_index(device) -> int:
+    """The CUDA index of torch ``device`` (None, or a device without an index: the current one)."""
     import torch
 
-    if device is None:
-        index = torch.cuda.current_device()
-    else:
-        index = torch.device(device).index
-        index = torch.cuda.current_device() if index is None else index
-    return _sm_count(index)
+    index = None if device is None else torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
 
 
 @functools.lru_cache(maxsize=None)
@@ -227,11 +228,7 @@ def max_active_clusters(size: int, device=None, *, threads: int = 384, smem_byte
     from .checks import check_int
 
     check_int("size", size, lo=1, hi=8)
-    import torch
-
-    index = torch.cuda.current_device() if device is None else torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
-    return _max_active_clusters(index, size, threads, smem_bytes)
+    return _max_active_clusters(_device_index(device), size, threads, smem_bytes)
 
 
 @functools.lru_cache(maxsize=None)

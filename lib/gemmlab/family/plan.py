@@ -548,14 +548,17 @@ class GatedPlan:
         return f"GatedPlan({p.m}x{p.n}x{p.k}, {self.arch}: {self.config})"
 
 
+def decode_clusters(device=None) -> tuple[int, ...]:
+    """The clusters of 1, 2 and 4 CTAs (the decode twin's splits) ``device`` runs at once with one CTA per SM, as the
+    driver reports them (:func:`~gemmlab.hardware.max_active_clusters`)."""
+    return tuple(hardware.max_active_clusters(s, device) for s in DECODE_SPLITS)
+
+
 def gated_sm90_config(problem: GatedProblem, device) -> PipelinedConfig | DecodeConfig | A16Config:
-    """The heuristic's Hopper configuration on ``device``: its SMs, and for the decode twin the clusters of 1, 2 and 4
-    CTAs the driver says it runs at once (one CTA per SM, as the decode twin takes)."""
-    sms = hardware.sm_count(device)
-    clusters = None
-    if problem.m <= heuristic_gated.DECODE_UP_TO:
-        clusters = tuple(hardware.max_active_clusters(s, device) for s in DECODE_SPLITS)
-    return heuristic_gated.choose_sm90(problem, sms, clusters)
+    """The heuristic's Hopper configuration on ``device``: its SMs, and for the decode twin its cluster capacity
+    (:func:`decode_clusters`)."""
+    clusters = decode_clusters(device) if problem.m <= heuristic_gated.DECODE_UP_TO else None
+    return heuristic_gated.choose_sm90(problem, hardware.sm_count(device), clusters)
 
 
 def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:

@@ -35,9 +35,10 @@ from .. import nvfp4 as fp4
 from .. import tiers
 from ..checks import check_choice, check_int
 from ..family.api import gated_dual_gemm
-from ..family.configs import DECODE_MAX_TOKENS, GATED_TILE_M as TILE_M, A16Config, DecodeConfig, PipelinedConfig
+from ..family.configs import (A16_TILE_NS, DECODE_MAX_TOKENS, GATED_TILE_M as TILE_M, A16Config, DecodeConfig,
+                              PipelinedConfig, a16_max_stages)
 from ..family.heuristic_gated import choose_decode_config, choose_tile_n
-from ..family.plan import prepare_gated
+from ..family.plan import decode_clusters, prepare_gated
 from ..family.problem import check_gated_arguments, check_gated_output
 
 #: The best public result for GPU MODE's nvfp4_dual_gemm on a B200 (geomean of the four shapes), microseconds.
@@ -342,34 +343,19 @@ def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
                     *dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out))
 
 
-def prepare_a16(a, b1, b2, sfa, sfb1, sfb2, out, cfg):
-    """The A16 twin (pre-pass, then the main kernel) as a zero-argument launch on these tensors, its FP16 A workspace
-    allocated once here (sm90 only)."""
-    import torch
-
-    from ..compile import launcher
-    from ..kernels import dual_gemm_sm90, dual_gemm_sm90_a16
-
-    check_gated_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
-    tiers.require_tier("sm90", "gemmlab.measure.dual_gemm.prepare_a16")
-    ops = dual_gemm_sm90.operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
-    a16 = torch.empty((a.shape[0], 2 * a.shape[1]), dtype=torch.float16, device=a.device)
-    return launcher(dual_gemm_sm90_a16.a16_host(cfg), *ops[:6], a16, ops[6])
-
-
 def a16_configs() -> list:
     """The A16 twin's configurations the benchmarks try: each tile width with its deepest ring."""
-    from ..family.configs import A16_TILE_NS, A16Config, a16_max_stages
-
     return [A16Config(tile_n, a16_max_stages(tile_n)) for tile_n in A16_TILE_NS]
 
 
-def device_clusters() -> tuple[int, ...]:
-    """Clusters of 1, 2 and 4 CTAs the current GPU runs at once, one CTA per SM (the decode twin's choice needs them)."""
-    from .. import hardware
-    from ..family.configs import DECODE_SPLITS
+def _ok_on_poisoned(launch, base, ref) -> bool:
+    """One launch writing ``base.c``, poisoned with NaN first, then checked against ``ref`` (the FP32 reference)."""
+    import torch
 
-    return tuple(hardware.max_active_clusters(s) for s in DECODE_SPLITS)
+    base.c.fill_(float("nan"))
+    launch()
+    torch.cuda.synchronize()
+    return fp4.check_close(base.c, ref).ok
 
 
 def _timing_setup(m, n, k, rounds, per_round, seed, what: str) -> tuple:
@@ -485,7 +471,6 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     gated_dual_gemm(*base.inputs(), out=base.c)  # compiles, then checked on the poisoned buffer
     torch.cuda.synchronize()
     res = fp4.check_close(base.c, ref)
-    del ref
     bsets = bench.input_sets(2 * (m + 2 * n) * k, spec.l2_mib * 2 ** 20)
     xs = [dequantize_bf16(base.a, base.sfa) for _ in range(bsets)]
     ws = [prepare_stock(base.b1, base.b2, base.sfb1, base.sfb2).w12 for _ in range(bsets)]
@@ -499,31 +484,26 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=3)
     kernels = {f"{name}_kernel": fns for name, fns in launches.items() if name != "gemmlab"}
     chosen = prepare_gated(*base.inputs(), out=base.c).plan.config
+
+    def prepared(cfg):  # a configuration's prepared launch on every input set
+        return [prepare_gated(*s.inputs(), out=s.c, config=cfg) for s in sets]
+
+    if not isinstance(chosen, PipelinedConfig):  # the decode or the A16 twin was chosen: the fast twin beside it
+        kernels["fast_twin_kernel"] = prepared(PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms)))
     decode_ok = dec = None
-    if not isinstance(chosen, DecodeConfig):
-        if m <= DECODE_MAX_TOKENS:  # the decode twin beside the fast twin, same run (checked first)
-            dec = choose_decode_config(m, n, k, spec.sms, device_clusters())
-            base.c.fill_(float("nan"))  # poisoned again: the fast twin's output is in it
-            prepare_gated(*base.inputs(), out=base.c, config=dec)()
-            torch.cuda.synchronize()
-            decode_ok = fp4.check_close(base.c, fp4.reference(*base.inputs())).ok
-            if decode_ok:
-                kernels["decode_twin_kernel"] = [prepare_gated(*s.inputs(), out=s.c, config=dec) for s in sets]
-    else:  # the decode twin was chosen: the fast twin beside it, same run
-        fast = PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))
-        kernels["fast_twin_kernel"] = [prepare_gated(*s.inputs(), out=s.c, config=fast) for s in sets]
-    if isinstance(chosen, A16Config):  # the fast twin beside the A16 twin, same run
-        fast = PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))
-        kernels["fast_twin_kernel"] = [prepare_gated(*s.inputs(), out=s.c, config=fast) for s in sets]
+    if m <= DECODE_MAX_TOKENS and not isinstance(chosen, DecodeConfig):  # the decode twin beside, checked first
+        dec = choose_decode_config(m, n, k, spec.sms, decode_clusters())
+        decode_ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=dec), base, ref)
+        if decode_ok:
+            kernels["decode_twin_kernel"] = prepared(dec)
     a16 = {}
     if m > DECODE_MAX_TOKENS:  # the A16 twin (A converted once by a pre-pass) beside the fast twin, checked first
         for cfg in a16_configs():
-            base.c.fill_(float("nan"))
-            prepare_a16(*base.inputs(), base.c, cfg)()
-            torch.cuda.synchronize()
-            a16[cfg.tile_n] = dict(config=repr(cfg), ok=fp4.check_close(base.c, fp4.reference(*base.inputs())).ok)
-            if a16[cfg.tile_n]["ok"]:
-                kernels[f"a16_{cfg.tile_n}_kernel"] = [prepare_a16(*s.inputs(), s.c, cfg) for s in sets]
+            ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=cfg), base, ref)
+            a16[cfg.tile_n] = dict(config=repr(cfg), ok=ok)
+            if ok:
+                kernels[f"a16_{cfg.tile_n}_kernel"] = prepared(cfg)
+    del ref
     tk = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
     flops = problem_flops(m, n, k)
     row = dict(m=m, n=n, k=k, sets=nsets, bf16_sets=bsets, ok=res.ok, max_abs_err=res.max_abs_err,
@@ -551,9 +531,8 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     return row
 
 
-
-#: The decode sweep's shapes: M from one token to the twin's 128 (96: two MMA warpgroups still fit), on three weight shapes (DeepSeek-V3's and GPU
-#: MODE's 4096 x 7168, GPU MODE's 3072 x 4096, and a wide FFN, 14336 x 4096).
+#: The decode sweep's shapes: M from one token to the twin's 128 (96: two MMA warpgroups still fit), on three weight
+#: shapes (DeepSeek-V3's and GPU MODE's 4096 x 7168, GPU MODE's 3072 x 4096, and a wide FFN, 14336 x 4096).
 DECODE_SWEEP_SHAPES = tuple((m, n, k) for n, k in ((4096, 7168), (3072, 4096), (14336, 4096))
                             for m in (1, 32, 64, 96, 128))
 
@@ -565,8 +544,6 @@ def sweep_decode(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5,
     recorded with ``ok`` False and not timed. Returns ``{"m", "n", "k", "chosen", "clusters", "rows": [...]}``
     (``chosen``: :func:`choose_decode_config`'s pick on this GPU's cluster capacity ``clusters``), each row a
     configuration's ``config``, ``ok`` and ``kernel_us``."""
-    import torch
-
     from . import bench
     from ..family.heuristic_gated import decode_candidates
 
@@ -576,10 +553,7 @@ def sweep_decode(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5,
     ref = fp4.reference(*base.inputs())
     rows, kernels = [], {}
     for cfg in configs:
-        base.c.fill_(float("nan"))
-        prepare_gated(*base.inputs(), out=base.c, config=cfg)()
-        torch.cuda.synchronize()
-        ok = fp4.check_close(base.c, ref).ok
+        ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=cfg), base, ref)
         rows.append(dict(config=repr(cfg), ok=ok))
         if ok:
             kernels[repr(cfg)] = [prepare_gated(*s.inputs(), out=s.c, config=cfg) for s in sets]
@@ -587,6 +561,7 @@ def sweep_decode(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5,
     for row in rows:
         if row["config"] in t:
             row["kernel_us"] = t[row["config"]]["median_ms"] * 1e3
-    return dict(m=m, n=n, k=k, chosen=repr(choose_decode_config(m, n, k, spec.sms, device_clusters())), rows=rows,
-                clusters=device_clusters(),
+    clusters = decode_clusters()
+    return dict(m=m, n=n, k=k, chosen=repr(choose_decode_config(m, n, k, spec.sms, clusters)), rows=rows,
+                clusters=clusters,
                 fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6)

@@ -214,7 +214,8 @@ def draw_benchmark(docs: list[dict], name: str = "11_benchmark"):
 
 
 def _short(config: str) -> str:
-    """``DecodeConfig(tokens=64, mma_warpgroups=1, split=2, stages=6)`` -> ``64t 1wg s2``; the fast twin -> ``fast``."""
+    """``DecodeConfig(tokens=64, mma_warpgroups=1, split=2, stages=6)`` -> ``64t 1wg s2``; any other configuration
+    (the fast twin's) -> ``fast twin``."""
     if not config.startswith("DecodeConfig"):
         return "fast twin"
     f = dict(part.split("=") for part in config[len("DecodeConfig("):-1].split(", "))
@@ -255,6 +256,7 @@ def format_decode_sweep(doc: dict) -> str:
     cols = [("shape", "M x N x K", ""), ("fast_us", "fast twin", ".1f"), ("pick", "model's pick", ""),
             ("pick_us", "pick us", ".1f"), ("best", "sweep's best", ""), ("best_us", "best us", ".1f"),
             ("x_fast", "x fast", ".2f"), ("floor_us", "FP4 floor", ".1f"), ("all_ok", "all correct", "")]
-    rows = [r for r in decode_sweep_rows(doc) if "error" not in r]
-    failed = [f"{r['shape']}: {r['error'].strip().splitlines()[-1]}" for r in decode_sweep_rows(doc) if "error" in r]
+    all_rows = decode_sweep_rows(doc)
+    rows = [r for r in all_rows if "error" not in r]
+    failed = [f"{r['shape']}: {r['error'].strip().splitlines()[-1]}" for r in all_rows if "error" in r]
     return format_table(rows, cols) + "".join(f"\nfailed: {f}" for f in failed)
