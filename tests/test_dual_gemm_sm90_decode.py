@@ -319,3 +319,23 @@ def test_setmaxnreg_asks_for_no_more_registers_than_the_cta_starts_with():
         assert 128 * (conv + wgs * mma) <= threads * entry, (wgs, conv, mma)
         assert conv % 8 == 0 and mma % 8 == 0 and 24 <= conv <= mma <= 256  # setmaxnreg's rules
 
+
+
+@pytest.mark.parametrize("clusters, exc, match", [
+    ((132, 66), ValueError, r"clusters must be a tuple of 3 counts"),
+    ([132, 66, 30], ValueError, r"clusters must be a tuple of 3 counts"),
+    ((132, 0, 30), ValueError, r"clusters\[1\] must be >= 1"),
+    ((132, 66.0, 30), TypeError, r"clusters\[1\] must be an int"),
+])
+def test_choose_decode_config_rejects_bad_cluster_counts(clusters, exc, match):
+    with pytest.raises(exc, match=match):
+        d.choose_decode_config(1, 4096, 7168, clusters=clusters)
+    with pytest.raises(ValueError, match="m must be <= 128"):  # past the decode twin's token tile
+        d.choose_decode_config(129, 4096, 7168)
+
+
+def test_choose_decode_config_takes_numpy_cluster_counts():
+    import numpy as np
+
+    got = d.choose_decode_config(1, 4096, 7168, clusters=tuple(np.int64(c) for c in (132, 20, 30)))
+    assert got == d.choose_decode_config(1, 4096, 7168, clusters=(132, 20, 30))

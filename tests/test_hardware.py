@@ -190,6 +190,17 @@ def test_max_active_clusters_rejects_bad_sizes(size, exc):
         hw.max_active_clusters(size)
 
 
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(threads=0), ValueError, "threads must be >= 1"), (dict(threads=2048), ValueError, "threads must be <= 1024"),
+    (dict(threads=384.0), TypeError, "threads must be an int"),
+    (dict(smem_bytes=-1), ValueError, "smem_bytes must be >= 0"),
+    (dict(smem_bytes=300 * 1024), ValueError, "smem_bytes must be <= 232448"),
+])
+def test_max_active_clusters_rejects_bad_launch_shapes_before_the_driver(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        hw.max_active_clusters(2, **kwargs)
+
+
 @pytest.mark.gpu
 def test_max_active_clusters_on_this_gpu():
     """One CTA per SM: clusters of 1 fill every SM; a cluster's CTAs share a GPC, so pairs and quads fit at most

@@ -227,7 +227,9 @@ def max_active_clusters(size: int, device=None, *, threads: int = 384, smem_byte
     """
     from .checks import check_int
 
-    check_int("size", size, lo=1, hi=8)
+    size = check_int("size", size, lo=1, hi=8)
+    threads = check_int("threads", threads, lo=1, hi=1024)
+    smem_bytes = check_int("smem_bytes", smem_bytes, lo=0, hi=H100.smem_per_block_kib * 1024)
     return _max_active_clusters(_device_index(device), size, threads, smem_bytes)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 
+from ..checks import check_int
 from ..hardware import H100
 from .. import nvfp4 as fp4
 from .configs import (DECODE_MAX_TOKENS, DECODE_MMA_WARPGROUPS, DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, GATED_TILE_M,
@@ -121,17 +122,28 @@ def decode_candidates(m: int, k: int) -> list[DecodeConfig]:
     return out
 
 
-@functools.lru_cache(maxsize=1024)
 def choose_decode_config(m: int, n: int, k: int, num_sms: int = H100.sms,
                          clusters: tuple[int, ...] | None = None) -> DecodeConfig:
     """The decode twin's configuration for M x N x K (M <= 128): the candidate (:func:`decode_candidates`) of least
     modelled time (:func:`decode_cost`), the fewer MMA warpgroups and the smaller split on a tie.
 
     ``clusters``: how many clusters of 1, 2 and 4 CTAs the GPU runs at once (the plan asks the driver); None: an
-    H100's (:data:`H100_CLUSTERS`) scaled to ``num_sms``.
+    H100's (:data:`H100_CLUSTERS`) scaled to ``num_sms``. Checked here, before the cache: ``66.0`` would hash as 66.
     """
+    m = check_int("m", m, lo=1, hi=DECODE_MAX_TOKENS)
+    n, k, num_sms = (check_int(name, v, lo=1) for name, v in (("n", n), ("k", k), ("num_sms", num_sms)))
     if clusters is None:
         clusters = tuple(max(1, c * num_sms // H100.sms) for c in H100_CLUSTERS)
+    else:
+        if not isinstance(clusters, tuple) or len(clusters) != len(DECODE_SPLITS):
+            raise ValueError(f"clusters must be a tuple of {len(DECODE_SPLITS)} counts (clusters of "
+                             f"{', '.join(map(str, DECODE_SPLITS))} CTAs at once); got {clusters!r}")
+        clusters = tuple(check_int(f"clusters[{i}]", c, lo=1) for i, c in enumerate(clusters))
+    return _choose_decode_config(m, n, k, clusters)
+
+
+@functools.lru_cache(maxsize=1024)
+def _choose_decode_config(m: int, n: int, k: int, clusters: tuple[int, ...]) -> DecodeConfig:
     return min(decode_candidates(m, k), key=lambda c: (decode_cost(c, n, k, clusters), c.mma_warpgroups, c.split))
 
 
