@@ -6,6 +6,7 @@
     python benchmarks/dual_gemm.py probe    # where the fast twin's time goes: its variants, kernels alone
     python benchmarks/dual_gemm.py bf16     # against the BF16 path a Hopper user would otherwise take (10 shapes)
     python benchmarks/dual_gemm.py decode   # every decode-twin configuration beside the fast twin, M <= 128
+    python benchmarks/dual_gemm.py a16      # every A16-twin width beside the fast twin and the BF16 path, M >= 200
 
 ``check``: every output poisoned with NaN first, rtol = atol = 1e-3 (``gemmlab.nvfp4.check_close``); baseline
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
@@ -123,8 +124,6 @@ def bench_bf16(out_dir=None, shapes=dg.BF16_PATH_SHAPES, rounds=10, per_round=5)
                   + (f"; fast twin's kernel {row['fast_twin_kernel_us']:.1f} us" if "fast_twin_kernel_us" in row else "")
                   + (f"; decode twin's kernel {row['decode_twin_kernel_us']:.1f} us" if "decode_twin_kernel_us" in row
                      else "")
-                  + "".join(f"; A16 twin ({t}) {row.get(f'a16_{t}_kernel_us', float('nan')):.1f} us ok={v['ok']}"
-                            for t, v in (row.get("a16_twin") or {}).items())
                   + f"; {row['config']}", flush=True)
         except Exception:  # noqa: BLE001 - one failed shape is one failed row
             row = {"m": m, "n": n, "k": k, "ok": False, "error": traceback.format_exc()[-1500:]}
@@ -162,10 +161,21 @@ def bench_bf16(out_dir=None, shapes=dg.BF16_PATH_SHAPES, rounds=10, per_round=5)
 
 
 def bench_decode(out_dir=None, shapes=dg.DECODE_SWEEP_SHAPES, rounds=5, per_round=5):
-    docs = []
+    return _bench_sweep("dual_gemm_decode", dg.sweep_decode, shapes, 400, out_dir, rounds, per_round)
+
+
+def bench_a16(out_dir=None, shapes=dg.A16_SWEEP_SHAPES, rounds=5, per_round=5):
+    path = _bench_sweep("dual_gemm_a16", dg.sweep_a16, shapes, 500, out_dir, rounds, per_round)
+    print(tables.format_a16_sweep(json.loads(path.read_text())))
+    return path
+
+
+def _bench_sweep(name, sweep, shapes, seed, out_dir, rounds, per_round):
+    """``sweep`` on every shape, the JSON rewritten after each one (a run cut short keeps the shapes it timed)."""
+    docs, path = [], None
     for i, (m, n, k) in enumerate(shapes):
         try:
-            doc = dg.sweep_decode(m, n, k, rounds=rounds, per_round=per_round, seed=400 + i)
+            doc = sweep(m, n, k, rounds=rounds, per_round=per_round, seed=seed + i)
         except Exception:  # noqa: BLE001 - one failed shape is one failed row
             doc = {"m": m, "n": n, "k": k, "rows": [], "error": traceback.format_exc()[-1500:]}
             print(f"{m} x {n} x {k}: FAILED\n{doc['error']}", flush=True)
@@ -175,8 +185,9 @@ def bench_decode(out_dir=None, shapes=dg.DECODE_SWEEP_SHAPES, rounds=5, per_roun
             us = f"{r['kernel_us']:8.1f}" if "kernel_us" in r else "    --  "
             print(f"{m:>4}x{n:>5}x{k:>5} {us} us ok={r['ok']} {r['config']}{mark}", flush=True)
         torch.cuda.empty_cache()
-    return _write("dual_gemm_decode", {"shapes": docs, "clocks": bench.gpu_clocks(), "rounds": rounds,
-                                       "per_round": per_round}, out_dir)
+        path = _write(name, {"shapes": docs, "clocks": bench.gpu_clocks(), "rounds": rounds,
+                             "per_round": per_round, "complete": i + 1 == len(shapes)}, out_dir)
+    return path
 
 
 # --------------------------------------------------------------------------------------
@@ -240,7 +251,7 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16", "decode"))
+    p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16", "decode", "a16"))
     p.add_argument("--out", default=None, help="write the JSON here instead of results/<device>/")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--decode-only", action="store_true", help="bf16: only the shapes with M <= 128")
@@ -260,6 +271,8 @@ def main(argv=None):
         bench_bf16(args.out, shapes=shapes, rounds=args.rounds)
     if args.what == "decode":
         bench_decode(args.out)
+    if args.what == "a16":
+        bench_a16(args.out)
     return 0 if ok else 1
 
 

@@ -2,11 +2,14 @@
 CPU tests everywhere, the launches on sm90."""
 import math
 
+import numpy as np
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from gemmlab.family import api, plan  # noqa: E402
+from gemmlab.family.configs import a16_max_stages  # noqa: E402
 from gemmlab.measure import dual_gemm as dg  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.hardware import B200, H100, H200  # noqa: E402
@@ -265,13 +268,13 @@ def test_gated_key_tells_apart_what_a_plan_depends_on(small):
 def test_the_decode_twin_takes_decode_rows_and_the_plan_compiles_it():
     pytest.importorskip("tvm_ffi")
     from gemmlab.family import heuristic_gated as hg
-    from gemmlab.family.configs import DecodeConfig, PipelinedConfig
+    from gemmlab.family.configs import A16Config, DecodeConfig
 
-    # the public call takes the decode twin for every M it handles (timed faster on an H100), the fast twin above
-    assert hg.DECODE_UP_TO == 128
+    # the public call takes the decode twin for every M it handles (timed faster on an H100), the A16 twin above
+    assert hg.DECODE_UP_TO == 128 and hg.A16_FROM == hg.DECODE_UP_TO + 1
     for m in (1, 40, 64, 65, 100, 128, 129, 383):
         cfg = hg.choose_sm90(plan.GatedProblem(m, 4096, 7168))
-        assert isinstance(cfg, DecodeConfig if m <= 128 else PipelinedConfig)
+        assert isinstance(cfg, DecodeConfig if m <= 128 else A16Config)
     for m in (1, 40, 64, 100, 128):
         cfg = hg.choose_decode_config(m, 4096, 7168)
         assert cfg.tokens >= m and cfg.tokens - m < 16
@@ -328,22 +331,78 @@ def test_the_a16_pointer_host_compiles_the_same_kernels():
         mod.compile_a16_ptrs("sm_100a", cfg, 200, 136, 512)
 
 
-@pytest.mark.parametrize("m, n, want", [
-    (64, 4096, "DecodeConfig"), (128, 4096, "DecodeConfig"), (129, 4096, "PipelinedConfig"),
-    (256, 3072, "PipelinedConfig"),
-    (384, 4096, (128, 5)),     # 3 x 32 = 96 wide tiles: 0.73 of 132 SMs
-    (512, 3072, (128, 5)),     # 4 x 24 = 96
-    (512, 1024, (64, 7)),      # 4 x 8 = 32 wide tiles leave most SMs idle: 64-wide ones, 4 x 16 = 64
-    (2048, 14336, (128, 5)),
+@pytest.mark.parametrize("m, n, k, want", [
+    (64, 4096, 7168, "DecodeConfig"), (128, 4096, 7168, "DecodeConfig"),
+    # 2 x 64 = 128 CTAs of 64 columns: one wave, 7 x (2.94 + 11.89 / 2) + 4.26 = 66.5 us; 48 takes 2 x 86 = 172: two
+    (129, 4096, 7168, 64),
+    (256, 3072, 4096, 48),     # 2 x 64 = 128 CTAs of 48: one wave at the narrowest per-column cost
+    (384, 4096, 7168, 96),     # 3 x 43 = 129 CTAs: one wave; 128 wide would make 96 CTAs, each 4/3 as long
+    (512, 3072, 7168, 96),     # 4 x 32 = 128: one wave (128 wide: 96 CTAs, 108 us against 87)
+    (640, 4096, 7168, 80),     # 5 x 52 = 260: two waves of 80 columns beat two of 96 (215 CTAs) and 128 (160)
+    (512, 1024, 7168, 48),     # 4 x 22 = 88 CTAs: every width fits one wave, so the narrowest is the shortest
+    (2048, 14336, 7168, 128),  # 16 x 112 = 1792 CTAs: 14 waves; the widest per-column rate wins
 ])
-def test_choose_sm90_by_rows(m, n, want):
+def test_choose_sm90_by_rows(m, n, k, want):
     from gemmlab.family import heuristic_gated as hg
 
-    cfg = hg.choose_sm90(plan.GatedProblem(m, n, 7168))
+    cfg = hg.choose_sm90(plan.GatedProblem(m, n, k))
     if isinstance(want, str):
         assert type(cfg).__name__ == want
     else:
-        assert type(cfg).__name__ == "A16Config" and (cfg.tile_n, cfg.stages) == want
+        assert type(cfg).__name__ == "A16Config"
+        assert (cfg.tile_n, cfg.stages, cfg.mma_converts) == (want, a16_max_stages(want), False)
+
+
+def test_a16_time_model_by_hand():
+    from gemmlab.family import heuristic_gated as hg
+
+    per_kilo, per_kilo_col, fixed = hg.A16_COST
+    # 512 x 3072 x 7168 at tile_n 96: 4 x 32 = 128 CTAs, one wave on 132 SMs, 7 x 1024 of K
+    assert hg.a16_time(512, 3072, 7168, 96) == pytest.approx(7 * (per_kilo + per_kilo_col * 0.75) + fixed)
+    # on 100 SMs the same grid takes two waves: twice the per-wave time
+    assert hg.a16_time(512, 3072, 7168, 96, 100) - fixed == pytest.approx(2 * (hg.a16_time(512, 3072, 7168, 96) - fixed))
+    # one more row starts a fifth row of tiles: 5 x 32 = 160 CTAs, two waves
+    assert hg.a16_time(513, 3072, 7168, 96) - fixed == pytest.approx(2 * (hg.a16_time(512, 3072, 7168, 96) - fixed))
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(m=0, n=3072, k=7168), ValueError, "m must be"),
+    (dict(m=512, n=3072.0, k=7168), TypeError, "n must be"),
+    (dict(m=512, n=3072, k=7168, num_sms=0), ValueError, "num_sms must be"),
+])
+def test_choose_a16_rejects_bad_input(kwargs, exc, match):
+    from gemmlab.family import heuristic_gated as hg
+
+    with pytest.raises(exc, match=match):
+        hg.choose_a16(**kwargs)
+
+
+def test_choose_a16_takes_numpy_ints():
+    from gemmlab.family import heuristic_gated as hg
+
+    assert hg.choose_a16(np.int64(512), np.int32(3072), np.int64(7168)) == hg.choose_a16(512, 3072, 7168)
+
+
+def test_a16_model_picks_the_sweeps_fastest_width():
+    """On the stored H100 sweep (every width timed on 24 shapes, kernels alone) the model's width is the fastest one
+    timed, or within 3 % of it, and the A16 twin's pick beats the fast twin on every shape (so the public call
+    gives the fast twin no rows)."""
+    from gemmlab.family import heuristic_gated as hg
+    from gemmlab.measure import dual_gemm_tables as tables
+    from gemmlab.measure.bench import load_results
+
+    doc = load_results("dual_gemm_a16", "nvidia-h100-80gb-hbm3")
+    if doc is None:
+        pytest.skip("no stored H100 A16 sweep")
+    rows = tables.a16_sweep_rows(doc)
+    assert len(rows) >= 24 and all("error" not in r for r in rows)
+    for r in rows:
+        widths = {int(c[1:]): t for c, t in r.items() if c[0] == "n" and c[1:].isdigit()}
+        m = int(r["shape"].split("x")[0])
+        assert r["pick"] != "fast" or m < hg.A16_FROM, r
+        assert r["pick_us"] <= 1.03 * min(widths.values()), r
+        assert r["pick_us"] < r["fast_us"], r
+        assert r["all_ok"], r
 
 
 def test_time_vs_bf16_checks_before_the_tier_and_the_bf16_path_is_the_gate():

@@ -75,9 +75,11 @@ def test_config_defaults_sizes_and_smem():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(tile_n=32), "tile_n must be one of 64, 128"),
-    (dict(tile_n=96), "tile_n must be one of 64, 128"),
-    (dict(tile_n=256), "tile_n must be one of 64, 128"),
+    (dict(tile_n=32), "tile_n must be one of 48, 64, 80, 96, 112, 128"),
+    (dict(tile_n=72), "tile_n must be one of 48, 64, 80, 96, 112, 128"),  # a multiple of 8, not of 16
+    (dict(tile_n=256), "tile_n must be one of 48, 64, 80, 96, 112, 128"),
+    (dict(tile_n=96, stages=7, mma_converts=True), "mma_converts needs tile_n 64 or 128"),
+    (dict(tile_n=48, stages=3, mma_converts=True), "mma_converts needs tile_n 64 or 128"),
     (dict(stages=1), "stages must be >= 2"),
     (dict(stages=0), "stages must be >= 2"),
     (dict(tile_n=128, stages=6), r"stages must be at most 5 for tile_n=128"),
@@ -273,6 +275,11 @@ EMULATED = [  # (m, n, k, (tile_n, stages[, mma_converts]), seeds)
     (128, 72, 1024, (64, 2), [2, 3]),  # the shallowest ring: each slot refilled as soon as it is read
     (64, 64, 512, (128, 2), [4]),  # M = 64: the second MMA warpgroup's rows are all past M (zero-filled boxes)
     (1, 64, 256, (128, 3), [5]),  # one row, one k-block (fewer slices than slots)
+    # the narrower and in-between widths: WGMMA N = 96, 160, 192, 224; N not a multiple of tile_n
+    (200, 200, 1536, (96, 7), [11]),
+    (130, 104, 1024, (48, 10), [12]),
+    (64, 88, 512, (80, 8), [13]),
+    (200, 120, 768, (112, 6), [14]),
     # mma_converts: the MMA warpgroups convert half of every slice (12 warps on hfull and pempty)
     (200, 136, 1536, (64, 7, True), [6, 7]),
     (200, 136, 2048, (128, 5, True), [8]),
@@ -326,7 +333,9 @@ def test_emulator_prepass_writes_every_value_exactly(m, k):
 
 GPU_SHAPES = list(fp4.TEST_SHAPES) + list(fp4.BENCHMARK_SHAPES) + [(2048, 14336, 4096)]
 GPU_CONFIGS = ["default", (64, a16_max_stages(64)), (128, a16_max_stages(128)), (64, 2), (128, 5, True), (64, 7, True)]
-
+# the widths between: GPU MODE's test shapes (odd M, N not a multiple of tile_n) and two benchmark shapes
+GPU_WIDTHS = [(tile_n, a16_max_stages(tile_n)) for tile_n in (48, 80, 96, 112)] + [(96, 2)]
+GPU_WIDTH_SHAPES = list(fp4.TEST_SHAPES) + [(512, 3072, 7168), (384, 4096, 7168)]
 
 @pytest.mark.gpu
 @pytest.mark.sm90
@@ -341,6 +350,14 @@ def test_gpu_matches_reference_with_poisoned_output(shape, form):
     torch.cuda.synchronize()
     res = fp4.check_close(out, fp4.reference(*ops.inputs()))
     assert res.ok, f"{shape} {cfg}: {res}"
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+@pytest.mark.parametrize("shape", GPU_WIDTH_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in GPU_WIDTH_SHAPES])
+@pytest.mark.parametrize("form", GPU_WIDTHS, ids=[str(f) for f in GPU_WIDTHS])
+def test_gpu_every_width_matches_reference(shape, form):
+    test_gpu_matches_reference_with_poisoned_output(shape, form)
 
 
 @pytest.mark.gpu

@@ -673,18 +673,20 @@ def decode_max_stages(tokens: int, mma_warpgroups: int, split: int = 1, cap: int
 
 # --- chapter 11, Hopper: the A16 twin (A converted to FP16 once by a pre-pass; SS WGMMA over stacked [B1; B2]) ---
 
-A16_TILE_NS = (64, 128)  #: the A16 twin: N of each GEMM per CTA (WGMMA's N is twice that: B1 and B2 stacked)
+A16_TILE_NS = (48, 64, 80, 96, 112, 128)  #: the A16 twin: N of each GEMM per CTA (WGMMA's N is twice that: B1 and B2
+#: stacked); multiples of 16, so the converter's 8 tile_n units of a slice split evenly over its 128 threads
 A16_B_STAGES = 2  #: the A16 twin: packed B k-blocks in flight (the producer loads them ahead of the converter)
 A16_SLICE_BYTES = GATED_TILE_M * SLICE_K * 2  #: one FP16 A slice of the A16 twin: 128 rows x 64 K x 2 bytes (16 KiB)
 
 
 @dataclass(frozen=True)
 class A16Config:
-    """The A16 twin: ``tile_n``: N of each GEMM per CTA (64 or 128; WGMMA's N is ``2 tile_n``); ``stages``: FP16 A
-    slices (128 rows x 64 K, 16 KiB: each MMA warpgroup's 64 rows in a ring of its own) in flight, >= 2, at most
-    what shared memory allows (:func:`a16_max_stages`: 7 for ``tile_n`` 64, 5 for 128); ``mma_converts``: the MMA
-    warpgroups convert half of every [B1; B2] slice themselves (while their WGMMAs of the slice before run), so the
-    converter warpgroup converts half as much. Correct on an H100, but 3 to 8 % slower there (2026-11-27,
+    """The A16 twin: ``tile_n``: N of each GEMM per CTA (:data:`A16_TILE_NS`, 48 to 128 in steps of 16; WGMMA's N is
+    ``2 tile_n``); ``stages``: FP16 A slices (128 rows x 64 K, 16 KiB: each MMA warpgroup's 64 rows in a ring of its
+    own) in flight, >= 2, at most what shared memory allows (:func:`a16_max_stages`: 10 for ``tile_n`` 48, 7 for 64,
+    5 for 128); ``mma_converts`` (``tile_n`` 64 or 128 only): the MMA warpgroups convert half of every [B1; B2]
+    slice themselves (while their WGMMAs of the slice before run), so the converter warpgroup converts half as much.
+    Correct on an H100, but 3 to 8 % slower there (2026-11-27,
     ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_mma_converts.json``), so off by default."""
 
     tile_n: int = 128
@@ -696,6 +698,9 @@ class A16Config:
         object.__setattr__(self, "stages", check_int("stages", self.stages, lo=2))
         if not isinstance(self.mma_converts, bool):
             raise TypeError(f"mma_converts must be a bool; got {type(self.mma_converts).__name__}")
+        if self.mma_converts and self.tile_n % 64:
+            raise ValueError(f"mma_converts needs tile_n 64 or 128 (each of the 256 MMA threads converts tile_n / 64 "
+                             f"units of a slice); got tile_n={self.tile_n}")
         if self.smem_bytes() > SMEM_PER_BLOCK:
             raise ValueError(f"stages must be at most {a16_max_stages(self.tile_n)} for tile_n={self.tile_n}: "
                              f"stages={self.stages} needs {self.smem_bytes()} bytes of shared memory; a block has "
@@ -725,7 +730,8 @@ class A16Config:
 
 
 def a16_buffers(tile_n: int) -> int:
-    """The A16 twin's FP16 [B1; B2] slice buffers: four of 16 KiB (``tile_n`` 64) or two of 32 KiB (128)."""
+    """The A16 twin's FP16 [B1; B2] slice buffers: four of 16 KiB at ``tile_n`` 64, else two of ``tile_n / 4`` KiB
+    (32 KiB at 128)."""
     return 4 if tile_n == 64 else 2
 
 

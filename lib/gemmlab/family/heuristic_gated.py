@@ -6,8 +6,9 @@ dequantization per MMA (each CTA converts its own B rows and all 128 of its A ro
 widest tile whose grid fills the GPU wins (:func:`choose_tile_n`). The decode twin
 (:mod:`gemmlab.kernels.dual_gemm_sm90_decode`, M <= 128) has its own choice (:func:`choose_decode_config`),
 which the public call takes up to :data:`DECODE_UP_TO` rows, from a time model fitted to an H100's timings; the A16
-twin (:mod:`gemmlab.kernels.dual_gemm_sm90_a16`: A converted to FP16 once per call) takes over from
-:data:`A16_FROM` rows (:func:`choose_a16`). On
+twin (:mod:`gemmlab.kernels.dual_gemm_sm90_a16`: A converted to FP16 once per call) takes every larger M
+(:data:`A16_FROM`), at the width its own time model picks (:func:`choose_a16`). The fast twin is the chapter's
+step between them and no longer the public call's choice on Hopper. On
 Blackwell the SM100 kernel runs its default :class:`~gemmlab.family.configs.DualSm100Config` (compile-verified
 only: no B200 timed a choice).
 """
@@ -19,8 +20,8 @@ from ..checks import check_int
 from ..hardware import H100
 from .. import nvfp4 as fp4
 from .configs import (DECODE_MAX_TOKENS, DECODE_MMA_WARPGROUPS, DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, GATED_TILE_M,
-                      PIPELINED_TILE_NS, A16Config, DecodeConfig, DualSm100Config, PipelinedConfig, a16_max_stages,
-                      decode_max_stages)
+                      PIPELINED_TILE_NS, A16_TILE_NS, A16Config, DecodeConfig, DualSm100Config, PipelinedConfig,
+                      a16_max_stages, decode_max_stages)
 from .problem import GatedProblem
 
 #: The share of the last wave's SMs a tile width must keep busy to be taken (else the best-filled one).
@@ -53,27 +54,41 @@ def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[
     if problem.m <= DECODE_UP_TO:
         return choose_decode_config(problem.m, problem.n, problem.k, num_sms, clusters)
     if problem.m >= A16_FROM:
-        return choose_a16(problem.m, problem.n, num_sms)
+        return choose_a16(problem.m, problem.n, problem.k, num_sms)
     return PipelinedConfig(tile_n=choose_tile_n(problem.m, problem.n, num_sms))
 
 
 #: The fewest rows of A for which the public call runs the A16 twin (A converted to FP16 once by a pre-pass, SS WGMMA
-#: over stacked [B1; B2]). Kernels alone (``benchmarks/dual_gemm.py bf16``, 2026-11-27) it took 0.72 to 0.88 of the fast
-#: twin's time from M = 512 to 2048 at tile_n 128 on an H100, 0.71 to 0.87 on an H200; at M = 256 (tile_n 64) 0.94 on
-#: 256 x 4096 x 7168 but 1.12 on 256 x 3072 x 4096 (both GPUs alike): at 256 rows the fast twin keeps the job. No M
-#: between 257 and 511 has been timed: 384 splits the difference.
-A16_FROM = 384
+#: over stacked [B1; B2]): every M the decode twin does not take. On an H100 (2026-11-27, ``benchmarks/dual_gemm.py a16``,
+#: kernels alone) its best width beat the fast twin on all 24 shapes of :data:`~gemmlab.measure.dual_gemm.A16_SWEEP_SHAPES`,
+#: M = 200 to 1024 included: by 1.07x (200 x 3072 x 4096, 35.9 against 38.5 us) to 1.50x (200 x 14336 x 4096). From 129
+#: to 256 rows both kernels run two 128-row tiles, as at M = 200 and 256.
+A16_FROM = 129
 
-#: The share of the SMs the A16 twin's 128-wide tiles must keep busy (one wave) to be taken over 64-wide ones: at
-#: 512 x 3072 (96 tiles, 0.73 of 132 SMs) the wide tile still took 0.80 of the narrow one's time (H100 and H200).
-A16_WIDE_FILL = 0.7
+#: The A16 twin's time model, microseconds: ``waves x K / 1024 x (per_kilo + per_kilo_col x tile_n / 128) + fixed``,
+#: ``waves`` = ceil(CTAs / SMs) (one CTA per SM: 212 to 218 KiB of shared memory), ``CTAs`` = ceil(M / 128) ceil(N /
+#: tile_n). Least squares on the 144 timings of that H100 sweep (6 widths x 24 shapes): 5.6 us rms (4 % relative), and
+#: its pick is the sweep's fastest width on all 24 shapes.
+A16_COST = (2.94, 11.89, 4.26)
 
 
-def choose_a16(m: int, n: int, num_sms: int = H100.sms) -> A16Config:
-    """The A16 twin's configuration: ``tile_n`` 128 (each converted B element serves the 128 rows of a CTA, and the
-    WGMMA is m64n256) where its grid fills at least :data:`A16_WIDE_FILL` of the SMs, else 64; the deepest ring."""
-    tiles = -(-m // GATED_TILE_M) * -(-n // 128)
-    tile_n = 128 if tiles >= A16_WIDE_FILL * num_sms else 64
+def a16_time(m: int, n: int, k: int, tile_n: int, num_sms: int = H100.sms) -> float:
+    """:data:`A16_COST`'s time (microseconds) of the A16 twin at ``tile_n`` on an M x N x K problem."""
+    per_kilo, per_kilo_col, fixed = A16_COST
+    waves = -(-(-(-m // GATED_TILE_M) * -(-n // tile_n)) // num_sms)
+    return waves * k / 1024 * (per_kilo + per_kilo_col * tile_n / 128) + fixed
+
+
+def choose_a16(m: int, n: int, k: int, num_sms: int = H100.sms) -> A16Config:
+    """The A16 twin's configuration: the width :func:`a16_time` finds fastest (the wider on a tie: each converted B
+    element serves 128 rows of C either way, and a wider WGMMA reads A from shared memory for more columns), with
+    its deepest ring. A narrower tile costs more per column but can fill a wave the wider one leaves partly idle:
+    at 512 x 3072 x 7168 tile_n 96 makes 128 CTAs of one wave where 128 makes 96."""
+    m = check_int("m", m, lo=1)
+    n = check_int("n", n, lo=1)
+    k = check_int("k", k, lo=1)
+    num_sms = check_int("num_sms", num_sms, lo=1)
+    tile_n = min(A16_TILE_NS, key=lambda bn: (a16_time(m, n, k, bn, num_sms), -bn))
     return A16Config(tile_n, a16_max_stages(tile_n))
 
 

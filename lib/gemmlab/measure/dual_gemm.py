@@ -437,10 +437,12 @@ def time_case(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, s
 # Against the path a Hopper user would otherwise take: BF16 activations, BF16 weights made once
 # --------------------------------------------------------------------------------------
 
-#: The shapes of the BF16-path comparison: GPU MODE's four, decode (M = 64, 128), prefill-sized M (1024, 2048) and
-#: a wide FFN (N = 14336, Llama-3 8B's and Mistral 7B's intermediate size).
+#: The shapes of the BF16-path comparison: GPU MODE's four, decode (M = 64, 128), prefill-sized M (1024, 2048), a wide
+#: FFN (N = 14336, Llama-3 8B's and Mistral 7B's intermediate size), and three M that are not powers of two (200, 384,
+#: 640) between the decode and prefill regimes.
 BF16_PATH_SHAPES = (*fp4.BENCHMARK_SHAPES, (64, 4096, 7168), (128, 4096, 7168), (1024, 4096, 7168),
-                    (2048, 4096, 7168), (128, 14336, 4096), (2048, 14336, 4096))
+                    (2048, 4096, 7168), (128, 14336, 4096), (2048, 14336, 4096), (200, 14336, 4096),
+                    (384, 4096, 7168), (640, 3072, 4096))
 
 
 def bf16_path(x, w12, h, n: int):
@@ -496,19 +498,11 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
         decode_ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=dec), base, ref)
         if decode_ok:
             kernels["decode_twin_kernel"] = prepared(dec)
-    a16 = {}
-    if m > DECODE_MAX_TOKENS:  # the A16 twin (A converted once by a pre-pass) beside the fast twin, checked first
-        for cfg in a16_configs():
-            ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=cfg), base, ref)
-            a16[cfg.tile_n] = dict(config=repr(cfg), ok=ok)
-            if ok:
-                kernels[f"a16_{cfg.tile_n}_kernel"] = prepared(cfg)
     del ref
     tk = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
     flops = problem_flops(m, n, k)
     row = dict(m=m, n=n, k=k, sets=nsets, bf16_sets=bsets, ok=res.ok, max_abs_err=res.max_abs_err,
                decode_twin=None if decode_ok is None else dict(config=repr(dec), ok=decode_ok),
-               a16_twin=a16 or None,
                nvfp4_bytes=problem_bytes(m, n, k)["total"], bf16_weight_bytes=ws[0].nbytes,
                fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6,
                compute_us=flops / (spec.peak_tflops("bf16") * 1e12) * 1e6,
@@ -525,9 +519,6 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
         row["vs_fast_twin_kernel"] = row["fast_twin_kernel_us"] / row["prepared_kernel_us"]
     if "decode_twin_kernel_us" in row:
         row["decode_twin_vs_bf16_path_kernel"] = row["bf16_path_kernel_us"] / row["decode_twin_kernel_us"]
-    for tile_n in a16:
-        if f"a16_{tile_n}_kernel_us" in row:
-            row[f"a16_{tile_n}_vs_bf16_path_kernel"] = row["bf16_path_kernel_us"] / row[f"a16_{tile_n}_kernel_us"]
     return row
 
 
@@ -537,31 +528,76 @@ DECODE_SWEEP_SHAPES = tuple((m, n, k) for n, k in ((4096, 7168), (3072, 4096), (
                             for m in (1, 32, 64, 96, 128))
 
 
-def sweep_decode(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:
-    """Every decode-twin configuration at M x N x K (:func:`~gemmlab.family.heuristic_gated.decode_candidates`)
-    beside the fast twin the heuristic would pick, kernels alone (``gpu_only``), on inputs rotated over 4x the L2. Each
-    configuration is first checked on a NaN-poisoned output against the FP32 reference; one that fails is
-    recorded with ``ok`` False and not timed. Returns ``{"m", "n", "k", "chosen", "clusters", "rows": [...]}``
-    (``chosen``: :func:`choose_decode_config`'s pick on this GPU's cluster capacity ``clusters``), each row a
-    configuration's ``config``, ``ok`` and ``kernel_us``."""
-    from . import bench
-    from ..family.heuristic_gated import decode_candidates
+def _sweep(m, n, k, make_configs, rounds, per_round, seed, what: str, stock: bool = False) -> tuple:
+    """Each of ``make_configs(spec)`` (``spec``: this GPU's :class:`~gemmlab.hardware.GPUSpec`) at M x N x K, kernels alone (``gpu_only``), on inputs rotated over 4x the L2; each first
+    checked on a NaN-poisoned output against the FP32 reference (one that fails is recorded with ``ok`` False and
+    not timed). ``stock``: the BF16 path (:func:`bf16_path`, BF16 weights made once) timed beside them as the row
+    ``"bf16_path"``. Returns ``(m, n, k, rows, spec)`` (the sizes as plain ints), each row a configuration's ``config``, ``ok`` and ``kernel_us``."""
+    import torch
 
-    m, n, k, spec, base, sets = _timing_setup(m, n, k, rounds, per_round, seed, "sweep_decode")
-    configs = [PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))]
-    configs += decode_candidates(m, k)
+    from . import bench
+
+    m, n, k, spec, base, sets = _timing_setup(m, n, k, rounds, per_round, seed, what)
     ref = fp4.reference(*base.inputs())
     rows, kernels = [], {}
-    for cfg in configs:
+    for cfg in make_configs(spec):
         ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=cfg), base, ref)
         rows.append(dict(config=repr(cfg), ok=ok))
         if ok:
             kernels[repr(cfg)] = [prepare_gated(*s.inputs(), out=s.c, config=cfg) for s in sets]
+    del ref
+    if stock:
+        bsets = bench.input_sets(2 * (m + 2 * n) * k, spec.l2_mib * 2 ** 20)
+        w12 = prepare_stock(base.b1, base.b2, base.sfb1, base.sfb2).w12
+        triples = [(dequantize_bf16(base.a, base.sfa), w12.clone(), torch.empty(m, 2 * n, dtype=torch.bfloat16,
+                                                                                  device="cuda"))
+                   for _ in range(bsets)]
+        del w12
+        kernels["bf16_path"] = [lambda x=x, w=w, h=h: bf16_path(x, w, h, n) for x, w, h in triples]
+        rows.append(dict(config="bf16_path", ok=True))
     t = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=2, gpu_only=True)
     for row in rows:
         if row["config"] in t:
             row["kernel_us"] = t[row["config"]]["median_ms"] * 1e3
+    return m, n, k, rows, spec
+
+
+def sweep_decode(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:
+    """Every decode-twin configuration at M x N x K (:func:`~gemmlab.family.heuristic_gated.decode_candidates`)
+    beside the fast twin the heuristic would pick, kernels alone (:func:`_sweep`: each checked on a poisoned output
+    first). Returns ``{"m", "n", "k", "chosen", "clusters", "rows": [...]}`` (``chosen``:
+    :func:`choose_decode_config`'s pick on this GPU's cluster capacity ``clusters``), each row a configuration's
+    ``config``, ``ok`` and ``kernel_us``."""
+    from ..family.heuristic_gated import decode_candidates
+
+    def configs(spec):
+        return [PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))] + decode_candidates(m, k)
+
+    m, n, k, rows, spec = _sweep(m, n, k, configs, rounds, per_round, seed, "sweep_decode")
     clusters = decode_clusters()
     return dict(m=m, n=n, k=k, chosen=repr(choose_decode_config(m, n, k, spec.sms, clusters)), rows=rows,
                 clusters=clusters,
                 fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6)
+
+
+#: The A16 sweep's shapes: M from 200 to 1024 (200, 384 and 640 not powers of two) on four weight shapes (GPU MODE's
+#: 4096 x 7168, 3072 x 4096 and 3072 x 7168, and a wide FFN, 14336 x 4096).
+A16_SWEEP_SHAPES = tuple((m, n, k) for n, k in ((4096, 7168), (3072, 4096), (3072, 7168), (14336, 4096))
+                         for m in (200, 256, 384, 512, 640, 1024))
+
+
+def sweep_a16(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:
+    """Every A16-twin width (:func:`a16_configs`) at M x N x K beside the fast twin the heuristic would pick and the
+    BF16 path, kernels alone (:func:`_sweep`: each checked on a poisoned output first). Returns ``{"m", "n", "k",
+    "chosen", "sms", "rows": [...]}`` (``chosen``: the public call's configuration on this GPU)."""
+    from ..family.heuristic_gated import choose_sm90
+    from ..family.problem import GatedProblem
+
+    def configs(spec):
+        return [PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))] + a16_configs()
+
+    m, n, k, rows, spec = _sweep(m, n, k, configs, rounds, per_round, seed, "sweep_a16", stock=True)
+    return dict(m=m, n=n, k=k, sms=spec.sms, rows=rows,
+                chosen=repr(choose_sm90(GatedProblem(m, n, k), spec.sms, decode_clusters())),
+                fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6,
+                compute_us=problem_flops(m, n, k) / (spec.peak_tflops("bf16") * 1e12) * 1e6)

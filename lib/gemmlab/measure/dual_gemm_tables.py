@@ -260,3 +260,50 @@ def format_decode_sweep(doc: dict) -> str:
     rows = [r for r in all_rows if "error" not in r]
     failed = [f"{r['shape']}: {r['error'].strip().splitlines()[-1]}" for r in all_rows if "error" in r]
     return format_table(rows, cols) + "".join(f"\nfailed: {f}" for f in failed)
+
+
+def a16_sweep_rows(doc: dict) -> list[dict]:
+    """Per shape of an A16 sweep (``benchmarks/dual_gemm.py a16``): the BF16 path's and the fast twin's kernel times,
+    each A16 width's (``n48`` ... ``n128``), the fastest kernel of ours, the configuration today's heuristic picks
+    (:func:`~gemmlab.family.heuristic_gated.choose_sm90`, on the run's SM count) and the BF16 path's time over the
+    pick's (above 1: ours is faster)."""
+    import re
+
+    from ..family.configs import PipelinedConfig
+    from ..family.heuristic_gated import choose_sm90
+    from ..family.problem import GatedProblem
+
+    out = []
+    for shape in doc["shapes"]:
+        label = f"{shape['m']}x{shape['n']}x{shape['k']}"
+        times = {r["config"]: r["kernel_us"] for r in shape.get("rows", []) if r.get("ok") and "kernel_us" in r}
+        fast = [t for c, t in times.items() if c.startswith("PipelinedConfig")]
+        if "bf16_path" not in times or not fast:
+            out.append({"shape": label, "error": shape.get("error", "no rows")})
+            continue
+        row = {"shape": label, "bf16_us": times.pop("bf16_path"), "fast_us": fast[0],
+               "all_ok": all(r.get("ok") for r in shape.get("rows", []))}
+        widths = {int(re.search(r"tile_n=(\d+)", c).group(1)): t for c, t in times.items() if c.startswith("A16Config")}
+        for tile_n, t in widths.items():
+            row[f"n{tile_n}"] = t
+        pick = choose_sm90(GatedProblem(shape["m"], shape["n"], shape["k"]), shape.get("sms", 132))
+        pick_us = times.get(repr(pick))
+        row["best"] = min([("fast", row["fast_us"])] + [(f"n{w}", t) for w, t in widths.items()], key=lambda x: x[1])[0]
+        row["pick"] = "fast" if isinstance(pick, PipelinedConfig) else (f"n{pick.tile_n}" if pick_us else repr(pick))
+        row["pick_us"] = pick_us
+        row["x_bf16"] = row["bf16_us"] / pick_us if pick_us else None
+        out.append(row)
+    return out
+
+
+def format_a16_sweep(doc: dict) -> str:
+    """:func:`a16_sweep_rows` as a table: kernels alone, microseconds."""
+    rows_all = a16_sweep_rows(doc)
+    rows = [r for r in rows_all if "error" not in r]
+    widths = sorted({int(k[1:]) for r in rows for k in r if k[0] == "n" and k[1:].isdigit()})
+    cols = ([("shape", "M x N x K", ""), ("bf16_us", "BF16 path", ".1f"), ("fast_us", "fast twin", ".1f")]
+            + [(f"n{w}", f"A16 {w}", ".1f") for w in widths]
+            + [("best", "best", ""), ("pick", "pick", ""), ("pick_us", "pick us", ".1f"), ("x_bf16", "x BF16", ".2f"),
+               ("all_ok", "all correct", "")])
+    failed = [f"{r['shape']}: {r['error'].strip().splitlines()[-1]}" for r in rows_all if "error" in r]
+    return format_table(rows, cols) + "".join(f"\nfailed: {f}" for f in failed)
