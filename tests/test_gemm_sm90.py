@@ -64,14 +64,15 @@ def test_swap_ab_stores_c_transposed():
     assert not ptx_lines(c, r"\.multicast::cluster")
 
 
-def test_split_k_writes_fp32_partials_and_reduces():
+def test_split_k_reduces_in_the_same_launch():
     c = compile_gemm("sm_90a", SPLIT)
-    assert not any(o.startswith("cp.async.bulk.tensor.2d.global.shared") for o in
-                   ptx_opcodes(c, r"^cp\.async\.bulk\.tensor"))  # no TMA store: partials go to the workspace
-    assert ptx_lines(c, r"^st\.global\.b32")  # FP32 partial sums, predicated on M' and N'
-    assert ptx_instructions(c, r"ld\.global\.v4\.f32") and ptx_instructions(c, r"cvt\.rn\.bf16x2\.f32")
-    kernels = ptx_lines(c, r"^\.visible \.entry")
-    assert len(kernels) == 2  # the GEMM and the reduction, launched by one host function
+    # One kernel: every unit publishes its partial tile, the tile's last one adds them and stores C by TMA.
+    assert len(ptx_lines(c, r"^\.visible \.entry")) == 1
+    assert any(o.startswith("cp.async.bulk.tensor.2d.global.shared::cta") for o in
+               ptx_opcodes(c, r"^cp\.async\.bulk\.tensor"))  # the normal epilogue's TMA store
+    assert ptx_lines(c, r"^st\.global\.v4\.f32")  # partial fragments, 16 bytes a store
+    assert ptx_lines(c, r"ld\.global\.cg\.v4\.f32")  # read back through L2 only
+    assert ptx_lines(c, r"^atom\.global\.add\.u32") and ptx_lines(c, r"^fence\.acq_rel\.gpu")
 
 
 @pytest.mark.parametrize("cfg", [Sm90Config(), Sm90Config(tile_n=128, stages=6, cluster=(1, 2)),

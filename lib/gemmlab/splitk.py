@@ -1,34 +1,76 @@
-"""Chapter 07: split-K, the FP32 partial sums and the kernel that adds them up.
+"""Chapter 07: split-K, the FP32 partial sums and how they are added up.
 
 What it teaches
     A GEMM whose output has fewer tiles than the GPU has SMs leaves SMs idle:
     M = 64, N = 2112 is 17 tiles of 128 x 64 for 132 SMs. Split-K cuts K into
     ``splits`` slices and makes every (tile, slice) pair a work unit, so
-    17 x 7 = 119 units keep 119 SMs streaming the weight. Each unit writes
-    the FP32 partial sum of its slice to a workspace of ``splits x M x N``
-    floats; this module's kernel then adds the slices and converts to the
-    output dtype.
+    17 x 7 = 119 units keep 119 SMs streaming the weight. Each unit holds the
+    FP32 partial sum of its slice; the slices must then be added up.
 
-    The cost is the workspace traffic (``4 * splits`` bytes written and read per
-    output element, against ``2 * K`` bytes of inputs read per output row and
-    column) and one more launch; the heuristic
+    Two ways to add them, both here:
+
+    * **A second kernel** (the first version of chapter 07): every unit writes
+      its partial tile to a ``splits x M x N`` FP32 workspace, and
+      :func:`reduce_kernel` adds the slices and converts to the output dtype.
+      It costs one more launch, its gap behind the GEMM and the GEMM's drained
+      tail (about 9 us on an H100, fitted on the sweep of chapter 07).
+    * **In the GEMM itself** (what :mod:`gemmlab.kernels.gemm_sm90` runs now,
+      "serial split-K" / stream-K "fixup"): every unit writes its accumulator
+      fragment to the workspace as the registers hold it
+      (:func:`store_partial`), and counts itself on a per-tile counter
+      (:func:`arrive`). The unit that arrives last is the tile's *reducer*: it
+      adds every slice in split order 0 .. S-1 (:func:`add_partials`; its own
+      from its registers where the order allows), so the sum is the same bits
+      whatever order the units arrived in, resets the counter for the next
+      launch, and runs the normal epilogue. Nobody waits for anybody: a unit that is not last moves
+      on to its next unit, so the persistent schedule cannot deadlock.
+
+    The in-kernel form's cost is the workspace traffic (every unit writes
+    ``tile_m x tile_n x 4`` bytes; the reducer reads S - 1 or S such tiles
+    back) and the reducer's serial read at the tail; the heuristic
     (:mod:`gemmlab.family.heuristic_sm90`) weighs it against the idle SMs.
 
-The code, in the chapter modules' order
-    * PTX wrappers: ``ld.global.v4.f32`` (four floats, 16 bytes) and
-      ``cvt.rn.bf16x2.f32`` / ``cvt.rn.f16x2.f32`` (two floats into one packed
-      32-bit word; the first operand lands in the upper half).
-    * CPU model: :func:`reduce_model`, the same sum in torch.
-    * The kernel: one thread per 8 output elements, a loop over the slices with
-      two 16-byte loads each, one 16-byte store.
-    * Host side: :func:`launch_reduce` (called from the GEMM's ``@cute.jit``
-      host function, same stream, right after the GEMM) and
-      :func:`compile_reduce` for compile-only cells.
+The fragment-native workspace
+    Partial tile ``(tile, split)`` is ``tile_m * tile_n`` floats at
+    ``(tile * splits + split) * tile_m * tile_n``. Inside it, consumer thread
+    ``t`` (of ``T = 128 x consumer warpgroups``) keeps its accumulator values
+    ``4j .. 4j+3`` at ``(j * T + t) * 4``: each thread's four values are one
+    16-byte vector, and the 32 lanes of a warp write 512 contiguous bytes per
+    instruction. Writer and reader are the same thread index of the same tiled
+    MMA, so nothing about the fragment's (m, n) coordinates is needed, partial
+    tiles included (their padding rows hold the zeros the TMA loads filled in).
 
-Both tensors are row-major and packed, so slice ``s`` of the workspace and the
-output share one flat index: element ``i`` of the output is the sum of
-elements ``s * M * N + i``. N is a multiple of 8 (the GEMM's contract), so
-M * N is too: every thread has eight whole elements.
+The protocol (one counter per CTA tile, int32, zero between launches)
+    1. every consumer thread stores its fragment; the consumer warpgroups meet
+       at a named barrier;
+    2. one thread: ``fence.acq_rel.gpu`` (release: the CTA's stores, ordered
+       before it by the barrier), then ``atom.add`` on the tile's counter;
+    3. if the counter was ``splits - 1``, this unit is the last: the thread
+       fences again (acquire: the other units' stores, released before their
+       adds) and stores 0 to the counter; it tells the other threads through
+       shared memory and a second barrier;
+    4. the reducer's threads load the slices with ``ld.global.cg`` (L2, never
+       a stale L1 line) and add them in split order.
+
+The code, in the chapter modules' order
+    * PTX wrappers: ``ld.global.v4.f32`` / ``ld.global.cg.v4.f32`` / ``st.global.v4.f32``
+      (four floats, 16 bytes) and ``cvt.rn.bf16x2.f32`` / ``cvt.rn.f16x2.f32``
+      (two floats into one packed 32-bit word; the first operand lands in the
+      upper half). The fence and the atomic are the DSL's own
+      (``cute.arch.fence_acq_rel_gpu``, ``cute.arch.atomic_add``).
+    * CPU models: :func:`reduce_model` (the second kernel's sum) and
+      :func:`fixup_model` (the counter protocol: who reduces, and what).
+    * Device code: :func:`store_partial`, :func:`arrive`, :func:`add_partials`
+      (called by the GEMM's split-K epilogue), and the standalone
+      :func:`reduce_kernel`: one thread per 8 output elements, a loop over the
+      slices with two 16-byte loads each, one 16-byte store.
+    * Host side: :func:`launch_reduce` and :func:`compile_reduce` (the
+      reduction alone, for compile-only cells and the emulator).
+
+The standalone reduction's tensors are row-major and packed, so slice ``s`` of
+the workspace and the output share one flat index: element ``i`` of the output
+is the sum of elements ``s * M * N + i``. N is a multiple of 8 (the GEMM's
+contract), so M * N is too: every thread has eight whole elements.
 """
 from __future__ import annotations
 
@@ -43,6 +85,8 @@ from .ldst import st_global_v4
 
 THREADS = 256
 VEC = 8  # output elements per thread: 8 x 2 bytes = one 16-byte store
+#: FP32 values per 16-byte access of the in-kernel form's workspace.
+PART_VEC = 4
 
 # --------------------------------------------------------------------------------------
 # PTX wrappers
@@ -53,6 +97,23 @@ def ld_global_v4_f32(ptr):
     """``ld.global.v4.f32``: four floats from a 16-byte aligned global address."""
     return cute.arch.inline_ptx("ld.global.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];",
                                 write_only_types=[Float32] * 4, read_only_args=[ptr])
+
+
+def ld_global_cg_v4_f32(ptr, pred=None):
+    """``ld.global.cg.v4.f32``: four floats from a 16-byte aligned global address, cached in L2 only.
+
+    ``.cg`` never hits L1, which other SMs' stores do not update: a partial sum
+    another CTA published is read from L2, where its release made it visible.
+    With ``pred`` false the lane loads nothing (its results are undefined).
+    """
+    return cute.arch.inline_ptx("ld.global.cg.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];",
+                                write_only_types=[Float32] * 4, read_only_args=[ptr], predicate=pred)
+
+
+def st_global_v4_f32(ptr, a, b, c, d):
+    """``st.global.v4.f32``: four floats to a 16-byte aligned global address."""
+    cute.arch.inline_ptx("st.global.v4.f32 [{$r0}], {{$r1}, {$r2}, {$r3}, {$r4}};",
+                         read_only_args=[ptr, Float32(a), Float32(b), Float32(c), Float32(d)])
 
 
 def cvt_pack(hi, lo, c_type):
@@ -72,8 +133,104 @@ def reduce_model(ws, out_dtype):
     return ws.float().sum(dim=0).to(out_dtype)
 
 
+def fixup_model(partials, arrivals):
+    """The in-kernel protocol on the CPU: ``(reducer, out, counter)``.
+
+    ``partials``: the S partial tiles (FP32, split order); ``arrivals``: the
+    order in which the S units reach the counter (a permutation of 0 .. S-1).
+    Each adds 1; the one that reads ``S - 1`` reduces: it adds slice 0, 1, ...,
+    S-1 in that order, ``((p0 + p1) + p2) + ...`` (its own from its registers
+    or read back: the same bits either way), and leaves the counter at 0. The
+    sum, and so ``out``, does not depend on ``arrivals``.
+    """
+    import torch
+
+    splits = len(partials)
+    if sorted(arrivals) != list(range(splits)):
+        raise ValueError(f"arrivals must be a permutation of 0 .. {splits - 1}; got {list(arrivals)}")
+    counter, reducer = 0, None
+    for s in arrivals:
+        old, counter = counter, counter + 1
+        if old == splits - 1:
+            reducer, counter = s, 0
+    out = partials[0].float()
+    for s in range(1, splits):
+        out = out + partials[s].float()
+    return reducer, out, counter
+
+
 # --------------------------------------------------------------------------------------
-# The kernel
+# Device code: the GEMM's split-K epilogue (in-kernel form)
+# --------------------------------------------------------------------------------------
+
+
+@cute.jit
+def store_partial(acc: cute.Tensor, part, threads: cutlass.Constexpr):
+    """This thread's accumulator fragment to its slots of a partial tile: vector ``j`` (values ``4j .. 4j+3``)
+    at ``part + 4 * threads * j``, ``part`` being the thread's first float (``tile base + 4 * t``)."""
+    for j in cutlass.range_constexpr(cute.size(acc) // PART_VEC):
+        st_global_v4_f32(part + j * PART_VEC * threads, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
+
+
+@cute.jit
+def arrive(counter, flag: cute.Tensor, splits: Int32, ctid: Int32, threads: cutlass.Constexpr,
+           barrier_id: cutlass.Constexpr):
+    """Count this unit on its tile's ``counter`` once all ``threads`` consumer threads stored; True for the last.
+
+    ``flag``: one Int32 of shared memory that carries thread 0's answer to the
+    others. The last unit resets the counter (nobody touches it again in this
+    launch; the next launch sees 0) and has acquired the other units' partials.
+    """
+    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)  # every partial of this CTA is stored
+    if ctid == 0:
+        cute.arch.fence_acq_rel_gpu()  # release: this CTA's partials, ordered before by the barrier
+        old = cute.arch.atomic_add(counter, Int32(1), sem="relaxed", scope="gpu")
+        last = Int32(0)
+        if old == splits - 1:
+            cute.arch.fence_acq_rel_gpu()  # acquire: the other units' partials, released before their adds
+            cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")  # ready for the next launch
+            last = Int32(1)
+        flag[0] = last
+    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)
+    return flag[0] != 0
+
+
+@cute.jit
+def add_slice(acc: cute.Tensor, part, threads: cutlass.Constexpr, fresh: cutlass.Constexpr):
+    """``acc += `` (``fresh``: ``acc = ``) the partial fragment at ``part``: 16-byte ``ld.global.cg`` loads."""
+    for j in cutlass.range_constexpr(cute.size(acc) // PART_VEC):
+        x = ld_global_cg_v4_f32(part + j * PART_VEC * threads)
+        for q in cutlass.range_constexpr(PART_VEC):
+            if cutlass.const_expr(fresh):
+                acc[PART_VEC * j + q] = x[q]
+            else:
+                acc[PART_VEC * j + q] = acc[PART_VEC * j + q] + x[q]
+
+
+@cute.jit
+def add_partials(acc: cute.Tensor, part, own: Int32, splits: Int32, slice_floats: cutlass.Constexpr,
+                 threads: cutlass.Constexpr):
+    """``acc`` (slice ``own``'s fragment) <- ``((p0 + p1) + p2) + ...``: every slice in split order.
+
+    Slice ``s`` of this thread is at ``part + s * slice_floats``. The sum is
+    made in ``acc`` itself (no second register array: a 128 x 256 tile's
+    fragment is already 128 registers a thread). Slice 0 or 1 may stay in the
+    registers, because ``p1 + p0`` is ``p0 + p1`` to the bit; a later ``own``
+    cannot wait there while the slices before it are added, so the reducer
+    reads its own partial back (it stored it before counting itself): S - 1
+    slices read when ``own`` is 0 or 1 (always, with two splits), S otherwise.
+    """
+    if own >= 2:
+        add_slice(acc, part, threads, True)  # acc = p0 (its own partial is in the workspace)
+    elif own == 1:
+        add_slice(acc, part, threads, False)  # acc = p1 + p0
+    for s in cutlass.range(1, splits, unroll=1):
+        if s != own or own >= 2:
+            add_slice(acc, part + s * slice_floats, threads, False)
+
+
+# --------------------------------------------------------------------------------------
+# The standalone reduction kernel (the two-launch form)
 # --------------------------------------------------------------------------------------
 
 

@@ -757,7 +757,7 @@ def _gemm_cases():
     import torch
     from cutlass import Int32
 
-    from ..family.configs import Sm90Config, effective_splits, split_ranges
+    from ..family.configs import Sm90Config, effective_splits
 
     out = []
     variants = [
@@ -771,8 +771,8 @@ def _gemm_cases():
                                                                     epi_stages=2), (400, 136, 136), "k", 2),
         ("swap-AB, 64x32, epi_n 16", Sm90Config(tile_m=64, tile_n=32, stages=4, cluster=(1, 1), swap_ab=True, epi_n=16),
          (40, 136, 136), "k", 2),
-        ("split-K 3 + reduce", Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1), splits=3), (100, 72, 264),
-         "k", 2),
+        ("split-K 3 in one launch", Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1), splits=3),
+         (100, 72, 264), "k", 3),
         ("B N-major, epi 64x2", Sm90Config(tile_m=64, tile_n=128, stages=3, cluster=(1, 1), epi_n=64, epi_stages=2),
          (130, 136, 200), "n", 2),
         ("FP16, cluster 2x1, swap-AB", Sm90Config(tile_m=64, tile_n=48, stages=4, cluster=(2, 1), swap_ab=True,
@@ -796,19 +796,23 @@ def _gemm_cases():
                              lambda: gemm_sm90.compile_gemm(target=TARGET, cfg=cfg, b_major=b_major))
 
         def args(x, out, ws, splits=splits, cfg=cfg, clusters=clusters):
-            extra = [ws, Int32(splits)] if cfg.split_k else []
+            extra = [*ws, Int32(splits)] if cfg.split_k else []
             return [x["a"], x["b"], out, *extra, Int32(clusters)]
 
         def fresh(x, cfg=cfg, splits=splits, device="cpu"):
+            """Poisoned C; with split-K a poisoned workspace and zeroed tile counters (the plan's state at rest)."""
             m_, n_ = x["a"].shape[0], x["b"].shape[1]
             o = torch.full((m_, n_), float("nan"), dtype=getattr(torch, cfg.out_dtype), device=device)
-            ws = torch.full((splits, m_, n_), float("nan"), device=device) if cfg.split_k else None
+            ws = None
+            if cfg.split_k:
+                ws = (torch.full((cfg.workspace_floats(m_, n_, splits),), float("nan"), device=device),
+                      torch.zeros(cfg.split_tiles(m_, n_), dtype=torch.int32, device=device))
             return o, ws
 
         def emulate(x, seed, cfg=cfg, compiled=compiled, args=args, fresh=fresh):
             o, ws = fresh(x)
-            rep = _emulate(compiled(), args(x, o, ws), seed, dynamic=True)
-            return ({"c": o, "ws": ws} if cfg.split_k else {"c": o}), rep
+            rep = _emulate(compiled(), args(x, o, ws), seed, dynamic=True, aligns={4: 4})
+            return ({"c": o, "counters": ws[1]} if cfg.split_k else {"c": o}), rep
 
         def gpu(x, cfg=cfg, compiled=compiled, args=args, fresh=fresh):
             from ..family import plan as P
@@ -818,33 +822,27 @@ def _gemm_cases():
             P.prepare(d["a"], d["b"], o, cfg)()  # the plan: the course's call path (TVM-FFI)
             outs = {"c": o}
             if cfg.split_k:
-                # The plan's workspace is internal: launch the emulator's artifact once more on the GPU to read
-                # the FP32 partial sums, and check its C against the plan's.
+                # The plan's counters are internal: launch the emulator's artifact once more on the GPU, with
+                # counters of its own, to read them back (zero again), and check its C against the plan's.
                 o2, ws = fresh(d, device="cuda")
-                _gpu_compiled(compiled(), args(d, o2, ws, clusters=max(1, _sms() // cfg.cluster_size)), dynamic=True)
-                outs.update(ws=ws, c_artifact=o2)
+                _gpu_compiled(compiled(), args(d, o2, ws, clusters=max(1, _sms() // cfg.cluster_size)),
+                              dynamic=True, aligns={4: 4})
+                outs.update(counters=ws[1], c_artifact=o2)
             return _cpu(outs)
 
-        def reference(x, cfg=cfg, splits=splits):
+        def reference(x, cfg=cfg):
             a, b = x["a"].double(), x["b"].double()
             ref = {"c": a @ b}
-            if cfg.split_k:
-                k_slices = [slice(f * cfg.tile_k, (f + c) * cfg.tile_k)
-                            for f, c in split_ranges(-(-a.shape[1] // cfg.tile_k), splits)]
-                ref["ws"] = torch.stack([a[:, ks] @ b[ks] for ks in k_slices])
+            if cfg.split_k:  # every tile's last unit put its counter back to zero
+                ref["counters"] = torch.zeros(cfg.split_tiles(a.shape[0], b.shape[1]), dtype=torch.int32)
             return ref
 
         def c_operands(x):
             return [((slice(None), slice(None)), x["a"].float(), x["b"].float())]
 
-        def ws_operands(x, cfg=cfg, splits=splits):
-            a, b = x["a"].float(), x["b"].float()
-            return [((s,), a[:, f * cfg.tile_k:(f + c) * cfg.tile_k], b[f * cfg.tile_k:(f + c) * cfg.tile_k])
-                    for s, (f, c) in enumerate(split_ranges(-(-a.shape[1] // cfg.tile_k), splits))]
-
         checks = {"c": Mma(c_operands)}
         if cfg.split_k:
-            checks["ws"] = Mma(ws_operands, acc=True)
+            checks["counters"] = Exact()
         name = f"{label} ({cfg.name}{', B N-major' if b_major == 'n' else ''})"
         out.append(Case(7, "gemm_sm90 (persistent)", name, f"{m}x{n}x{k} {cfg.dtype}", make, emulate, gpu, reference,
                         checks, seeds=(0, 1) if cfg.cluster != (1, 1) else (0,)))

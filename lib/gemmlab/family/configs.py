@@ -60,8 +60,9 @@ class Sm90Config:
     ``raster``/``group``: the tile order (:mod:`gemmlab.scheduler`). ``epi_n`` x
     ``epi_stages``: each consumer warpgroup's ring of 64 x ``epi_n`` output
     sub-tiles for the TMA store. ``splits``: K is cut into this many slices, each
-    a separate work unit writing FP32 partial sums to a workspace that a second
-    kernel reduces (split-K; 1 = off).
+    a separate work unit writing its FP32 partial tile to a workspace; the tile's
+    last unit adds them up and stores C, in the same launch (split-K; 1 = off;
+    :mod:`gemmlab.splitk`).
     """
 
     tile_m: int = 128
@@ -142,9 +143,7 @@ class Sm90Config:
         return _bytes((self.tile_m + self.tile_n) * self.tile_k, self.dtype)
 
     def epi_bytes(self) -> int:
-        """The output sub-tile rings (none with split-K: partial sums go straight to the workspace)."""
-        if self.split_k:
-            return 0
+        """The output sub-tile rings (split-K too: a tile's last unit stores C through them)."""
         return self.consumers * self.epi_stages * _bytes(64 * self.epi_n, self.out_dtype)
 
     def smem_bytes(self) -> int:
@@ -169,6 +168,16 @@ class Sm90Config:
         """Work units a CTA cluster takes one at a time: cluster tiles x K slices."""
         cm, cn = self.cluster_tiles(m, n)
         return cm * cn * self.splits
+
+    def split_tiles(self, m: int, n: int) -> int:
+        """Split-K: CTA tiles with a counter and workspace tiles of their own, cluster padding included."""
+        cm, cn = self.cluster_tiles(m, n)
+        return cm * cn * self.cluster_size
+
+    def workspace_floats(self, m: int, n: int, splits: int | None = None) -> int:
+        """Split-K: FP32 values of the workspace, one ``tile_m x tile_n`` partial tile per CTA tile and K slice
+        (``splits``: the run-time count, default ``self.splits``)."""
+        return self.split_tiles(m, n) * (splits or self.splits) * self.tile_m * self.tile_n
 
     @property
     def kernel_key(self) -> "Sm90Config":

@@ -16,7 +16,7 @@ has a reason a reader can check:
   of the k-block, ``(tile_m + tile_n) * 64 * 2``, at what one SM can pull
   from L2/HBM; plus a fixed epilogue cost.
 * **HBM.** Nothing beats ``min_bytes / bandwidth`` (A and B read once, C
-  written once; with split-K also the FP32 workspace written and read back).
+  written once; with split-K also the FP32 workspace, written back once).
 * **L2.** Every CTA reads its own A' and B' blocks out of L2 (a multicast block
   once per cluster), so a tiling moves ``tiles x k-blocks x (tile_m + tile_n)
   x 128`` bytes from L2 to the SMs, and L2 delivers about 7 TB/s to all of them
@@ -24,13 +24,20 @@ has a reason a reader can check:
   what makes 128 x 144 tiles lose to cuBLAS at 2048 x 2112 x 7168 (688 MB
   through L2, 100 us measured).
 * **Split-K** (``splits`` slices of K, each a unit) multiplies the units
-  when the output has too few tiles; it pays the workspace traffic and one
-  more launch (:mod:`gemmlab.splitk`).
+  when the output has too few tiles. The slices are added inside the same
+  launch (:mod:`gemmlab.splitk`): every unit stores its FP32 partial tile and
+  waits for its release fence before its next unit (``splitk_publish``: the
+  tile's bytes at one SM's store rate plus a fixed hand-off), the tile's last
+  unit reads the other S - 1 partial tiles back (``splitk_tail``, once per wave),
+  and the workspace passes through L2 (written and read) and is written back to
+  HBM once. **These split-K constants are provisional: they were set by hand
+  for the in-kernel form and have not been fitted on a GPU yet** (the two-launch
+  form they replace cost a fitted 9 us launch plus 3x the workspace at HBM speed).
 * **Swap A/B** puts a small M on WGMMA's N (a multiple of 16 here), so a
   64-row decode batch is a 64-wide tile instead of half of a 128-row one.
 
 Predicted time = ``max(sum over waves of max(unit time, the wave's share of the HBM
-time), L2 time) + split-K extra``: a wave's units move their share of the bytes, at HBM
+time), L2 time) + waves x split-K tail``: a wave's units move their share of the bytes, at HBM
 speed or at their own pace, whichever is slower, so a partial last wave (few SMs
 pulling) is not hidden under the full waves. On an H100, 96 x 10240 x 8192 swapped on
 64-row tiles (160 units: a full wave, then 28) took 75.6 us where 128-row tiles (80
@@ -93,8 +100,11 @@ class MachineModel:
     mma_efficiency: float = 0.84  # fraction of peak the main loop reaches on a 128 x 256 tile
     intensity_power: float = 0.5  # efficiency ~ (tile intensity / 128x256's) ** power
     epilogue_us: float = 0.6  # a unit's epilogue, not hidden behind the next unit's main loop
-    splitk_launch_us: float = 9.0  # the reduction's launch, its gap behind the GEMM and the GEMM's drained tail
-    splitk_traffic: float = 3.0  # workspace bytes moved per byte: written (4-byte scattered stores) and read
+    # Split-K in one launch (gemmlab.splitk). PROVISIONAL, NOT FITTED ON A GPU: set by hand from the H100's
+    # L1 <-> L2 path (64 B/clock/SM at 1.75 GHz is 112 GB/s) and a fence's round trip, to be refitted from
+    # build/splitk_gpu.sh's timings.
+    splitk_sm_gbps: float = 100.0  # what one SM's 16-byte stores (or .cg loads) of FP32 partial tiles move, GB/s
+    splitk_sync_us: float = 1.0  # a unit's hand-off: barrier, release fence (its stores drained), atomic
     # 192-row tiles (three consumer warpgroups) take this much longer than the rest of the model says. Fitted on
     # ``benchmarks/gemm_family.py tall`` (H100, 60 shapes, the model's best 192-row variant against its best other):
     # without it the model picked 192 rows on 37 shapes and lost 0.4 % overall (the 192-row kernels alone: 13 of
@@ -132,7 +142,7 @@ class Candidate:
     unit_us: float
     hbm_us: float
     l2_us: float  # all CTAs' A' and B' blocks through L2
-    extra_us: float  # split-K: workspace traffic + the reduction's launch
+    extra_us: float  # split-K: every wave's hand-offs (publish) + the last reducers' reads (tail)
     time_us: float
 
 
@@ -244,24 +254,48 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
     t_load = cfg.stage_bytes() / (model.sm_gbps * 1e9)
     unit_us = (kb * max(t_mma, t_load)) * 1e6 + model.epilogue_us
     bw = model.hbm_tbps * 1e12 * model.hbm_efficiency
-    hbm_us = problem.min_bytes() / bw * 1e6
+    hbm_bytes = problem.min_bytes()
     # Every CTA reads its A' and B' blocks from L2 (a multicast block once per cluster).
     per_kblock = cfg.tile_k * 2 * (cfg.tile_m / cfg.cluster[1] + cfg.tile_n / cfg.cluster[0])
-    l2_us = mt * nt * k_tiles * per_kblock / (model.l2_tbps * 1e12) * 1e6
-    extra_us = 0.0
+    l2_bytes = mt * nt * k_tiles * per_kblock
+    publish_us = tail_us = 0.0
     if cfg.split_k:
-        ws_bytes = 4 * cfg.splits * m * n
-        extra_us = model.splitk_launch_us + model.splitk_traffic * ws_bytes / bw * 1e6
+        publish_us, tail_us = splitk_costs(cfg, model)
+        unit_us += publish_us  # every unit, the reducer too, stores its partial tile and fences
+        ws_bytes = 4 * cfg.workspace_floats(m, n)  # one partial tile per CTA tile and slice
+        hbm_bytes += ws_bytes  # written back once (the reducer reads it from L2 soon after)
+        l2_bytes += ws_bytes * (2 * cfg.splits - 1) / cfg.splits  # S tiles written, S - 1 read back
+    hbm_us = hbm_bytes / bw * 1e6
+    l2_us = l2_bytes / (model.l2_tbps * 1e12) * 1e6
     # Each wave moves its units' share of the bytes: a full wave at HBM speed or at its units' pace, whichever is
     # slower; a partial last wave has fewer SMs pulling, so its share is not hidden under the full waves' time.
     full, last = divmod(units, clusters)
     waves_us = full * max(unit_us, hbm_us * clusters / units)
     if last:
         waves_us += max(unit_us, hbm_us * last / units)
-    time_us = max(waves_us, l2_us) + extra_us
+    # Split-K: in every wave some units are reducers, and a reducer's read of the other partial tiles comes after
+    # its own unit: each wave ends that much later (the last one at the kernel's tail).
+    time_us = max(waves_us, l2_us) + waves * tail_us
     if cfg.tile_m == 192:
         time_us *= model.tall_tile_penalty
-    return Candidate(cfg, units, waves, min(1.0, useful), unit_us, hbm_us, l2_us, extra_us, time_us)
+    return Candidate(cfg, units, waves, min(1.0, useful), unit_us, hbm_us, l2_us, waves * (publish_us + tail_us),
+                     time_us)
+
+
+def splitk_costs(cfg: Sm90Config, model: MachineModel = MODEL) -> tuple[float, float]:
+    """``(publish_us, tail_us)`` of split-K in one launch (:mod:`gemmlab.splitk`), 0 without split-K.
+
+    ``publish_us``: what every unit adds to its time: its ``tile_m x tile_n`` FP32
+    partial tile stored at :attr:`MachineModel.splitk_sm_gbps`, then the hand-off
+    (:attr:`MachineModel.splitk_sync_us`). ``tail_us``: a reducer reading the
+    other ``splits - 1`` partial tiles at the same rate after its own unit; every
+    wave has reducers, so :func:`predict` adds it once per wave. Provisional
+    constants: see :class:`MachineModel`.
+    """
+    if not cfg.split_k:
+        return 0.0, 0.0
+    tile_us = 4 * cfg.tile_m * cfg.tile_n / (model.splitk_sm_gbps * 1e9) * 1e6
+    return tile_us + model.splitk_sync_us, (cfg.splits - 1) * tile_us
 
 
 def _tile_choices(problem: GemmProblem):
@@ -295,8 +329,8 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
                 if cfg in tried:
                     continue
                 tried.add(cfg)
-                if cfg.split_k and 4 * cfg.splits * problem.m * problem.n >= 2**31:
-                    continue  # the reduction indexes the workspace with 32-bit integers
+                if cfg.split_k and cfg.workspace_floats(problem.m, problem.n) * 4 >= 2**31:
+                    continue  # 2 GiB of partial tiles is never worth it (and the kernel's slice offsets are 32-bit)
                 out.append(predict(problem, cfg, num_sms, model))
     # Fastest first; among equals (within 1 %: typically several variants all bound by HBM) the one with
     # more CTAs (more SMs streaming), then fewer splits, then the bigger tile, then the preferred cluster.
@@ -325,7 +359,7 @@ def explain(problem: GemmProblem, num_sms: int = H100.sms, top: int = 6, model: 
     for i, c in enumerate(cands[:top]):
         mark = "  <- chosen" if i == 0 else ""
         lines.append(f"  {c.config.name:<32} {c.units:5d} units {c.waves:3d} wave(s) useful {c.useful:6.1%}  "
-                     f"unit {c.unit_us:7.2f} us  HBM {c.hbm_us:7.2f} us  L2 {c.l2_us:7.2f} us  +{c.extra_us:4.1f} us  "
+                     f"unit {c.unit_us:7.2f} us  HBM {c.hbm_us:7.2f} us  L2 {c.l2_us:7.2f} us  split {c.extra_us:4.1f} us  "
                      f"-> {c.time_us:7.2f} us{mark}")
     return "\n".join(lines)
 

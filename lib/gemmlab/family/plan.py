@@ -155,14 +155,63 @@ def _bind(fn, problem: GemmProblem, cfg, arch: str, num_sms: int):
     import torch
 
     splits = effective_splits(-(-problem.k // cfg.tile_k), cfg.splits)
-    ws_shape = (splits, problem.m, problem.n)
+    ws_floats = cfg.workspace_floats(problem.m, problem.n, splits)
+    sets = SplitCounters(cfg.split_tiles(problem.m, problem.n))
+    counters = sets.of_stream
     f32 = torch.float32
 
     def launch_split(a, b, out):
-        # A fresh workspace per call from torch's caching allocator: safe on any stream.
-        fn(a, b, out, torch.empty(ws_shape, dtype=f32, device=out.device), splits, max_clusters)
+        # A fresh workspace per call from torch's caching allocator (stream-ordered: safe on any stream); the
+        # counters are the plan's, one set per stream, zero between launches.
+        fn(a, b, out, torch.empty(ws_floats, dtype=f32, device=out.device), counters(out.device), splits,
+           max_clusters)
 
+    launch_split.counters = sets  # for tests and the curious: every set is zero between launches
     return launch_split
+
+
+class SplitCounters:
+    """The split-K tile counters of one dense plan: ``tiles`` int32 zeros per (device, stream), made on first use.
+
+    The kernel counts each tile's units on its counter and the tile's last unit
+    puts it back to zero (:mod:`gemmlab.splitk`), so the counters are zeroed
+    once, when made, and never again: no memset launch per call. The rule for
+    concurrent launches: two launches of one plan that may run at the same time
+    must not share counters (they would count each other's units). Launches on
+    one stream run one after the other; launches on two streams get two sets,
+    keyed by torch's current stream when the call is made. A launch that dies
+    midway (a device error) may leave counters non-zero: the context is lost then
+    anyway. A CUDA graph replays the counters it captured: two replays of one
+    graph must not overlap either.
+    """
+
+    __slots__ = ("tiles", "by_stream", "_current")
+
+    def __init__(self, tiles: int):
+        import torch
+
+        self.tiles, self.by_stream = tiles, {}
+        # torch's current stream id in one C call (torch.cuda.current_stream builds a Stream object: slower)
+        self._current = getattr(torch._C, "_cuda_getCurrentStream", None)
+
+    def of_stream(self, device):
+        """The counters for ``device`` and the current stream (on a CPU device, one set: the tests' stand-ins)."""
+        if device.type == "cuda":
+            if self._current is not None:
+                sid = self._current(device.index)  # (stream id, device index, device type) in torch >= 2.1
+                key = (device.index, sid[0] if isinstance(sid, tuple) else sid)
+            else:  # pragma: no cover - every CUDA build of torch has it
+                import torch
+
+                key = (device.index, torch.cuda.current_stream(device).cuda_stream)
+        else:
+            key = (str(device), 0)
+        t = self.by_stream.get(key)
+        if t is None:
+            import torch
+
+            t = self.by_stream[key] = torch.zeros(self.tiles, dtype=torch.int32, device=device)
+        return t
 
 
 def _call(fn, *tensors):

@@ -44,10 +44,13 @@ What it adds over chapter 06
       (a decode batch) becomes WGMMA's N, which may be any multiple of 8, while
       the weight fills the 64-row M side. The output is then written M-major
       (the TMA store and ``stmatrix ... .trans`` handle it).
-    * **Split-K.** When the output has too few tiles to fill the SMs, K is cut
-      into ``splits`` slices; each (tile, slice) is a work unit that writes its
-      FP32 partial sum straight from the accumulator registers to a workspace,
-      and :func:`gemmlab.splitk.reduce_host` sums the slices into the output.
+    * **Split-K in one launch.** When the output has too few tiles to fill the
+      SMs, K is cut into ``splits`` slices and each (tile, slice) is a work
+      unit. A unit writes its FP32 accumulator fragment to a workspace as the
+      registers hold it and counts itself on the tile's counter; the unit that
+      arrives last adds all slices in split order (the same bits whatever the
+      arrival order), resets the counter and runs the normal epilogue. Nothing
+      waits for another CTA (:mod:`gemmlab.splitk` has the protocol).
 
 Roles at a glance (128 threads per warpgroup)::
 
@@ -57,7 +60,8 @@ Roles at a glance (128 threads per warpgroup)::
     warpgroup 1(, 2)        consumers, 64 rows each: for each work unit: for each k-block:
                               wait full[s] -> 4 x wgmma 64xNx16 -> release stage s-1 (all CTAs of the cluster)
                             then the epilogue: acc -> bf16 -> stmatrix -> TMA store (own 64 rows)
-                            or, split-K: acc -> FP32 workspace slice (plain stores)
+                            split-K: acc -> FP32 workspace; count the unit on the tile's counter;
+                            the tile's last unit adds every slice to acc, then the same epilogue
 
 Pipelines, named after what they carry
     * ``full[s]`` / ``empty[s]`` (stage ring, ``stages`` deep): A' and B' k-blocks.
@@ -65,7 +69,8 @@ Pipelines, named after what they carry
       (``epi_stages`` deep): C sub-tiles.
 
 Partial tiles need no code in the main loop: TMA loads fill out-of-bounds
-elements with zero and TMA stores drop them (the split-K stores are predicated).
+elements with zero and TMA stores drop them (the split-K workspace holds whole
+tiles, padding included, so its stores need no predicate either).
 """
 from __future__ import annotations
 
@@ -83,7 +88,7 @@ from cutlass.memory import SmemAllocator
 from ..family.configs import Sm90Config
 from ..pipeline import DevicePipelineState
 from ..scheduler import device_tile
-from ..splitk import launch_reduce
+from ..splitk import add_partials, arrive, store_partial
 
 PRODUCER_REGS = 40  # setmaxnreg.dec: TMA issue needs a handful of registers
 CONSUMER_REGS = 232  # setmaxnreg.inc: 128 accumulator registers + operands; 128*40 + 256*232 <= 64K
@@ -94,6 +99,7 @@ def consumer_regs(consumers: int) -> int:
     """``setmaxnreg.inc`` of the consumer warpgroups: what the 64 K registers leave them after the producer's 40."""
     return CONSUMER_REGS if consumers <= 2 else CONSUMER_REGS_3
 EPI_BARRIER = 1  # named barrier ids: 1 + consumer warpgroup index; 0 is __syncthreads
+SPLIT_BARRIER = 4  # split-K: all consumer warpgroups of the CTA (after EPI_BARRIER + 0 .. 2)
 WG_ROWS = 64  # rows of C one consumer warpgroup owns (WGMMA's M)
 
 
@@ -246,7 +252,7 @@ def gemm_kernel(
     tma_a: cute.CopyAtom, mA: cute.Tensor,
     tma_b: cute.CopyAtom, mB: cute.Tensor,
     tma_c: cute.CopyAtom, mC: cute.Tensor,
-    mW: cute.Tensor,
+    mW: cute.Tensor, mCount: cute.Tensor,
     tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
     a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
     m_ctiles: Int32, n_ctiles: Int32, k_tiles: Int32, splits: Int32,
@@ -276,17 +282,18 @@ def gemm_kernel(
     smem = SmemAllocator()
     sA = smem.allocate_tensor(ab_type, a_smem.outer, byte_alignment=1024, swizzle=a_smem.inner)
     sB = smem.allocate_tensor(ab_type, b_smem.outer, byte_alignment=1024, swizzle=b_smem.inner)
-    if cutlass.const_expr(not cfg.split_k):
-        # One ring of epi_stages sub-tiles per consumer warpgroup: buffer wg*epi_stages + i.
-        sC = smem.allocate_tensor(c_type, c_smem.outer, byte_alignment=1024, swizzle=c_smem.inner)
+    # One ring of epi_stages sub-tiles per consumer warpgroup: buffer wg*epi_stages + i.
+    sC = smem.allocate_tensor(c_type, c_smem.outer, byte_alignment=1024, swizzle=c_smem.inner)
     full = smem.allocate_array(Int64, stages, byte_alignment=8)  # "stage s holds A and B": TMA bytes
     empty = smem.allocate_array(Int64, stages, byte_alignment=8)  # "stage s may be refilled": consumer warps
+    if cutlass.const_expr(cfg.split_k):
+        # Split-K: "this unit is its tile's last", from the thread that counted it to the others.
+        last_flag = smem.allocate_tensor(Int32, cute.make_layout(1), byte_alignment=4)
 
     if warp == 0:
         cpasync.prefetch_descriptor(tma_a)
         cpasync.prefetch_descriptor(tma_b)
-        if cutlass.const_expr(not cfg.split_k):
-            cpasync.prefetch_descriptor(tma_c)
+        cpasync.prefetch_descriptor(tma_c)
         with cute.arch.elect_one():
             for s in cutlass.range_constexpr(stages):
                 cute.arch.mbarrier_init(full + s, 1)
@@ -358,17 +365,12 @@ def gemm_kernel(
         half = wg - 1  # which 64-row slab of the tile this warpgroup owns
         thr_mma, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
 
-        if cutlass.const_expr(not cfg.split_k):
-            # Epilogue copies: registers -> shared (stmatrix), shared -> global (TMA).
-            # A warpgroup's accumulator fragment is laid out as in a single 64-row
-            # MMA, so the 64-row epi_mma partitions its own slab of the output.
-            r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, c_major_m)
-            gC = cute.local_tile(mC, (BM, BN), (None, None))  # (BM, BN, m_tiles, n_tiles)
-        else:
-            # Split-K: partial sums go from registers straight to the FP32 workspace,
-            # predicated on the coordinates (partial tiles must not write past M', N').
-            shape_w = (cute.size(mW, mode=[0]), cute.size(mW, mode=[1]))
-            idW = cute.make_identity_tensor(shape_w)
+        # Epilogue copies: registers -> shared (stmatrix), shared -> global (TMA).
+        # A warpgroup's accumulator fragment is laid out as in a single 64-row
+        # MMA, so the 64-row epi_mma partitions its own slab of the output.
+        r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, c_major_m)
+        gC = cute.local_tile(mC, (BM, BN), (None, None))  # (BM, BN, m_tiles, n_tiles)
+        tiles = m_ctiles * n_ctiles  # cluster tiles: units of one K slice
 
         read = DevicePipelineState.consumer(stages)  # next stage to compute on
         release = DevicePipelineState.consumer(stages)  # next stage to hand back
@@ -388,19 +390,18 @@ def gemm_kernel(
                 store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
                            half, warp % 4 == 0, cfg, c_type)
             else:
-                # ---- split-K epilogue: FP32 partial sums of this K slice to workspace slice k0 / per
-                split = linear // (m_ctiles * n_ctiles)
-                gW = cute.local_tile(mW[(None, None, split)], (BM, BN), (m_tile, n_tile))
-                cW = cute.local_tile(idW, (BM, BN), (m_tile, n_tile))
-                tCgW = thr_mma.partition_C(gW)
-                tCcW = thr_mma.partition_C(cW)
-                for i in cutlass.range(cute.size(acc), unroll_full=True):
-                    if cute.elem_less(tCcW[i], shape_w):
-                        tCgW[i] = acc[i]
+                # ---- split-K epilogue: publish this slice's partial tile; the tile's last unit adds them all
+                split = linear // tiles
+                tile = (linear - split * tiles) * CS + rank  # this CTA's tile: its workspace tiles and counter
+                part = mW.iterator + (Int64(tile * splits) * (BM * BN) + ctid * 4)  # this thread, slice 0
+                store_partial(acc, part + split * (BM * BN), 128 * consumers)
+                if arrive(mCount.iterator + tile, last_flag, splits, ctid, 128 * consumers, SPLIT_BARRIER):
+                    add_partials(acc, part, split, splits, BM * BN, 128 * consumers)
+                    store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
+                               half, warp % 4 == 0, cfg, c_type)
             linear = linear + num_clusters
-        if cutlass.const_expr(not cfg.split_k):
-            if warp % 4 == 0:  # each warpgroup's store warp drains its stores before the CTA exits
-                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        if warp % 4 == 0:  # each warpgroup's store warp drains its stores before the CTA exits
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -434,14 +435,17 @@ def mma_and_smem_layouts(kA: cute.Tensor, kB: cute.Tensor, kC: cute.Tensor, cfg:
 
 
 @cute.jit
-def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, splits: Int32, max_clusters: Int32,
+def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, counters, splits: Int32, max_clusters: Int32,
                 stream: cuda.CUstream, cfg: cutlass.Constexpr):
     """Build the kernel's views and TMA descriptors for ``c = a @ b`` and launch the persistent grid.
 
     ``a`` is M x K (row-major), ``b`` K x N (either major), ``c`` M x N
-    (row-major), ``ws`` the (splits, M, N) FP32 workspace or None. The kernel
-    computes ``C' = A' @ B'^T`` (B' is N' x K); with ``cfg.swap_ab`` the roles of
-    a and b are exchanged and C' is the transposed view of c.
+    (row-major). With split-K, ``ws`` is the flat FP32 workspace of
+    :meth:`~gemmlab.family.configs.Sm90Config.workspace_floats` and ``counters``
+    the int32 tile counters (:meth:`~gemmlab.family.configs.Sm90Config.split_tiles`
+    of them, zero); without, both None. The kernel computes ``C' = A' @ B'^T``
+    (B' is N' x K); with ``cfg.swap_ab`` the roles of a and b are exchanged and
+    C' is the transposed view of c.
     """
     ab_type = a.element_type
     b_nk = cute.make_tensor(b.iterator, cute.select(b.layout, mode=[1, 0]))  # N x K view of b
@@ -460,31 +464,22 @@ def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, splits: Int3
                                             (cfg.tile_m, cfg.tile_k), num_multicast=cn)
     tma_b, tB = cpasync.make_tiled_tma_atom(b_op, kB, cute.slice_(b_smem, (None, None, 0)),
                                             (cfg.tile_n, cfg.tile_k), num_multicast=cm)
-    if cutlass.const_expr(cfg.split_k):
-        tma_c, tC = tma_a, tA  # the reduction writes c: no store descriptor to build (the kernel ignores these)
-    else:
-        tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), kC,
-                                                cute.slice_(c_smem, (None, None, 0)), epi_tile)
+    tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), kC,
+                                            cute.slice_(c_smem, (None, None, 0)), epi_tile)
 
     rows, cols = cute.size(kC, mode=[0]), cute.size(kC, mode=[1])
     k = cute.size(kA, mode=[1])
     m_ctiles = ((rows + cfg.tile_m - 1) // cfg.tile_m + cm - 1) // cm
     n_ctiles = ((cols + cfg.tile_n - 1) // cfg.tile_n + cn - 1) // cn
     k_tiles = (k + cfg.tile_k - 1) // cfg.tile_k
-    if cutlass.const_expr(cfg.split_k):
-        # Workspace slice s of the user's (M, N) in the kernel's (M', N') coordinates.
-        order = [2, 1, 0] if cutlass.const_expr(cfg.swap_ab) else [1, 2, 0]
-        kW = cute.make_tensor(ws.iterator, cute.select(ws.layout, mode=order))  # (M', N', splits)
-    else:
-        kW = kC  # unused by the kernel in this mode
+    if cutlass.const_expr(not cfg.split_k):
+        ws, counters = kC, kC  # unused by the kernel in this mode
     clusters = cutlass.min(m_ctiles * n_ctiles * splits, max_clusters)
-    gemm_kernel(tma_a, tA, tma_b, tB, tma_c, tC, kW, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
+    gemm_kernel(tma_a, tA, tma_b, tB, tma_c, tC, ws, counters, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
                 m_ctiles, n_ctiles, k_tiles, splits, cfg, ab_type, c.element_type,
                 c_layout.is_m_major_c()).launch(
         grid=(clusters * cfg.cluster_size, 1, 1), block=(cfg.threads, 1, 1),
         cluster=(cfg.cluster_size, 1, 1), stream=stream)
-    if cutlass.const_expr(cfg.split_k):
-        launch_reduce(ws, c, splits, stream)
 
 
 @functools.lru_cache(maxsize=None)
@@ -492,23 +487,24 @@ def gemm_host(cfg: Sm90Config):
     """The ``@cute.jit`` host function of ``cfg.kernel_key`` (one per compiled variant).
 
     Arguments (all sizes are read from the tensors at run time): ``a`` (M, K),
-    ``b`` (K, N), ``c`` (M, N), with split-K the FP32 workspace ``ws``
-    (splits, M, N) and the run-time ``splits``; then ``max_clusters`` (the
-    persistent grid: SMs / cluster size) and the stream.
+    ``b`` (K, N), ``c`` (M, N), with split-K the flat FP32 workspace ``ws``,
+    the int32 tile ``counters`` (zero; the kernel leaves them zero) and the
+    run-time ``splits``; then ``max_clusters`` (the persistent grid: SMs /
+    cluster size) and the stream.
     """
     cfg = cfg.kernel_key
     if cfg.split_k:
         @cute.jit
-        def gemm_sm90_split_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws: cute.Tensor, splits: Int32,
-                                 max_clusters: Int32, stream: cuda.CUstream):
-            launch_gemm(a, b, c, ws, splits, max_clusters, stream, cfg)
+        def gemm_sm90_split_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws: cute.Tensor,
+                                 counters: cute.Tensor, splits: Int32, max_clusters: Int32, stream: cuda.CUstream):
+            launch_gemm(a, b, c, ws, counters, splits, max_clusters, stream, cfg)
 
         return gemm_sm90_split_host
 
     @cute.jit
     def gemm_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, max_clusters: Int32,
                        stream: cuda.CUstream):
-        launch_gemm(a, b, c, None, Int32(1), max_clusters, stream, cfg)
+        launch_gemm(a, b, c, None, None, Int32(1), max_clusters, stream, cfg)
 
     return gemm_sm90_host
 
@@ -548,5 +544,5 @@ def compile_gemm(target: str = "sm_90a", cfg: Sm90Config | None = None, b_major:
     c = fake_tensor(ct, (m, n), stride_order=(1, 0))
     args = [a, b, c]
     if cfg.split_k:
-        args += [fake_tensor(Float32, (cute.sym_int(), m, n), stride_order=(2, 1, 0)), Int32(2)]
+        args += [fake_tensor(Float32, (cute.sym_int(),)), fake_tensor(Int32, (cute.sym_int(),), align=4), Int32(2)]
     return compile_for(target, gemm_host(cfg), *args, Int32(1), fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)

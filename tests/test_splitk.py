@@ -1,0 +1,273 @@
+"""Split-K in one launch (gemmlab.splitk + the dense Hopper kernel): the protocol on the CPU, the kernel on the
+emulator (poisoned outputs and workspace, counters reused across launches, units of one tile on different CTAs),
+its PTX, and on an H100/H200 (tagged gpu + sm90, skipped elsewhere)."""
+import itertools
+
+import pytest
+import torch
+from cutlass import Int32
+
+from gemmlab import splitk
+from gemmlab.compile import ptx_lines, ptx_opcodes
+from gemmlab.emulator import sm90_cases as S
+from gemmlab.family.configs import Sm90Config, effective_splits, split_ranges
+from gemmlab.kernels.gemm_sm90 import compile_gemm
+
+# ---------------------------------------------------------------- the protocol on the CPU
+
+
+def test_fixup_model_reduces_once_in_split_order_whatever_the_arrival_order():
+    # FP32 addition is not associative: ((1e8 + 1) - 1e8) is 0, (1e8 - 1e8) + 1 is 1. A reducer that added the
+    # partials in arrival order would return either; split order returns 0 for every arrival order.
+    parts = torch.tensor([[1e8], [1.0], [-1e8]])
+    assert ((parts[0] + parts[1]) + parts[2]).item() == 0.0 and ((parts[0] + parts[2]) + parts[1]).item() == 1.0
+    for order in itertools.permutations(range(3)):
+        reducer, out, counter = splitk.fixup_model(parts, order)
+        assert reducer == order[-1] and counter == 0  # the last to arrive reduces and resets the counter
+        assert out.tolist() == [0.0]
+    with pytest.raises(ValueError, match="permutation"):
+        splitk.fixup_model(parts, [0, 0, 1])
+
+
+# ---------------------------------------------------------------- the kernel on the emulator
+
+_SMALL = Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1), splits=3)
+_compiled = {}
+
+
+def _kernel(cfg):
+    key = cfg.kernel_key
+    if key not in _compiled:
+        _compiled[key] = compile_gemm("sm_90a", cfg)
+    return _compiled[key]
+
+
+def _inputs(m, n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    b = torch.randn(n, k, generator=g).to(torch.bfloat16).t()  # K-major, as a weight's view
+    return a, b
+
+
+def _launch(cfg, a, b, clusters, counters, seed=0):
+    """One launch on the emulator with a NaN-poisoned C and workspace; returns C (the counters are updated)."""
+    m, n, k = a.shape[0], b.shape[1], a.shape[1]
+    splits = effective_splits(-(-k // cfg.tile_k), cfg.splits)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    ws = torch.full((cfg.workspace_floats(m, n, splits),), float("nan"))
+    S._emulate(_kernel(cfg), [a, b, out, ws, counters, Int32(splits), Int32(clusters)], seed, dynamic=True,
+               aligns={4: 4})
+    return out
+
+
+def _check(out, a, b):
+    verdict = S.Mma(lambda x: [((slice(None), slice(None)), a.float(), b.float())]).compare(
+        out, a.double() @ b.double(), None, sides=1)
+    assert not out.isnan().any() and verdict.ok, verdict
+
+
+def _owners(units: int, clusters: int, tiles: int) -> dict:
+    """Which CTAs run each tile's units (unit u = split u // tiles of tile u % tiles; CTA c runs c, c + clusters ...)."""
+    owners: dict = {}
+    for u in range(units):
+        owners.setdefault(u % tiles, set()).add(u % clusters)
+    return owners
+
+
+@pytest.mark.parametrize("cfg,shape,clusters", [
+    # 2 tiles, 3 k-blocks in slices of 2 and 1; on 3 CTAs each tile's two units run on two CTAs
+    (Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1), splits=2), (100, 64, 136), 3),
+    # 3 tiles, 5 k-blocks in slices of 2, 2, 1; on 2 CTAs
+    (_SMALL, (136, 64, 264), 2),
+    # two consumer warpgroups (the named barrier over 256 threads), swapped: 2 x 2 tiles of 128 x 32
+    (Sm90Config(tile_m=128, tile_n=32, stages=4, cluster=(1, 1), swap_ab=True, epi_n=16, splits=2), (40, 136, 264), 3),
+    # a 2 x 1 cluster over 3 M tiles: the fourth CTA tile is padding and still counts its units
+    (Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(2, 1), splits=3), (130, 64, 264), 2),
+], ids=["split2-uneven", "split3-uneven", "two-consumers-swap", "cluster-2x1-padding"])
+def test_split_k_in_one_launch_on_the_emulator(cfg, shape, clusters):
+    m, n, k = shape
+    a, b = _inputs(m, n, k)
+    k_tiles = -(-k // cfg.tile_k)
+    splits = effective_splits(k_tiles, cfg.splits)
+    assert len({c for _, c in split_ranges(k_tiles, splits)}) == 2  # uneven slices
+    cm, cn = cfg.cluster_tiles(m, n)
+    if cfg.cluster == (1, 1):  # some tile's units run on different CTAs
+        assert any(len(o) > 1 for o in _owners(cm * cn * splits, clusters, cm * cn).values())
+    counters = torch.zeros(cfg.split_tiles(m, n), dtype=torch.int32)
+    first = _launch(cfg, a, b, clusters, counters)
+    _check(first, a, b)
+    assert not counters.any()  # every tile's last unit put its counter back
+    second = _launch(cfg, a, b, clusters, counters, seed=1)  # the same counters, another interleaving
+    _check(second, a, b)
+    assert not counters.any()
+    assert torch.equal(first.view(torch.int16), second.view(torch.int16))  # and the same bits
+
+
+def _cancelling_inputs(seed=0):
+    """136 x 64 x 264 (3 slices of 2, 2 and 1 k-blocks) whose slices sum to p0 = 2^24, p1 in [64, 192), p2 = -2^24.
+
+    In FP32, ``(p0 + p1) + p2`` rounds p1 to an even integer (the spacing at 2^24 is 2) while ``(p0 + p2) + p1``
+    is p1 exactly: the order of the partial sums shows in the BF16 output.
+    """
+    g = torch.Generator().manual_seed(seed)
+    a = torch.ones(136, 264, dtype=torch.bfloat16)
+    b = torch.empty(264, 64)
+    b[:128] = 2.0 ** 17
+    b[128:256] = 0.5 + torch.rand(128, 64, generator=g)
+    b[256:] = -(2.0 ** 21)
+    b = b.to(torch.bfloat16).t().contiguous().t()  # K-major
+    parts = [a[:, r].float() @ b[r].float() for r in (slice(0, 128), slice(128, 256), slice(256, 264))]
+    return a, b, parts
+
+
+def test_the_sum_does_not_depend_on_who_reduces():
+    # On one CTA the units arrive in split order, so split 2 reduces every tile (it reads its own partial back).
+    # On 9 CTAs all units run at once and the short last slice arrives first, so split 0 or 1 reduces (its own
+    # partial stays in its registers). Every run must return ((p0 + p1) + p2), the split order's sum.
+    a, b, (p0, p1, p2) = _cancelling_inputs()
+    want = ((p0 + p1) + p2).to(torch.bfloat16)
+    arrival = ((p2 + p0) + p1).to(torch.bfloat16)  # what adding in arrival order would give when p2 came first
+    assert (want != arrival).sum() > 1000  # the data tells the orders apart
+    for clusters, seed in ((1, 0), (9, 0), (9, 1), (2, 2)):
+        counters = torch.zeros(_SMALL.split_tiles(136, 64), dtype=torch.int32)
+        out = _launch(_SMALL, a, b, clusters, counters, seed)
+        assert not counters.any()
+        assert torch.equal(out.view(torch.int16), want.view(torch.int16)), (clusters, seed)
+
+
+def test_a_counter_left_non_zero_breaks_its_tile():
+    # The test's own control: the counters are what decides who reduces. A counter left at 1 by an earlier launch
+    # makes tile 0's first arrival its "last" unit: it adds the other slice before it was written (NaN, the poisoned
+    # workspace) and the real last unit leaves the counter at 1 again. The other tile is untouched.
+    cfg = Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1), splits=2)
+    a, b = _inputs(100, 64, 136)
+    counters = torch.tensor([1, 0], dtype=torch.int32)
+    out = _launch(cfg, a, b, 1, counters)
+    assert out[:64].isnan().any() and not out[64:].isnan().any()
+    assert counters.tolist() == [1, 0]
+
+
+# ---------------------------------------------------------------- PTX (any machine)
+
+
+def test_split_kernel_ptx_has_the_protocol_and_one_kernel():
+    c = compile_gemm("sm_90a", Sm90Config(tile_n=256, stages=4, cluster=(2, 1), splits=3))
+    assert len(ptx_lines(c, r"^\.visible \.entry")) == 1  # no second (reduction) kernel in the host function
+    ops = ptx_opcodes(c, r"^atom", r"^fence\.acq_rel", r"^st\.global", r"ld\.global\.cg", r"^bar\.sync")
+    assert "atom.global.add.u32" in ops and "atom.global.exch.b32" in ops  # count; reset by the last unit
+    assert "fence.acq_rel.gpu;" in ops  # release before the count, acquire after the last one
+    assert "st.global.v4.f32" in ops and "@%p" not in " ".join(ptx_lines(c, r"st\.global\.v4\.f32"))  # unpredicated
+    assert any("ld.global.cg.v4.f32" in o for o in ops)  # partials read from L2, never a stale L1 line
+    # the consumer warpgroups (2 x 128 threads) meet before the count and after it
+    assert len(ptx_lines(c, r"^bar\.sync\s+4, 256;")) == 2
+    # in order: stores, barrier, fence, atomic, fence (acquire), reset, barrier, loads
+    seq = ptx_lines(c, r"^st\.global\.v4\.f32", r"^bar\.sync\s+4,", r"^fence\.acq_rel\.gpu", r"^atom\.global",
+                    r"ld\.global\.cg\.v4\.f32")
+    kinds = [next(k for k in ("st.global", "bar.sync", "fence", "atom.global.add", "atom.global.exch", "ld.global")
+                  if k in line) for line in seq]
+    dedup = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+    assert dedup == ["st.global", "bar.sync", "fence", "atom.global.add", "fence", "atom.global.exch", "bar.sync",
+                     "ld.global"], dedup
+
+
+def test_no_spills_in_the_split_kernels():
+    # The reduction adds into the accumulator itself (no second register array): the widest tiles keep no local
+    # memory, as without split-K.
+    from gemmlab.compile import sass_opcodes
+
+    for cfg in (Sm90Config(tile_n=256, stages=4, cluster=(2, 1), splits=3),
+                Sm90Config(tile_m=192, tile_n=192, stages=4, cluster=(2, 1), epi_stages=2, splits=3)):
+        assert not sass_opcodes(compile_gemm("sm_90a", cfg), r"^(STL|LDL)"), cfg.name
+
+
+def test_add_partials_reads_s_minus_1_slices_where_it_can():
+    # own 0 or 1: p1 + p0 == p0 + p1, so the reducer's slice stays in registers; own >= 2: it is read back.
+    # The PTX has the three load groups of add_partials: own >= 2 (acc = p0), own == 1 (acc += p0), the loop.
+    c = _kernel(_SMALL)
+    per_slice = _SMALL.tile_m * _SMALL.tile_n // 128 // 4  # 16-byte vectors per thread and slice
+    assert len(ptx_lines(c, r"ld\.global\.cg\.v4\.f32")) == 3 * per_slice
+
+
+# ---------------------------------------------------------------- on the GPU
+
+SPLIT_CONFIGS = [Sm90Config(tile_n=256, stages=4, cluster=(2, 1), splits=3),
+                 Sm90Config(tile_n=128, stages=6, cluster=(1, 2), splits=4),
+                 Sm90Config(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=7),
+                 Sm90Config(tile_m=192, tile_n=176, stages=4, cluster=(1, 2), epi_n=16, epi_stages=2, splits=3),
+                 Sm90Config(tile_m=128, tile_n=208, stages=4, cluster=(1, 1), swap_ab=True, epi_n=16, splits=2)]
+GPU_SHAPES = [(384, 3584, 4736), (200, 4096, 3584), (1000, 1032, 520), (72, 2120, 1600), (777, 1608, 1112)]
+
+
+def _cuda_ab(m, n, k, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g).t()
+    return a, b
+
+
+def _rel(out, a, b):
+    ref = a.float() @ b.float()
+    return ((out.float() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+@pytest.mark.parametrize("cfg", SPLIT_CONFIGS, ids=lambda c: c.name.replace(" ", "_"))
+@pytest.mark.parametrize("m,n,k", GPU_SHAPES)
+def test_split_k_on_gpu_fresh_data_poisoned_and_repeated(cfg, m, n, k):
+    from gemmlab.family import plan as P
+
+    a, b = _cuda_ab(m, n, k, seed=m + n + k)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    run = P.prepare(a, b, out, cfg)
+    run()
+    torch.cuda.synchronize()
+    first = out.clone()
+    assert not first.isnan().any() and _rel(first, a, b) <= 1e-2
+    for _ in range(5):  # the plan's counters again: each launch leaves them at zero for the next
+        out.fill_(float("nan"))
+        run()
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)  # deterministic: same bits whichever unit reduced each tile
+    sets = run.plan.launch.counters.by_stream  # the plan's counters (one set: one stream), back at zero
+    assert len(sets) == 1 and not next(iter(sets.values())).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_split_k_through_gemmlab_gemm_with_a_forced_config(monkeypatch):
+    import gemmlab
+    from gemmlab.family import api, plan
+
+    cfg = Sm90Config(tile_m=128, tile_n=208, stages=4, cluster=(1, 1), swap_ab=True, epi_n=16, splits=3)
+    monkeypatch.setattr(plan, "choose_config", lambda problem, arch, sms, spec=None: cfg)
+    monkeypatch.setattr(api, "_PLANS", {})
+    monkeypatch.setattr(api, "_BY_PROBLEM", {})
+    for m, n, k in ((200, 4096, 14336), (131, 3584, 2000)):
+        a, b = _cuda_ab(m, n, k, seed=k)
+        outs = [gemmlab.gemm(a, b) for _ in range(3)]  # fresh (uninitialised) outputs, the same plan
+        torch.cuda.synchronize()
+        assert api.plans()[-1].config == cfg
+        assert _rel(outs[0], a, b) <= 1e-2 and all(torch.equal(o, outs[0]) for o in outs)
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_one_plan_on_two_streams_at_once():
+    # Per-stream counters: the same plan launched on two streams concurrently, many times, stays correct.
+    from gemmlab.family import plan as P
+
+    cfg = Sm90Config(tile_n=128, stages=6, cluster=(1, 2), splits=4)
+    a, b = _cuda_ab(384, 3584, 4736, seed=5)
+    outs = [torch.full((384, 3584), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    launch = P.prepare(a, b, outs[0], cfg).plan.launch  # one plan, launched on both streams
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for out, s in zip(outs, streams):
+            with torch.cuda.stream(s):
+                launch(a, b, out)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1]) and _rel(outs[0], a, b) <= 1e-2
+    sets = launch.counters.by_stream
+    assert len(sets) == 2 and not any(t.any() for t in sets.values())
