@@ -1,6 +1,6 @@
 """Small NVFP4 dual GEMMs for compute-sanitizer (memcheck, racecheck): the Hopper twins, every tile width, and the
 decode twin with one and two MMA warpgroups and split-K over clusters of 1, 2 and 4 CTAs (``decode``: those alone), and
-the A16 twin at both tile widths (``a16``: those alone).
+the A16 twin at every tile width (``a16``: those alone).
 
     compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode | a16]
 
@@ -24,7 +24,7 @@ from gemmlab.kernels import dual_gemm_sm90_decode as decode  # noqa: E402
 
 
 def a16():
-    """The A16 twin, both tile widths: partial tiles in M and N, 6 k-blocks (its rings wrap)."""
+    """The A16 twin, every tile width: partial tiles in M and N, 6 k-blocks (its rings wrap)."""
     from gemmlab.family.configs import A16_TILE_NS, A16Config, a16_max_stages
     from gemmlab.kernels import dual_gemm_sm90_a16
 

@@ -383,19 +383,20 @@ def test_choose_a16_takes_numpy_ints():
     assert hg.choose_a16(np.int64(512), np.int32(3072), np.int64(7168)) == hg.choose_a16(512, 3072, 7168)
 
 
-def test_a16_model_picks_the_sweeps_fastest_width():
-    """On the stored H100 sweep (every width timed on 24 shapes, kernels alone) the model's width is the fastest one
-    timed, or within 3 % of it, and the A16 twin's pick beats the fast twin on every shape (so the public call
-    gives the fast twin no rows)."""
+@pytest.mark.parametrize("device, shapes", [("nvidia-h100-80gb-hbm3", 24), ("nvidia-h200", 12)])
+def test_a16_model_picks_the_sweeps_fastest_width(device, shapes):
+    """On the stored sweeps (every width timed, kernels alone; the model was fitted on the H100's) the model's width
+    is the fastest one timed, or within 3 % of it, and the A16 twin's pick beats the fast twin on every shape (so the
+    public call gives the fast twin no rows)."""
     from gemmlab.family import heuristic_gated as hg
     from gemmlab.measure import dual_gemm_tables as tables
     from gemmlab.measure.bench import load_results
 
-    doc = load_results("dual_gemm_a16", "nvidia-h100-80gb-hbm3")
+    doc = load_results("dual_gemm_a16", device)
     if doc is None:
-        pytest.skip("no stored H100 A16 sweep")
+        pytest.skip(f"no stored A16 sweep for {device}")
     rows = tables.a16_sweep_rows(doc)
-    assert len(rows) >= 24 and all("error" not in r for r in rows)
+    assert len(rows) >= shapes and all("error" not in r for r in rows)
     for r in rows:
         widths = {int(c[1:]): t for c, t in r.items() if c[0] == "n" and c[1:].isdigit()}
         m = int(r["shape"].split("x")[0])
