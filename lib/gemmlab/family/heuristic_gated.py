@@ -61,8 +61,8 @@ def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[
 #: The fewest rows of A for which the public call runs the A16 twin (A converted to FP16 once by a pre-pass, SS WGMMA
 #: over stacked [B1; B2]): every M the decode twin does not take. On an H100 (2026-11-27, ``benchmarks/dual_gemm.py a16``,
 #: kernels alone) its best width beat the fast twin on all 24 shapes of :data:`~gemmlab.measure.dual_gemm.A16_SWEEP_SHAPES`,
-#: M = 200 to 1024 included: by 1.07x (200 x 3072 x 4096, 35.9 against 38.5 us) to 1.50x (200 x 14336 x 4096). From 129
-#: to 256 rows both kernels run two 128-row tiles, as at M = 200 and 256.
+#: M = 200 to 1024: by 1.06x (256 x 3072 x 4096, 36.5 against 38.8 us) to 1.63x (640 x 4096 x 7168). From 129 to 256
+#: rows both kernels run two 128-row tiles, as at M = 200 and 256.
 A16_FROM = 129
 
 #: The A16 twin's time model, microseconds: ``waves x K / 1024 x (per_kilo + per_kilo_col x tile_n / 128) + fixed``,

@@ -50,9 +50,11 @@ twin); :data:`REGS` moves them to the roles, ``128 x (converter + 2 x MMA) <= 64
 a producer warpgroup: 128 registers at entry, and ptxas refuses a m64n256k16 WGMMA (``tile_n`` 128) below 154
 whatever setmaxnreg gives its region (C7602).
 
-Measured (kernels alone, inputs rotated over 4x the L2, ``benchmarks/dual_gemm.py bf16``; H100, 2026-11-27):
-``tile_n`` 128 took 0.72 to 0.88 of the fast twin's time at M = 512 to 2048 (2048 x 4096 x 7168: 409 us against
-554); at M = 256 the 64 CTAs of 128-wide tiles leave half the GPU idle, and ``tile_n`` 64 won on one of two shapes.
+Measured (kernels alone, inputs rotated over 4x the L2; H100, 2026-11-27): ``tile_n`` 128 took 0.72 to 0.88 of
+the fast twin's time at M = 512 to 2048 (2048 x 4096 x 7168: 409 us against 554, ``benchmarks/dual_gemm.py bf16``).
+Every width from 48 to 128 (``benchmarks/dual_gemm.py a16``, 24 shapes, M = 200 to 1024): the fastest one beat the
+fast twin on every shape, and which one is fastest follows the waves of its grid
+(:func:`~gemmlab.family.heuristic_gated.choose_a16`).
 ``mma_converts`` (the MMA warpgroups convert half of each slice between their WGMMAs) was correct there but 3 to 8 %
 slower: an MMA warpgroup converting slice j + 1 cannot issue slice j + 1's WGMMAs until it is done, and only slice
 j's are in flight meanwhile, so the tensor cores wait on the conversion it took over.

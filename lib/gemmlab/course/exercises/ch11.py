@@ -151,3 +151,38 @@ def explain_a_conversions() -> str:
             f"warpgroups convert nothing: they wait for A and B and issue WGMMA, and the converter warpgroup's "
             f"conversions of [B1; B2] serve 128 rows of A each, fed to one m64n256k16 WGMMA per 16 K (both GEMMs, "
             f"128 columns each) where the fast twin issues two m64n64k16. On the H100 the kernel took 839 us where the fast twin took 1,161 (2026-11-27).")
+
+
+def check_a16_width(answer) -> bool:
+    """Predict: at 512 x 3072 x 7168 on an H100's 132 SMs, which ``tile_n`` does the A16 twin's time model pick
+    (:func:`~gemmlab.family.heuristic_gated.choose_a16`), and how many CTAs does that grid have? A tuple
+    ``(tile_n, ctas)``."""
+    return verdict("the A16 twin's width and grid", answer, solution_a16_width(),
+                   "A CTA covers 128 rows and tile_n columns; one CTA fits an SM, so ceil(CTAs / 132) is the number "
+                   "of waves. Per wave the model charges K/1024 x (2.94 + 11.89 tile_n / 128) us: count the waves "
+                   "of 48, 64, ..., 128 first.")
+
+
+def solution_a16_width():
+    from ...family.heuristic_gated import choose_a16
+
+    m, n, k = 512, 3072, 7168
+    tile_n = choose_a16(m, n, k, 132).tile_n
+    return tile_n, -(-m // 128) * -(-n // tile_n)  # (96, 128): one wave; 128 wide is 96 CTAs, each 4/3 as long
+
+
+def explain_a16_width() -> str:
+    """Why the A16 twin's narrower tile wins at 512 x 3072 x 7168, with the model's and the H100 sweep's numbers."""
+    from ...family.heuristic_gated import a16_time
+
+    m, n, k = 512, 3072, 7168
+    t = {bn: a16_time(m, n, k, bn, 132) for bn in (80, 96, 128)}
+    return (f"At 128 columns the grid is 4 x 24 = 96 CTAs: one wave that leaves 36 of the 132 SMs idle, each CTA "
+            f"doing 128 x 256 columns (both GEMMs) over K. At 96 it is 4 x 32 = 128 CTAs, still one wave, each doing "
+            f"three quarters of the work: the model says {t[96]:.0f} us against {t[128]:.0f}. A column costs about 6 % "
+            f"more at 96 (the fitted per-wave time has a part that does not shrink with the width, 2.94 us per 1024 "
+            f"of K), but a third more SMs at work pay for it. At 80 the grid is 4 x 39 = 156 CTAs: two waves, "
+            f"{t[80]:.0f} us. On the H100 the sweep timed 87.4 us at 96 and 103.8 at 128 (2026-11-27). So the model "
+            f"does not prefer wide tiles for their own sake: among widths with the same number of waves the narrowest "
+            f"is shortest, and a wider one wins only where it saves waves (at 640 x 3072 x 7168, 128 columns make "
+            f"5 x 24 = 120 CTAs, one wave, where 96 make 160, two).")
