@@ -100,11 +100,14 @@ class MachineModel:
     mma_efficiency: float = 0.84  # fraction of peak the main loop reaches on a 128 x 256 tile
     intensity_power: float = 0.5  # efficiency ~ (tile intensity / 128x256's) ** power
     epilogue_us: float = 0.6  # a unit's epilogue, not hidden behind the next unit's main loop
-    # Split-K in one launch (gemmlab.splitk). PROVISIONAL, NOT FITTED ON A GPU: set by hand from the H100's
-    # L1 <-> L2 path (64 B/clock/SM at 1.75 GHz is 112 GB/s) and a fence's round trip, to be refitted from
-    # build/splitk_gpu.sh's timings.
-    splitk_sm_gbps: float = 100.0  # what one SM's 16-byte stores (or .cg loads) of FP32 partial tiles move, GB/s
-    splitk_sync_us: float = 1.0  # a unit's hand-off: barrier, release fence (its stores drained), atomic
+    # Split-K in one launch (gemmlab.splitk). Fitted on an H100 (2026-11-27, build/splitk_gpu.sh ->
+    # results/nvidia-h100-80gb-hbm3/splitk_gpu.json: 25 split-K kernels on 11 shapes, each against the rest of the
+    # model's error on the same tile without split where that was timed): 3.4 us rms. A split-K launch costs about
+    # 8 us more than its partial tiles' traffic and hand-offs say (not yet explained: the reducers' tail, the stage
+    # a split config gives up for the output ring, or both).
+    splitk_sm_gbps: float = 80.0  # what one SM's 16-byte stores (or .cg loads) of FP32 partial tiles move, GB/s
+    splitk_sync_us: float = 0.5  # a unit's hand-off: barrier, release fence (its stores drained), atomic
+    splitk_fixed_us: float = 8.0  # once per split-K launch: what the timings show beyond the two terms above
     # 192-row tiles (three consumer warpgroups) take this much longer than the rest of the model says. Fitted on
     # ``benchmarks/gemm_family.py tall`` (H100, 60 shapes, the model's best 192-row variant against its best other):
     # without it the model picked 192 rows on 37 shapes and lost 0.4 % overall (the 192-row kernels alone: 13 of
@@ -275,7 +278,7 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
         waves_us += max(unit_us, hbm_us * last / units)
     # Split-K: in every wave some units are reducers, and a reducer's read of the other partial tiles comes after
     # its own unit: each wave ends that much later (the last one at the kernel's tail).
-    time_us = max(waves_us, l2_us) + waves * tail_us
+    time_us = max(waves_us, l2_us) + waves * tail_us + (model.splitk_fixed_us if cfg.split_k else 0.0)
     if cfg.tile_m == 192:
         time_us *= model.tall_tile_penalty
     return Candidate(cfg, units, waves, min(1.0, useful), unit_us, hbm_us, l2_us, waves * (publish_us + tail_us),
@@ -331,6 +334,13 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
                 tried.add(cfg)
                 if cfg.split_k and cfg.workspace_floats(problem.m, problem.n) * 4 >= 2**31:
                     continue  # 2 GiB of partial tiles is never worth it (and the kernel's slice offsets are 32-bit)
+                if cfg.split_k and cfg.units(problem.m, problem.n) // cfg.splits > max(1, num_sms // cfg.cluster_size):
+                    # Split-K only for a grid whose tiles fit one wave. On an H100 (2026-11-27,
+                    # results/nvidia-h100-80gb-hbm3/splitk_picks.json) the model's split picks for larger grids
+                    # were all slower than the unsplit picks: 640 x 8192 x 28672 450 us against 426, 384 x 8192 x
+                    # 28672 263 against 257, 1536 x 3584 x 18944 284 against 281; under one wave they won or tied
+                    # (512 x 576 x 7168: 17.2 against 23.4 us; 128 x 2112 x 7168: 19.0 against 22.4).
+                    continue
                 out.append(predict(problem, cfg, num_sms, model))
     # Fastest first; among equals (within 1 %: typically several variants all bound by HBM) the one with
     # more CTAs (more SMs streaming), then fewer splits, then the bigger tile, then the preferred cluster.
