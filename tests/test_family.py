@@ -195,7 +195,8 @@ def test_split_k_pays_its_hand_offs_tail_and_workspace():
     tile_us = 4 * 64 * 64 / (m.splitk_sm_gbps * 1e9) * 1e6
     assert h.splitk_costs(eight.config) == pytest.approx((tile_us + m.splitk_sync_us, 7 * tile_us))
     assert eight.units == 72 and eight.waves == 1
-    assert eight.extra_us == pytest.approx(tile_us + m.splitk_sync_us + 7 * tile_us)  # one wave's hand-off + tail
+    # one wave's hand-off + tail, and the launch's fixed cost
+    assert eight.extra_us == pytest.approx(tile_us + m.splitk_sync_us + 7 * tile_us + m.splitk_fixed_us)
     assert eight.unit_us == pytest.approx((one.unit_us - m.epilogue_us) / 8 + m.epilogue_us + tile_us + m.splitk_sync_us)
     # The workspace, 9 tiles x 8 slices x 16 KiB, is written back to HBM once; through L2 it is written and 7/8 read.
     ws = 9 * 8 * 4 * 64 * 64
@@ -209,7 +210,8 @@ def test_split_k_pays_its_hand_offs_tail_and_workspace():
     # Two waves: each ends with its reducers' reads.
     big = GemmProblem(64, 1280, 7168)  # 20 tiles x 8 slices = 160 units on 132 SMs
     two = h.predict(big, h.make_config(big, 64, 64, swap=True, splits=8))
-    assert two.waves == 2 and two.extra_us == pytest.approx(2 * (tile_us + m.splitk_sync_us + 7 * tile_us))
+    assert two.waves == 2 and two.extra_us == pytest.approx(2 * (tile_us + m.splitk_sync_us + 7 * tile_us)
+                                                            + m.splitk_fixed_us)
 
 
 @pytest.mark.parametrize("shape,tile_n,stages", [((8192, 8192, 8192), 256, 4), ((4096, 4096, 4096), 256, 4)])
@@ -486,3 +488,11 @@ def test_model_regret_by_hand():
     assert got["worst"][1:] == ((96, 10240, 8192), big.name, small.name)
     doc["rows"][0]["prepared_us"] = 50.0  # the pick is the fastest: no regret
     assert model_regret(doc)["geomean"] == pytest.approx(1.0) and model_regret(doc)["over_5pct"] == 0
+    # a split-K row of a run from before split-K ran in one launch is neither pick nor best, however fast it was
+    split = h.make_config(p, 128, 96, swap=True, splits=2)
+    doc["rows"].append(dict(row, config=split.name, prepared_us=10.0))
+    doc["date"] = "2026-11-26 11:12:10 UTC"
+    assert model_regret(doc)["geomean"] == pytest.approx(1.0)
+    doc["date"] = "2026-11-28 09:00:00 UTC"  # a later run's split rows count: the split row is now the best
+    pick_us = 10.0 if h.predict(p, split).time_us < h.predict(p, big).time_us else 50.0
+    assert model_regret(doc)["geomean"] == pytest.approx(pick_us / 10.0)

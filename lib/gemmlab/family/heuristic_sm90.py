@@ -145,7 +145,7 @@ class Candidate:
     unit_us: float
     hbm_us: float
     l2_us: float  # all CTAs' A' and B' blocks through L2
-    extra_us: float  # split-K: every wave's hand-offs (publish) + the last reducers' reads (tail)
+    extra_us: float  # split-K: every wave's hand-offs (publish) + reducers' reads (tail) + the fixed launch cost
     time_us: float
 
 
@@ -278,11 +278,12 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
         waves_us += max(unit_us, hbm_us * last / units)
     # Split-K: in every wave some units are reducers, and a reducer's read of the other partial tiles comes after
     # its own unit: each wave ends that much later (the last one at the kernel's tail).
-    time_us = max(waves_us, l2_us) + waves * tail_us + (model.splitk_fixed_us if cfg.split_k else 0.0)
+    fixed_us = model.splitk_fixed_us if cfg.split_k else 0.0
+    time_us = max(waves_us, l2_us) + waves * tail_us + fixed_us
     if cfg.tile_m == 192:
         time_us *= model.tall_tile_penalty
-    return Candidate(cfg, units, waves, min(1.0, useful), unit_us, hbm_us, l2_us, waves * (publish_us + tail_us),
-                     time_us)
+    return Candidate(cfg, units, waves, min(1.0, useful), unit_us, hbm_us, l2_us,
+                     waves * (publish_us + tail_us) + fixed_us, time_us)
 
 
 def splitk_costs(cfg: Sm90Config, model: MachineModel = MODEL) -> tuple[float, float]:
