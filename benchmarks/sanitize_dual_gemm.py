@@ -28,9 +28,10 @@ def a16():
     from gemmlab.family.configs import A16_TILE_NS, A16Config, a16_max_stages
     from gemmlab.kernels import dual_gemm_sm90_a16
 
-    for tile_n in A16_TILE_NS:
+    forms = [(tile_n, 1) for tile_n in A16_TILE_NS] + [(64, 2), (96, 2)]  # two converter warpgroups at 64 and 96
+    for tile_n, converters in forms:
         ops = fp4.generate(200, 136, 1536, seed=tile_n, device="cuda")
-        cfg = A16Config(tile_n, a16_max_stages(tile_n))
+        cfg = A16Config(tile_n, a16_max_stages(tile_n), converters=converters)
         dual_gemm_sm90_a16.gated_dual_gemm_a16(*ops.inputs(), out=ops.c, cfg=cfg)
         print(f"a16 {cfg}: {fp4.check_close(ops.c, fp4.reference(*ops.inputs()))}", flush=True)
     torch.cuda.synchronize()

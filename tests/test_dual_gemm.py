@@ -333,14 +333,15 @@ def test_the_a16_pointer_host_compiles_the_same_kernels():
 
 @pytest.mark.parametrize("m, n, k, want", [
     (64, 4096, 7168, "DecodeConfig"), (128, 4096, 7168, "DecodeConfig"),
-    # 2 x 64 = 128 CTAs of 64 columns: one wave, 7 x (2.94 + 11.89 / 2) + 4.26 = 66.5 us; 48 takes 2 x 86 = 172: two
-    (129, 4096, 7168, 64),
-    (256, 3072, 4096, 48),     # 2 x 64 = 128 CTAs of 48: one wave at the narrowest per-column cost
-    (384, 4096, 7168, 96),     # 3 x 43 = 129 CTAs: one wave; 128 wide would make 96 CTAs, each 4/3 as long
-    (512, 3072, 7168, 96),     # 4 x 32 = 128: one wave (128 wide: 96 CTAs, 108 us against 87)
-    (640, 4096, 7168, 80),     # 5 x 52 = 260: two waves of 80 columns beat two of 96 (215 CTAs) and 128 (160)
-    (512, 1024, 7168, 48),     # 4 x 22 = 88 CTAs: every width fits one wave, so the narrowest is the shortest
-    (2048, 14336, 7168, 128),  # 16 x 112 = 1792 CTAs: 14 waves; the widest per-column rate wins
+    # 2 x 64 = 128 CTAs of 64 columns: one wave, 7 x (2.94 + 11.89 / 2) + 4.26 = 66.5 us, x 0.843 with two converter
+    # warpgroups = 56.1; 48 takes 2 x 86 = 172 CTAs: two waves
+    (129, 4096, 7168, (64, 2)),
+    (256, 3072, 4096, (64, 2)),   # 64 x2: 4 x (2.94 + 5.95) + 4.26 = 39.8 x 0.843 = 33.6 us against 48's 33.9
+    (384, 4096, 7168, (96, 2)),   # 3 x 43 = 129 CTAs: one wave; 128 wide would make 96 CTAs, each 4/3 as long
+    (512, 3072, 7168, (96, 2)),   # 4 x 32 = 128: one wave (128 wide: 96 CTAs, 108 us against 87 x 0.958)
+    (640, 4096, 7168, (80, 1)),   # 5 x 52 = 260: two waves of 80 columns beat two of 64 x2 (320 CTAs: three)
+    (512, 1024, 7168, (64, 2)),   # 4 x 16 = 64 CTAs of 64: one wave, and two converters make it the shortest
+    (2048, 14336, 7168, (128, 1)),  # 16 x 112 = 1792 CTAs: 14 waves; the widest per-column rate wins
 ])
 def test_choose_sm90_by_rows(m, n, k, want):
     from gemmlab.family import heuristic_gated as hg
@@ -349,8 +350,10 @@ def test_choose_sm90_by_rows(m, n, k, want):
     if isinstance(want, str):
         assert type(cfg).__name__ == want
     else:
+        tile_n, converters = want
         assert type(cfg).__name__ == "A16Config"
-        assert (cfg.tile_n, cfg.stages, cfg.mma_converts) == (want, a16_max_stages(want), False)
+        assert (cfg.tile_n, cfg.stages, cfg.mma_converts, cfg.converters) == (tile_n, a16_max_stages(tile_n), False,
+                                                                              converters)
 
 
 def test_a16_time_model_by_hand():
@@ -385,9 +388,9 @@ def test_choose_a16_takes_numpy_ints():
 
 @pytest.mark.parametrize("device, shapes", [("nvidia-h100-80gb-hbm3", 24), ("nvidia-h200", 12)])
 def test_a16_model_picks_the_sweeps_fastest_width(device, shapes):
-    """On the stored sweeps (every width timed, kernels alone; the model was fitted on the H100's) the model's width
-    is the fastest one timed, or within 3 % of it, and the A16 twin's pick beats the fast twin on every shape (so the
-    public call gives the fast twin no rows)."""
+    """On the stored sweeps (every width timed with one converter warpgroup, kernels alone; the model was fitted on
+    the H100's) the model's width is the fastest one timed, or within 3 % of it, and the A16 twin's best width beats
+    the fast twin on every shape (so the public call gives the fast twin no rows)."""
     from gemmlab.family import heuristic_gated as hg
     from gemmlab.measure import dual_gemm_tables as tables
     from gemmlab.measure.bench import load_results
@@ -399,11 +402,35 @@ def test_a16_model_picks_the_sweeps_fastest_width(device, shapes):
     assert len(rows) >= shapes and all("error" not in r for r in rows)
     for r in rows:
         widths = {int(c[1:]): t for c, t in r.items() if c[0] == "n" and c[1:].isdigit()}
-        m = int(r["shape"].split("x")[0])
-        assert r["pick"] != "fast" or m < hg.A16_FROM, r
-        assert r["pick_us"] <= 1.03 * min(widths.values()), r
-        assert r["pick_us"] < r["fast_us"], r
+        m, n, k = (int(x) for x in r["shape"].split("x"))
+        assert m >= hg.A16_FROM and r["pick"] != "fast", r
+        model = min(widths, key=lambda bn: (hg.a16_time(m, n, k, bn), -bn))
+        assert widths[model] <= 1.03 * min(widths.values()), r
+        assert min(widths.values()) < r["fast_us"], r
         assert r["all_ok"], r
+
+
+def test_two_converter_warpgroups_factor_matches_its_run():
+    """A16_TWO_CONVERTERS is what the H100 measured: two converter warpgroups faster than one at 64 and 96 on every
+    shape timed, each ratio within 0.02 of the factor."""
+    import re
+
+    from gemmlab.family import heuristic_gated as hg
+    from gemmlab.measure.bench import load_results
+
+    doc = load_results("dual_gemm_a16_converters", "nvidia-h100-80gb-hbm3")
+    if doc is None:
+        pytest.skip("no stored converters run")
+    assert len(doc["shapes"]) >= 6
+    for shape in doc["shapes"]:
+        t = {}
+        for r in shape["rows"]:
+            assert r["ok"], r
+            t[(int(re.search(r"tile_n=(\d+)", r["config"]).group(1)),
+               int(re.search(r"converters=(\d+)", r["config"]).group(1)))] = r["kernel_us"]
+        for tile_n, factor in hg.A16_TWO_CONVERTERS.items():
+            ratio = t[(tile_n, 2)] / t[(tile_n, 1)]
+            assert ratio < 1 and abs(ratio - factor) < 0.02, (shape["m"], shape["n"], shape["k"], tile_n, ratio)
 
 
 def test_time_vs_bf16_checks_before_the_tier_and_the_bf16_path_is_the_gate():

@@ -80,6 +80,10 @@ def test_config_defaults_sizes_and_smem():
     (dict(tile_n=256), "tile_n must be one of 48, 64, 80, 96, 112, 128"),
     (dict(tile_n=96, stages=7, mma_converts=True), "mma_converts needs tile_n 64 or 128"),
     (dict(tile_n=48, stages=3, mma_converts=True), "mma_converts needs tile_n 64 or 128"),
+    (dict(tile_n=128, stages=5, converters=2), "converters=2 needs tile_n 64 or 96"),
+    (dict(tile_n=48, stages=3, converters=2), "converters=2 needs tile_n 64 or 96"),
+    (dict(tile_n=64, stages=3, mma_converts=True, converters=2), "converters=2 needs tile_n 64 or 96"),
+    (dict(tile_n=64, stages=3, converters=3), "converters must be one of 1, 2"),
     (dict(stages=1), "stages must be >= 2"),
     (dict(stages=0), "stages must be >= 2"),
     (dict(tile_n=128, stages=6), r"stages must be at most 5 for tile_n=128"),
@@ -181,6 +185,7 @@ def test_cpu_tier_refuses_to_launch():
 PTX_CASES = [  # (m, n, k, cfg)
     (200, 136, 1536, A16Config(64, 7)),
     (200, 136, 2048, A16Config(128, 5)),
+    (200, 136, 1536, A16Config(96, 7, converters=2)),
 ]
 
 
@@ -224,7 +229,7 @@ def test_ptx_prepass_alone_has_no_wgmma():
                          else str(x))
 def test_ptx_registers_roles(m, n, k, cfg):
     main = entries(ptx_of(compiled(m, n, k, cfg)))["main"]
-    conv, mma = d.REGS
+    conv, mma = d.REGS[cfg.converters]
     assert [" ".join(x.split()) for x in ptx_lines(main, r"setmaxnreg")] == [
         f"setmaxnreg.dec.sync.aligned.u32 {conv};", f"setmaxnreg.inc.sync.aligned.u32 {mma};"]
     assert re.search(r"^\.minnctapersm 1$", main, re.M)  # ptxas honours setmaxnreg only with it
@@ -233,15 +238,18 @@ def test_ptx_registers_roles(m, n, k, cfg):
 
 def test_setmaxnreg_asks_for_no_more_registers_than_the_cta_starts_with():
     """setmaxnreg moves registers between a CTA's warpgroups and cannot add any: 384 threads start with 168 each
-    (ptxas's entry count: 65,536 / 384 rounded down to a multiple of 8)."""
-    conv, mma = d.REGS
-    threads = d.THREADS
-    entry = min(255, 65536 // threads // 8 * 8)
-    assert entry == 168
-    assert 128 * (conv + 2 * mma) <= threads * entry
-    assert conv % 8 == 0 and mma % 8 == 0 and 24 <= conv <= mma <= 256
+    (ptxas's entry count: 65,536 / 384 rounded down to a multiple of 8), 512 threads with 128."""
+    assert set(d.REGS) == {1, 2}
+    for converters, (conv, mma) in d.REGS.items():
+        threads = A16Config(64, 3, converters=converters).threads
+        assert threads == 128 * (converters + 2)
+        entry = min(255, 65536 // threads // 8 * 8)
+        assert entry == {1: 168, 2: 128}[converters]
+        assert 128 * (converters * conv + 2 * mma) <= threads * entry
+        assert conv % 8 == 0 and mma % 8 == 0 and 24 <= conv <= mma <= 256
+        assert mma >= 96 + 64  # the accumulators of tile_n 96 (two converters' widest) and room for the rest
     # an m64n256k16 WGMMA (tile_n 128) needs at least 154 registers at entry, which a fourth warpgroup would not leave
-    assert 65536 // 512 < 154 <= entry
+    assert 65536 // 512 < 154 <= 168
 
 
 def _ptxas(ptx: str, tmp_path) -> str:
@@ -262,7 +270,7 @@ def test_ptxas_no_spills_no_warnings(m, n, k, cfg, tmp_path):
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert len(spills) == 2 and all(s == ("0", "0") for s in spills), report
     used = {int(x) for x in re.findall(r"Used (\d+) registers", report)}
-    assert 168 in used  # the main kernel's count at entry (384 threads, one CTA per SM)
+    assert {1: 168, 2: 128}[cfg.converters] in used  # the main kernel's count at entry (384 or 512 threads)
     assert min(used) <= 64  # the pre-pass: a streaming kernel, many CTAs per SM
 
 
@@ -280,6 +288,9 @@ EMULATED = [  # (m, n, k, (tile_n, stages[, mma_converts]), seeds)
     (130, 104, 1024, (48, 10), [12]),
     (64, 88, 512, (80, 8), [13]),
     (200, 120, 768, (112, 6), [14]),
+    # two converter warpgroups (512 threads), splitting each slice's units between them
+    (130, 136, 1024, (64, 7, False, 2), [15]),
+    (200, 200, 1536, (96, 7, False, 2), [16]),
     # mma_converts: the MMA warpgroups convert half of every slice (12 warps on hfull and pempty)
     (200, 136, 1536, (64, 7, True), [6, 7]),
     (200, 136, 2048, (128, 5, True), [8]),
@@ -289,7 +300,8 @@ EMULATED = [  # (m, n, k, (tile_n, stages[, mma_converts]), seeds)
 
 
 @pytest.mark.parametrize("m, n, k, fields, seeds", EMULATED,
-                         ids=[f"{m}x{n}x{k}-n{f[0]}s{f[1]}" + ("-mma" if f[2:] else "") for m, n, k, f, _ in EMULATED])
+                         ids=[f"{m}x{n}x{k}-n{f[0]}s{f[1]}" + ("-mma" if f[2:3] == (True,) else "")
+                              + ("-2conv" if f[3:] == (2,) else "") for m, n, k, f, _ in EMULATED])
 def test_emulator_matches_reference(m, n, k, fields, seeds):
     cfg = A16Config(*fields)
     for seed in seeds:
@@ -297,7 +309,7 @@ def test_emulator_matches_reference(m, n, k, fields, seeds):
         res = fp4.check_close(out, ref)
         assert res.ok, f"{m}x{n}x{k} {cfg} seed {seed}: {res}"
         assert [r.kernel.split("_")[2] for r in reports] == ["prepass", "a16"]
-        assert reports[1].block == (384, 1, 1) and reports[1].grid == (-(-m // 128), -(-n // cfg.tile_n), 1)
+        assert reports[1].block == (cfg.threads, 1, 1) and reports[1].grid == (-(-m // 128), -(-n // cfg.tile_n), 1)
         assert reports[1].smem <= cfg.smem_bytes() <= SMEM_PER_BLOCK
         assert not torch.isnan(a16.float()).any()  # the pre-pass wrote every element of the workspace
 
@@ -335,6 +347,7 @@ GPU_SHAPES = list(fp4.TEST_SHAPES) + list(fp4.BENCHMARK_SHAPES) + [(2048, 14336,
 GPU_CONFIGS = ["default", (64, a16_max_stages(64)), (128, a16_max_stages(128)), (64, 2), (128, 5, True), (64, 7, True)]
 # the widths between: GPU MODE's test shapes (odd M, N not a multiple of tile_n) and two benchmark shapes
 GPU_WIDTHS = [(tile_n, a16_max_stages(tile_n)) for tile_n in (48, 80, 96, 112)] + [(96, 2)]
+GPU_WIDTHS += [(64, 7, False, 2), (96, 7, False, 2), (96, 2, False, 2)]  # two converter warpgroups
 GPU_WIDTH_SHAPES = list(fp4.TEST_SHAPES) + [(512, 3072, 7168), (384, 4096, 7168)]
 
 @pytest.mark.gpu

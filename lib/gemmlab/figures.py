@@ -90,9 +90,10 @@ def new_figure(*args, **kwargs):
 
 
 def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
-    """A fixed-width text table. ``columns``: (key, header, format spec)."""
+    """A fixed-width text table. ``columns``: (key, header, format spec); a value of None (not measured) prints as
+    ``-``."""
     heads = [h for _, h, _ in columns]
-    cells = [[format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
+    cells = [["-" if r[k] is None else format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(heads)]
     line = "  ".join(h.rjust(w) for h, w in zip(heads, widths))
     out = [line, "  ".join("-" * w for w in widths)]

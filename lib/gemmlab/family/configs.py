@@ -701,12 +701,19 @@ class A16Config:
     tile_n: int = 128
     stages: int = 5
     mma_converts: bool = False
+    converters: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "tile_n", check_choice("tile_n", self.tile_n, A16_TILE_NS))
         object.__setattr__(self, "stages", check_int("stages", self.stages, lo=2))
         if not isinstance(self.mma_converts, bool):
             raise TypeError(f"mma_converts must be a bool; got {type(self.mma_converts).__name__}")
+        object.__setattr__(self, "converters", check_choice("converters", self.converters, (1, 2)))
+        if self.converters == 2 and (self.mma_converts or self.tile_n not in (64, 96)):
+            raise ValueError(f"converters=2 needs tile_n 64 or 96 (the 8 tile_n units of a slice split evenly over 256 "
+                             f"threads, and 512 threads start with 128 registers each, below the 138 ptxas wants for "
+                             f"wgmma.m64n224k16) and mma_converts off; got tile_n={self.tile_n}, "
+                             f"mma_converts={self.mma_converts}")
         if self.mma_converts and self.tile_n % 64:
             raise ValueError(f"mma_converts needs tile_n 64 or 128 (each of the 256 MMA threads converts tile_n / 64 "
                              f"units of a slice); got tile_n={self.tile_n}")
@@ -722,8 +729,8 @@ class A16Config:
 
     @property
     def threads(self) -> int:
-        """Three warpgroups: the converter (its warp 0 loads B) and two MMA warpgroups (64 rows of C each)."""
-        return 384
+        """The converter warpgroups (the first one's warp 0 loads B) and two MMA warpgroups (64 rows of C each)."""
+        return 128 * (self.converters + 2)
 
     def b_stage_bytes(self) -> int:
         """Bytes TMA writes per packed B k-block: B1 and B2 bytes and their scales."""

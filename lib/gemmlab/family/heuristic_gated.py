@@ -72,24 +72,35 @@ A16_FROM = 129
 A16_COST = (2.94, 11.89, 4.26)
 
 
-def a16_time(m: int, n: int, k: int, tile_n: int, num_sms: int = H100.sms) -> float:
-    """:data:`A16_COST`'s time (microseconds) of the A16 twin at ``tile_n`` on an M x N x K problem."""
+#: The time of the A16 twin with two converter warpgroups (``A16Config(converters=2)``: ``tile_n`` 64 or 96) over its
+#: time with one, by width: the geometric mean over six shapes (M = 200 to 1024) timed on an H100 (2026-11-27,
+#: ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_converters.json``, kernels alone; 0.834 to 0.856 at 64, 0.955 to
+#: 0.964 at 96). :data:`A16_COST` was fitted with one converter warpgroup.
+A16_TWO_CONVERTERS = {64: 0.843, 96: 0.958}
+
+
+def a16_time(m: int, n: int, k: int, tile_n: int, num_sms: int = H100.sms, converters: int = 1) -> float:
+    """:data:`A16_COST`'s time (microseconds) of the A16 twin at ``tile_n`` on an M x N x K problem; with two converter
+    warpgroups, scaled by :data:`A16_TWO_CONVERTERS`."""
     per_kilo, per_kilo_col, fixed = A16_COST
     waves = -(-(-(-m // GATED_TILE_M) * -(-n // tile_n)) // num_sms)
-    return waves * k / 1024 * (per_kilo + per_kilo_col * tile_n / 128) + fixed
+    t = waves * k / 1024 * (per_kilo + per_kilo_col * tile_n / 128) + fixed
+    return t * A16_TWO_CONVERTERS[tile_n] if converters == 2 else t
 
 
 def choose_a16(m: int, n: int, k: int, num_sms: int = H100.sms) -> A16Config:
-    """The A16 twin's configuration: the width :func:`a16_time` finds fastest (the wider on a tie: each converted B
-    element serves 128 rows of C either way, and a wider WGMMA reads A from shared memory for more columns), with
-    its deepest ring. A narrower tile costs more per column but can fill a wave the wider one leaves partly idle:
-    at 512 x 3072 x 7168 tile_n 96 makes 128 CTAs of one wave where 128 makes 96."""
+    """The A16 twin's configuration: the width, and for 64 and 96 the number of converter warpgroups, that
+    :func:`a16_time` finds fastest (the wider on a tie: each converted B element serves 128 rows of C either way, and
+    a wider WGMMA reads A from shared memory for more columns), with its deepest ring. A narrower tile costs more per
+    column but can fill a wave the wider one leaves partly idle: at 512 x 3072 x 7168 tile_n 96 makes 128 CTAs of one
+    wave where 128 makes 96."""
     m = check_int("m", m, lo=1)
     n = check_int("n", n, lo=1)
     k = check_int("k", k, lo=1)
     num_sms = check_int("num_sms", num_sms, lo=1)
-    tile_n = min(A16_TILE_NS, key=lambda bn: (a16_time(m, n, k, bn, num_sms), -bn))
-    return A16Config(tile_n, a16_max_stages(tile_n))
+    forms = [(bn, 1) for bn in A16_TILE_NS] + [(bn, 2) for bn in A16_TWO_CONVERTERS]
+    tile_n, converters = min(forms, key=lambda f: (a16_time(m, n, k, f[0], num_sms, f[1]), -f[0], -f[1]))
+    return A16Config(tile_n, a16_max_stages(tile_n), converters=converters)
 
 
 #: The most rows of A for which the public call runs the decode twin: all it takes. Timed on an H100 (2026-11-27,

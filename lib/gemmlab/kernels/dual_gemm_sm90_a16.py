@@ -32,7 +32,8 @@ What it teaches
     The price: A travels as FP16 (2 bytes a value instead of 9/16), once through global
     memory for the pre-pass's store and once per CTA along N through L2 for the main kernel.
 
-Roles of the main kernel (384 threads, three warpgroups)::
+Roles of the main kernel (384 threads, three warpgroups; with ``converters`` 2, 512 threads, two converter
+warpgroups that split each slice's units between them, then the two MMA warpgroups)::
 
     warpgroup 0  converter; its warp 0 first loads packed k-block kb + 1 (wait pempty[(kb + 1) % 2]; expect_tx;
                    10 TMA boxes: B1, B2 as four 32-byte slices each, their scales);
@@ -46,17 +47,20 @@ Roles of the main kernel (384 threads, three warpgroups)::
                  epilogue: wait 0; silu(acc[:, :tile_n]) * acc[:, tile_n:] -> FP16 -> C (predicated)
 
 Registers: 384 threads start with 168 each (.minnctapersm 1: ptxas then honours setmaxnreg, see the decode
-twin); :data:`REGS` moves them to the roles, ``128 x (converter + 2 x MMA) <= 64,512``. Not 512 threads with
-a producer warpgroup: 128 registers at entry, and ptxas refuses a m64n256k16 WGMMA (``tile_n`` 128) below 154
-whatever setmaxnreg gives its region (C7602).
+twin); :data:`REGS` moves them to the roles, ``128 x (converters x converter + 2 x MMA) <= entry x threads``. 512
+threads start with 128, and ptxas refuses a m64n256k16 WGMMA (``tile_n`` 128) below 154 registers at entry and a
+m64n224k16 (112) below 138, whatever setmaxnreg gives its region (C7602): so a second converter warpgroup only for
+``tile_n`` 64 and 96 (whose 8 ``tile_n`` units of a slice also split evenly over 256 threads).
 
 Measured (kernels alone, inputs rotated over 4x the L2; H100, 2026-11-27): ``tile_n`` 128 took 0.72 to 0.88 of
 the fast twin's time at M = 512 to 2048 (2048 x 4096 x 7168: 409 us against 554, ``benchmarks/dual_gemm.py bf16``).
 Every width from 48 to 128 (``benchmarks/dual_gemm.py a16``, 24 shapes, M = 200 to 1024): the fastest one beat the
 fast twin on every shape, and which one is fastest follows the waves of its grid
 (:func:`~gemmlab.family.heuristic_gated.choose_a16`).
-``mma_converts`` (the MMA warpgroups convert half of each slice between their WGMMAs) was correct there but 3 to 8 %
-slower: an MMA warpgroup converting slice j + 1 cannot issue slice j + 1's WGMMAs until it is done, and only slice
+A second converter warpgroup (``converters`` 2) took 0.83 to 0.85 of one's time at ``tile_n`` 64 and 0.96 at 96 on
+six shapes (H100, ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_converters.json``): the converter, not the tensor
+cores, set the pace. ``mma_converts`` (the MMA warpgroups convert half of each slice between their WGMMAs) was correct
+there but 3 to 8 % slower: an MMA warpgroup converting slice j + 1 cannot issue slice j + 1's WGMMAs until it is done, and only slice
 j's are in flight meanwhile, so the tensor cores wait on the conversion it took over.
 """
 from __future__ import annotations
@@ -83,11 +87,10 @@ from .dual_gemm_sm90_pipelined import convert_unit, load_b
 
 SLICE_BYTES = SLICE_K // 2  #: packed bytes of a slice per row
 WG_ROWS = 64  #: rows of C per MMA warpgroup (WGMMA's M)
-THREADS = 384
-CONVERTER_THREADS = 128
-#: setmaxnreg per role: (converter, MMA). 384 threads start with 168 registers each (64,512 in all), and
-#: 128 x (112 + 2 x 192) = 63,488 <= 64,512. An MMA thread holds 2 tile_n FP32 accumulators (128 at tile_n 128).
-REGS = (112, 192)
+#: setmaxnreg per role, (converter, MMA), by converter warpgroups. One: 384 threads start with 168 registers each
+#: (64,512 in all), and 128 x (112 + 2 x 192) = 63,488 <= 64,512. Two: 512 threads start with 128 each (65,536), and
+#: 128 x (2 x 56 + 2 x 200) = 65,536. An MMA thread holds 2 tile_n FP32 accumulators (128 at tile_n 128, 96 at 96).
+REGS = {1: (112, 192), 2: (56, 200)}
 PREPASS_THREADS = 256
 PREPASS_UNITS = 4  #: 8-value units each pre-pass thread converts (one packed word in, 16 FP16 bytes out each)
 
@@ -169,7 +172,8 @@ def a16_kernel(
     wg = warp // 4
     m_tile, n_tile, _ = cute.arch.block_idx()
     slices = k_blocks * SLICES
-    CONVERTING_WARPS = 12 if cfg.mma_converts else 4  # the warps that write each FP16 buffer and read each packed stage
+    CT = 128 * cfg.converters  # converter threads
+    CONVERTING_WARPS = 12 if cfg.mma_converts else 4 * cfg.converters  # the warps that write each FP16 buffer
     UNITS = 2 * BN * (SLICE_BYTES // 8)  # 8-byte units of a [B1; B2] slice
     CONV_UNITS = UNITS // 2 if cfg.mma_converts else UNITS  # the converter warpgroup's: the first ones
 
@@ -204,9 +208,9 @@ def a16_kernel(
             cute.arch.mbarrier_init_fence()
     cute.arch.sync_threads()
 
-    if wg == 0:
+    if wg < cfg.converters:
         # ============================================================ converter: [B1; B2] to FP16; warp 0 loads B
-        cute.arch.warpgroup_reg_dealloc(REGS[0])
+        cute.arch.warpgroup_reg_dealloc(REGS[cfg.converters][0])
         lane = cute.arch.lane_idx()
         b_copies = []
         for atom, g, s, width in ((tma_b1, mB1, pB1, KB_BYTES), (tma_b2, mB2, pB2, KB_BYTES),
@@ -217,7 +221,7 @@ def a16_kernel(
             b_copies.append((atom, src, dst))
         if warp == 0:
             load_b_stage(b_copies, pfull, n_tile, Int32(0), Int32(0), cfg.b_stage_bytes())
-        per = CONV_UNITS // CONVERTER_THREADS  # 8-byte units of a slice per thread
+        per = CONV_UNITS // CT  # 8-byte units of a slice per thread
         for kb in cutlass.range(k_blocks, unroll=1):
             if warp == 0:
                 nxt = kb + 1  # one k-block ahead: its stage was released by all four warps after k-block kb - 1
@@ -228,17 +232,17 @@ def a16_kernel(
             cute.arch.mbarrier_wait(pfull + st, (kb // B_STAGES) & 1)
             stage_b = pBRaw.iterator + st * (2 * BN * KB_BYTES)
             stage_sb = sBRaw.iterator + st * (2 * BN * SF_BYTES)
-            loaded = [load_b(stage_b, stage_sb, tidx + i * CONVERTER_THREADS, 0, BN) for i in range(per)]
+            loaded = [load_b(stage_b, stage_sb, tidx + i * CT, 0, BN) for i in range(per)]
             for sl in cutlass.range_constexpr(SLICES):
                 buf = sl % NB  # SLICES is a multiple of NB: the buffer is fixed per slice of a k-block
                 uses = SLICES // NB  # times a k-block fills each buffer
                 cute.arch.mbarrier_wait(hempty + buf, ((kb * uses + sl // NB) & 1) ^ 1)  # its last WGMMAs are done
                 nxt_loaded = loaded
                 if cutlass.const_expr(sl + 1 < SLICES):  # the next slice's loads overlap this one's conversion
-                    nxt_loaded = [load_b(stage_b, stage_sb, tidx + i * CONVERTER_THREADS, sl + 1, BN)
+                    nxt_loaded = [load_b(stage_b, stage_sb, tidx + i * CT, sl + 1, BN)
                                   for i in range(per)]
                 for i in cutlass.range_constexpr(per):
-                    convert_b_stacked(fRaw.iterator, loaded[i], tidx + i * CONVERTER_THREADS, buf, BN)
+                    convert_b_stacked(fRaw.iterator, loaded[i], tidx + i * CT, buf, BN)
                 loaded = nxt_loaded
                 cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy stores before WGMMA reads them
                 cute.arch.sync_warp()
@@ -248,9 +252,9 @@ def a16_kernel(
                 cute.arch.mbarrier_arrive(pempty + st)
     else:
         # ============================================================ MMA warpgroups: 64 rows of C each
-        cute.arch.warpgroup_reg_alloc(REGS[1])
-        wgi = wg - 1
-        ctid = tidx - 128
+        cute.arch.warpgroup_reg_alloc(REGS[cfg.converters][1])
+        wgi = wg - cfg.converters
+        ctid = tidx - CT
         lane = cute.arch.lane_idx()
         loader = warp % 4 == 0  # this warpgroup's first warp issues its A loads
         # this warpgroup's own FP16 A ring: its 64 rows of every slice, loaded by its first warp, read by its WGMMAs
@@ -399,7 +403,7 @@ def launch_a16(a16: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfb1: cute.Te
     k_blocks = cute.size(b1, mode=[1]) // KB_BYTES
     a16_kernel(tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sb1, tSB1, tma_sb2, tSB2, c, tiled_mma, epi_mma,
                sa, pb, sb, fb, k_blocks, cfg).launch(
-        grid=((m + TILE_M - 1) // TILE_M, (n + BN - 1) // BN, 1), block=(THREADS, 1, 1), min_blocks_per_mp=1,
+        grid=((m + TILE_M - 1) // TILE_M, (n + BN - 1) // BN, 1), block=(cfg.threads, 1, 1), min_blocks_per_mp=1,
         stream=stream)
 
 

@@ -344,8 +344,12 @@ def prepare_simple(a, b1, b2, sfa, sfb1, sfb2, out):
 
 
 def a16_configs() -> list:
-    """The A16 twin's configurations the benchmarks try: each tile width with its deepest ring."""
-    return [A16Config(tile_n, a16_max_stages(tile_n)) for tile_n in A16_TILE_NS]
+    """The A16 twin's configurations the benchmarks try: each tile width with its deepest ring, then the widths that
+    take two converter warpgroups with them."""
+    from ..family.heuristic_gated import A16_TWO_CONVERTERS
+
+    return ([A16Config(tile_n, a16_max_stages(tile_n)) for tile_n in A16_TILE_NS]
+            + [A16Config(tile_n, a16_max_stages(tile_n), converters=2) for tile_n in A16_TWO_CONVERTERS])
 
 
 def _ok_on_poisoned(launch, base, ref) -> bool:

@@ -264,9 +264,10 @@ def format_decode_sweep(doc: dict) -> str:
 
 def a16_sweep_rows(doc: dict) -> list[dict]:
     """Per shape of an A16 sweep (``benchmarks/dual_gemm.py a16``): the BF16 path's and the fast twin's kernel times,
-    each A16 width's (``n48`` ... ``n128``), the fastest kernel of ours, the configuration today's heuristic picks
-    (:func:`~gemmlab.family.heuristic_gated.choose_sm90`, on the run's SM count) and the BF16 path's time over the
-    pick's (above 1: ours is faster)."""
+    each A16 width's with one converter warpgroup (``n48`` ... ``n128``), the fastest of those, the configuration
+    today's heuristic picks (:func:`~gemmlab.family.heuristic_gated.choose_sm90`, on the run's SM count; ``x2``: two
+    converter warpgroups), its time where the sweep timed it, and the BF16 path's time over the pick's (above 1: ours
+    is faster)."""
     import re
 
     from ..family.configs import PipelinedConfig
@@ -283,14 +284,24 @@ def a16_sweep_rows(doc: dict) -> list[dict]:
             continue
         row = {"shape": label, "bf16_us": times.pop("bf16_path"), "fast_us": fast[0],
                "all_ok": all(r.get("ok") for r in shape.get("rows", []))}
-        widths = {int(re.search(r"tile_n=(\d+)", c).group(1)): t for c, t in times.items() if c.startswith("A16Config")}
+        widths, forms = {}, {}
+        for c, t in times.items():
+            if c.startswith("A16Config"):
+                tile_n = int(re.search(r"tile_n=(\d+)", c).group(1))
+                conv = re.search(r"converters=(\d+)", c)
+                forms[(tile_n, int(conv.group(1)) if conv else 1)] = t
+                if not conv or conv.group(1) == "1":
+                    widths[tile_n] = t
         for tile_n, t in widths.items():
             row[f"n{tile_n}"] = t
         pick = choose_sm90(GatedProblem(shape["m"], shape["n"], shape["k"]), shape.get("sms", 132))
-        pick_us = times.get(repr(pick))
-        row["best"] = min([("fast", row["fast_us"])] + [(f"n{w}", t) for w, t in widths.items()], key=lambda x: x[1])[0]
-        row["pick"] = "fast" if isinstance(pick, PipelinedConfig) else (f"n{pick.tile_n}" if pick_us else repr(pick))
+        if isinstance(pick, PipelinedConfig):
+            row["pick"], pick_us = "fast", row["fast_us"]
+        else:  # an A16 form: n<tile_n>, x2 with two converter warpgroups
+            row["pick"] = f"n{pick.tile_n}" + ("x2" if pick.converters == 2 else "")
+            pick_us = forms.get((pick.tile_n, pick.converters))
         row["pick_us"] = pick_us
+        row["best"] = min([("fast", row["fast_us"])] + [(f"n{w}", t) for w, t in widths.items()], key=lambda x: x[1])[0]
         row["x_bf16"] = row["bf16_us"] / pick_us if pick_us else None
         out.append(row)
     return out
