@@ -333,15 +333,14 @@ def test_the_a16_pointer_host_compiles_the_same_kernels():
 
 @pytest.mark.parametrize("m, n, k, want", [
     (64, 4096, 7168, "DecodeConfig"), (128, 4096, 7168, "DecodeConfig"),
-    # 2 x 64 = 128 CTAs of 64 columns: one wave, 7 x (2.94 + 11.89 / 2) + 4.26 = 66.5 us, x 0.843 with two converter
-    # warpgroups = 56.1; 48 takes 2 x 86 = 172 CTAs: two waves
-    (129, 4096, 7168, (64, 2)),
-    (256, 3072, 4096, (64, 2)),   # 64 x2: 4 x (2.94 + 5.95) + 4.26 = 39.8 x 0.843 = 33.6 us against 48's 33.9
-    (384, 4096, 7168, (96, 2)),   # 3 x 43 = 129 CTAs: one wave; 128 wide would make 96 CTAs, each 4/3 as long
-    (512, 3072, 7168, (96, 2)),   # 4 x 32 = 128: one wave (128 wide: 96 CTAs, 108 us against 87 x 0.958)
-    (640, 4096, 7168, (80, 1)),   # 5 x 52 = 260: two waves of 80 columns beat two of 64 x2 (320 CTAs: three)
-    (512, 1024, 7168, (64, 2)),   # 4 x 16 = 64 CTAs of 64: one wave, and two converters make it the shortest
-    (2048, 14336, 7168, (128, 1)),  # 16 x 112 = 1792 CTAs: 14 waves; the widest per-column rate wins
+    # 2 x 64 = 128 CTAs of 64 columns: one wave, 7 x (2.94 + 11.89 / 2) + 4.26 = 66.5 us; 48 takes 2 x 86 = 172: two
+    (129, 4096, 7168, 64),
+    (256, 3072, 4096, 48),     # 2 x 64 = 128 CTAs of 48: one wave at the narrowest per-column cost
+    (384, 4096, 7168, 96),     # 3 x 43 = 129 CTAs: one wave; 128 wide would make 96 CTAs, each 4/3 as long
+    (512, 3072, 7168, 96),     # 4 x 32 = 128: one wave (128 wide: 96 CTAs, 108 us against 87)
+    (640, 4096, 7168, 80),     # 5 x 52 = 260: two waves of 80 columns beat two of 96 (215 CTAs) and 128 (160)
+    (512, 1024, 7168, 48),     # 4 x 22 = 88 CTAs: every width fits one wave, so the narrowest is the shortest
+    (2048, 14336, 7168, 128),  # 16 x 112 = 1792 CTAs: 14 waves; the widest per-column rate wins
 ])
 def test_choose_sm90_by_rows(m, n, k, want):
     from gemmlab.family import heuristic_gated as hg
@@ -349,11 +348,26 @@ def test_choose_sm90_by_rows(m, n, k, want):
     cfg = hg.choose_sm90(plan.GatedProblem(m, n, k))
     if isinstance(want, str):
         assert type(cfg).__name__ == want
-    else:
-        tile_n, converters = want
+    else:  # the public call keeps one converter warpgroup until the two-converter form is sanitizer-checked
+        assert hg.A16_PUBLIC_CONVERTERS == 1
         assert type(cfg).__name__ == "A16Config"
-        assert (cfg.tile_n, cfg.stages, cfg.mma_converts, cfg.converters) == (tile_n, a16_max_stages(tile_n), False,
-                                                                              converters)
+        assert (cfg.tile_n, cfg.stages, cfg.mma_converts, cfg.converters) == (want, a16_max_stages(want), False, 1)
+
+
+@pytest.mark.parametrize("m, n, k, want", [
+    # 2 x 64 = 128 CTAs of 64: one wave, 66.5 us x 0.843 with two converter warpgroups = 56.1; 48 takes two waves
+    (129, 4096, 7168, (64, 2)),
+    (256, 3072, 4096, (64, 2)),   # 64 x2: 4 x (2.94 + 5.95) + 4.26 = 39.8 x 0.843 = 33.6 us against 48's 33.9
+    (384, 4096, 7168, (96, 2)),   # 3 x 43 = 129 CTAs: one wave; x 0.958
+    (640, 4096, 7168, (80, 1)),   # 5 x 52 = 260: two waves of 80 columns beat 64 x2 (320 CTAs: three waves)
+    (2048, 14336, 7168, (128, 1)),  # 14 waves at 128: no second converter fits beside its m64n256k16
+])
+def test_choose_a16_with_two_converters(m, n, k, want):
+    from gemmlab.family import heuristic_gated as hg
+
+    cfg = hg.choose_a16(m, n, k, max_converters=2)
+    assert (cfg.tile_n, cfg.converters, cfg.stages) == (*want, a16_max_stages(want[0]))
+    assert hg.choose_a16(m, n, k).converters == 1
 
 
 def test_a16_time_model_by_hand():
@@ -372,6 +386,7 @@ def test_a16_time_model_by_hand():
     (dict(m=0, n=3072, k=7168), ValueError, "m must be"),
     (dict(m=512, n=3072.0, k=7168), TypeError, "n must be"),
     (dict(m=512, n=3072, k=7168, num_sms=0), ValueError, "num_sms must be"),
+    (dict(m=512, n=3072, k=7168, max_converters=3), ValueError, "max_converters must be"),
 ])
 def test_choose_a16_rejects_bad_input(kwargs, exc, match):
     from gemmlab.family import heuristic_gated as hg

@@ -57,7 +57,7 @@ the fast twin's time at M = 512 to 2048 (2048 x 4096 x 7168: 409 us against 554,
 Every width from 48 to 128 (``benchmarks/dual_gemm.py a16``, 24 shapes, M = 200 to 1024): the fastest one beat the
 fast twin on every shape, and which one is fastest follows the waves of its grid
 (:func:`~gemmlab.family.heuristic_gated.choose_a16`).
-A second converter warpgroup (``converters`` 2) took 0.83 to 0.85 of one's time at ``tile_n`` 64 and 0.96 at 96 on
+A second converter warpgroup (``converters`` 2) took 0.83 to 0.86 of one's time at ``tile_n`` 64 and 0.96 at 96 on
 six shapes (H100, ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_converters.json``): the converter, not the tensor
 cores, set the pace. ``mma_converts`` (the MMA warpgroups convert half of each slice between their WGMMAs) was correct
 there but 3 to 8 % slower: an MMA warpgroup converting slice j + 1 cannot issue slice j + 1's WGMMAs until it is done, and only slice
