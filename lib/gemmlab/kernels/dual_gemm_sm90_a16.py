@@ -175,7 +175,7 @@ def a16_kernel(
     CT = 128 * cfg.converters  # converter threads
     CONVERTING_WARPS = 12 if cfg.mma_converts else 4 * cfg.converters  # the warps that write each FP16 buffer
     UNITS = 2 * BN * (SLICE_BYTES // 8)  # 8-byte units of a [B1; B2] slice
-    CONV_UNITS = UNITS // 2 if cfg.mma_converts else UNITS  # the converter warpgroup's: the first ones
+    CONV_UNITS = UNITS // 2 if cfg.mma_converts else UNITS  # the converter warpgroups': the first ones
 
     smem = SmemAllocator()
     fRaw = smem.allocate_tensor(Uint8, cute.make_layout(cfg.buffer_bytes()), byte_alignment=1024)
@@ -184,8 +184,8 @@ def a16_kernel(
     sBRaw = smem.allocate_tensor(Uint8, cute.make_layout(B_STAGES * 2 * BN * SF_BYTES), byte_alignment=128)
     afull = smem.allocate_array(Int64, 2 * SA, byte_alignment=8)  # per MMA warpgroup: its FP16 A half-slice landed
     pfull = smem.allocate_array(Int64, B_STAGES, byte_alignment=8)  # packed B k-block landed (TMA)
-    pempty = smem.allocate_array(Int64, B_STAGES, byte_alignment=8)  # packed B k-block read (4 converter warps)
-    hfull = smem.allocate_array(Int64, NB, byte_alignment=8)  # FP16 [B1; B2] buffer written (4 converter warps)
+    pempty = smem.allocate_array(Int64, B_STAGES, byte_alignment=8)  # packed B k-block read (the converting warps)
+    hfull = smem.allocate_array(Int64, NB, byte_alignment=8)  # FP16 [B1; B2] buffer written (the converting warps)
     hempty = smem.allocate_array(Int64, NB, byte_alignment=8)  # FP16 [B1; B2] buffer read (8 MMA warps)
 
     pB1 = cute.make_tensor(pBRaw.iterator, pb_layout)

@@ -459,6 +459,19 @@ def bf16_path(x, w12, h, n: int):
     return torch.nn.functional.silu(h[:, :n]) * h[:, n:]
 
 
+def _bf16_path_inputs(base, m: int, n: int, k: int, spec) -> list[tuple]:
+    """The BF16 path's inputs for ``base``'s M x N x K problem: ``(x, w12, h)`` triples (BF16 activations, the BF16
+    weights made once and copied, the output), enough of them to span 4x the L2 of ``spec``."""
+    import torch
+
+    from . import bench
+
+    w12 = prepare_stock(base.b1, base.b2, base.sfb1, base.sfb2).w12
+    sets = bench.input_sets(2 * (m + 2 * n) * k, spec.l2_mib * 2 ** 20)
+    return [(dequantize_bf16(base.a, base.sfa), w12 if i == 0 else w12.clone(),
+             torch.empty(m, 2 * n, dtype=torch.bfloat16, device="cuda")) for i in range(sets)]
+
+
 def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5, seed: int = 0) -> dict:
     """Time M x N x K against :func:`bf16_path`: the public call and its prepared launch, the BF16 path and its
     GEMM alone, interleaved as callers see them (:func:`gemmlab.measure.bench.time_interleaved`, Python
@@ -477,15 +490,13 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     gated_dual_gemm(*base.inputs(), out=base.c)  # compiles, then checked on the poisoned buffer
     torch.cuda.synchronize()
     res = fp4.check_close(base.c, ref)
-    bsets = bench.input_sets(2 * (m + 2 * n) * k, spec.l2_mib * 2 ** 20)
-    xs = [dequantize_bf16(base.a, base.sfa) for _ in range(bsets)]
-    ws = [prepare_stock(base.b1, base.b2, base.sfb1, base.sfb2).w12 for _ in range(bsets)]
-    hs = [torch.empty(m, 2 * n, dtype=torch.bfloat16, device="cuda") for _ in range(bsets)]
+    triples = _bf16_path_inputs(base, m, n, k, spec)
+    bsets = len(triples)
     launches = {
         "gemmlab": [lambda s=s: gated_dual_gemm(*s.inputs(), out=s.c) for s in sets],
         "prepared": [prepare_gated(*s.inputs(), out=s.c) for s in sets],
-        "bf16_path": [lambda x=x, w=w, h=h: bf16_path(x, w, h, n) for x, w, h in zip(xs, ws, hs)],
-        "bf16_gemm": [lambda x=x, w=w, h=h: torch.nn.functional.linear(x, w, out=h) for x, w, h in zip(xs, ws, hs)],
+        "bf16_path": [lambda x=x, w=w, h=h: bf16_path(x, w, h, n) for x, w, h in triples],
+        "bf16_gemm": [lambda x=x, w=w, h=h: torch.nn.functional.linear(x, w, out=h) for x, w, h in triples],
     }
     t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=3)
     kernels = {f"{name}_kernel": fns for name, fns in launches.items() if name != "gemmlab"}
@@ -504,13 +515,11 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
             kernels["decode_twin_kernel"] = prepared(dec)
     del ref
     tk = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=3, gpu_only=True)
-    flops = problem_flops(m, n, k)
+    bound = roofline(m, n, k, spec)  # a Hopper spec: the BF16 peak
     row = dict(m=m, n=n, k=k, sets=nsets, bf16_sets=bsets, ok=res.ok, max_abs_err=res.max_abs_err,
                decode_twin=None if decode_ok is None else dict(config=repr(dec), ok=decode_ok),
-               nvfp4_bytes=problem_bytes(m, n, k)["total"], bf16_weight_bytes=ws[0].nbytes,
-               fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6,
-               compute_us=flops / (spec.peak_tflops("bf16") * 1e12) * 1e6,
-               config=repr(chosen))
+               nvfp4_bytes=bound["bytes"], bf16_weight_bytes=triples[0][1].nbytes,
+               fp4_bytes_us=bound["memory_us"], compute_us=bound["compute_us"], config=repr(chosen))
     for name, v in list(t.items()) + list(tk.items()):
         row[f"{name}_us"] = v["median_ms"] * 1e3
         row[f"{name}_round_us"] = [x * 1e3 for x in v["round_ms"]]
@@ -533,12 +542,12 @@ DECODE_SWEEP_SHAPES = tuple((m, n, k) for n, k in ((4096, 7168), (3072, 4096), (
 
 
 def _sweep(m, n, k, make_configs, rounds, per_round, seed, what: str, stock: bool = False) -> tuple:
-    """Each of ``make_configs(spec)`` (``spec``: this GPU's :class:`~gemmlab.hardware.GPUSpec`) at M x N x K, kernels alone (``gpu_only``), on inputs rotated over 4x the L2; each first
-    checked on a NaN-poisoned output against the FP32 reference (one that fails is recorded with ``ok`` False and
-    not timed). ``stock``: the BF16 path (:func:`bf16_path`, BF16 weights made once) timed beside them as the row
-    ``"bf16_path"``. Returns ``(m, n, k, rows, spec)`` (the sizes as plain ints), each row a configuration's ``config``, ``ok`` and ``kernel_us``."""
-    import torch
-
+    """Each of ``make_configs(spec)`` (``spec``: this GPU's :class:`~gemmlab.hardware.GPUSpec`) at M x N x K, kernels
+    alone (``gpu_only``), on inputs rotated over 4x the L2; each first checked on a NaN-poisoned output against the
+    FP32 reference (one that fails is recorded with ``ok`` False and not timed). ``stock``: the BF16 path
+    (:func:`bf16_path`, BF16 weights made once) timed beside them as the row ``"bf16_path"``. Returns
+    ``(m, n, k, rows, spec)`` (the sizes as plain ints), each row a configuration's ``config``, ``ok`` and
+    ``kernel_us``."""
     from . import bench
 
     m, n, k, spec, base, sets = _timing_setup(m, n, k, rounds, per_round, seed, what)
@@ -551,13 +560,8 @@ def _sweep(m, n, k, make_configs, rounds, per_round, seed, what: str, stock: boo
             kernels[repr(cfg)] = [prepare_gated(*s.inputs(), out=s.c, config=cfg) for s in sets]
     del ref
     if stock:
-        bsets = bench.input_sets(2 * (m + 2 * n) * k, spec.l2_mib * 2 ** 20)
-        w12 = prepare_stock(base.b1, base.b2, base.sfb1, base.sfb2).w12
-        triples = [(dequantize_bf16(base.a, base.sfa), w12.clone(), torch.empty(m, 2 * n, dtype=torch.bfloat16,
-                                                                                  device="cuda"))
-                   for _ in range(bsets)]
-        del w12
-        kernels["bf16_path"] = [lambda x=x, w=w, h=h: bf16_path(x, w, h, n) for x, w, h in triples]
+        kernels["bf16_path"] = [lambda x=x, w=w, h=h: bf16_path(x, w, h, n)
+                                for x, w, h in _bf16_path_inputs(base, m, n, k, spec)]
         rows.append(dict(config="bf16_path", ok=True))
     t = bench.time_interleaved(kernels, rounds=rounds, per_round=per_round, warmup=2, gpu_only=True)
     for row in rows:
@@ -580,8 +584,7 @@ def sweep_decode(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5,
     m, n, k, rows, spec = _sweep(m, n, k, configs, rounds, per_round, seed, "sweep_decode")
     clusters = decode_clusters()
     return dict(m=m, n=n, k=k, chosen=repr(choose_decode_config(m, n, k, spec.sms, clusters)), rows=rows,
-                clusters=clusters,
-                fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6)
+                clusters=clusters, fp4_bytes_us=roofline(m, n, k, spec)["memory_us"])
 
 
 #: The A16 sweep's shapes: M from 200 to 1024 (200, 384 and 640 not powers of two) on four weight shapes (GPU MODE's
@@ -601,7 +604,7 @@ def sweep_a16(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, se
         return [PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms))] + a16_configs()
 
     m, n, k, rows, spec = _sweep(m, n, k, configs, rounds, per_round, seed, "sweep_a16", stock=True)
+    bound = roofline(m, n, k, spec)  # a Hopper spec: the BF16 peak
     return dict(m=m, n=n, k=k, sms=spec.sms, rows=rows,
                 chosen=repr(choose_sm90(GatedProblem(m, n, k), spec.sms, decode_clusters())),
-                fp4_bytes_us=problem_bytes(m, n, k)["total"] / (spec.hbm_tbps * 1e12) * 1e6,
-                compute_us=problem_flops(m, n, k) / (spec.peak_tflops("bf16") * 1e12) * 1e6)
+                fp4_bytes_us=bound["memory_us"], compute_us=bound["compute_us"])
