@@ -448,6 +448,20 @@ def test_two_converter_warpgroups_factor_matches_its_run():
             assert ratio < 1 and abs(ratio - factor) < 0.02, (shape["m"], shape["n"], shape["k"], tile_n, ratio)
 
 
+@pytest.mark.parametrize("sweep", ["sweep_decode", "sweep_a16"])
+def test_sweeps_check_before_the_tier(sweep):
+    fn = getattr(dg, sweep)
+    with pytest.raises(ValueError, match="K must be a multiple of 256"):
+        fn(128, 128, 384)
+    with pytest.raises(ValueError, match="rounds"):
+        fn(128, 128, 256, rounds=0)
+    with pytest.raises(TypeError, match="M must be"):
+        fn(128.0, 128, 256)
+    if detect_tier() == "cpu":
+        with pytest.raises(TierError, match=sweep):
+            fn(np.int64(128), 128, 256)
+
+
 def test_time_vs_bf16_checks_before_the_tier_and_the_bf16_path_is_the_gate():
     with pytest.raises(ValueError, match="K must be a multiple of 256"):
         dg.time_vs_bf16(128, 128, 384)
