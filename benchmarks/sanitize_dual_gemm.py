@@ -1,8 +1,8 @@
 """Small NVFP4 dual GEMMs for compute-sanitizer (memcheck, racecheck): the Hopper twins, every tile width, and the
 decode twin with one and two MMA warpgroups and split-K over clusters of 1, 2 and 4 CTAs (``decode``: those alone), and
-the A16 twin at every tile width (``a16``: those alone).
+the A16 twin at every tile width (``a16``: those alone; ``a16 two``: only its forms with two converter warpgroups).
 
-    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode | a16]
+    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode | a16 [two]]
 
 Partial tiles in M and N, several k-blocks (so the TMA ring wraps and every FP16 buffer is reused).
 Prints the check against the FP32 reference per launch; the sanitizer's summary comes after.
@@ -23,13 +23,16 @@ from gemmlab.family.configs import PIPELINED_TILE_NS, DecodeConfig, PipelinedCon
 from gemmlab.kernels import dual_gemm_sm90_decode as decode  # noqa: E402
 
 
-def a16():
-    """The A16 twin, every tile width: partial tiles in M and N, 6 k-blocks (its rings wrap)."""
+def a16(only_two: bool = False):
+    """The A16 twin, every tile width (``only_two``: the two-converter forms alone): partial tiles in M and N,
+    6 k-blocks (its rings wrap)."""
     from gemmlab.family.configs import A16_TILE_NS, A16Config, a16_max_stages
     from gemmlab.kernels import dual_gemm_sm90_a16
 
     forms = [(tile_n, 1) for tile_n in A16_TILE_NS] + [(64, 2), (96, 2)]  # two converter warpgroups at 64 and 96
     for tile_n, converters in forms:
+        if only_two and converters != 2:
+            continue
         ops = fp4.generate(200, 136, 1536, seed=tile_n, device="cuda")
         cfg = A16Config(tile_n, a16_max_stages(tile_n), converters=converters)
         dual_gemm_sm90_a16.gated_dual_gemm_a16(*ops.inputs(), out=ops.c, cfg=cfg)
@@ -38,8 +41,10 @@ def a16():
 
 
 def main():
-    if sys.argv[1:] == ["a16"]:
-        return a16()
+    if sys.argv[1:2] == ["a16"]:
+        if sys.argv[2:] not in ([], ["two"]):
+            sys.exit(f"usage: sanitize_dual_gemm.py [decode | a16 [two]]; got {' '.join(sys.argv[1:])!r}")
+        return a16(only_two=sys.argv[2:] == ["two"])
     # the decode twin: M not a multiple of 16, N not a multiple of the row block, 8 k-blocks (the ring wraps)
     for m, cfg in ((40, DecodeConfig(48, 2, 1, 4)), (40, DecodeConfig(48, 2, 2, 4)), (40, DecodeConfig(48, 2, 4, 4)),
                    (100, DecodeConfig(112, 1, 4, 4)), (1, DecodeConfig(16, 2, 4, 5))):
