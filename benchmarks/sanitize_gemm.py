@@ -6,9 +6,11 @@
 (`make sanitize` runs both and writes the summaries to results/<device>/gemm_sm90_sanitizer.txt.)
 Every kernel variant the heuristic can pick: 2x1 cluster with B multicast, 1x2 with A multicast and a
 narrow epilogue, a 64-row tile, 192-row tiles (three consumer warpgroups), swap A/B (M-major output through
-stmatrix.trans), split-K with its FP32 workspace and reduction kernel, and swap with split-K. M, N, K are
-not multiples of any tile, so TMA's zero fill and clipped stores and the predicated split-K stores are all
-exercised. Without
+stmatrix.trans), split-K (each unit's FP32 partial tile in the workspace, the tile counters, the last unit's
+reduction inside the same launch), and swap with split-K. Each split-K variant also runs on a persistent grid of
+a few SMs (:data:`HYBRID_SMS`), where the tiles outnumber the clusters: whole tiles in whole waves, then only
+the tail split, its workspace and counters sized for the tail. M, N, K are not multiples of any tile, so TMA's
+zero fill and clipped stores are exercised. Without
 ``--report-api-errors no`` memcheck also lists host-side cuGetProcAddress probes made by the
 libraries at start-up, which are not kernel errors.
 """
@@ -20,7 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 from gemmlab.family.configs import Sm90Config  # noqa: E402
-from gemmlab.family.plan import prepare  # noqa: E402
+from gemmlab.family.plan import Plan, prepare  # noqa: E402
+from gemmlab.family.problem import canonical_operands, problem_of  # noqa: E402
 
 CONFIGS = (
     Sm90Config(tile_n=256, stages=4, cluster=(2, 1)),
@@ -36,6 +39,10 @@ CONFIGS = (
 )
 
 
+#: The SMs of the small persistent grids the split-K variants also run on: 2 to 6 clusters, fewer than the tiles.
+HYBRID_SMS = 6
+
+
 def main() -> int:
     torch.manual_seed(0)
     worst = 0.0
@@ -44,12 +51,20 @@ def main() -> int:
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()  # K x N view of an N x K weight
         ref = a.float() @ b.float()
         for cfg in CONFIGS:
-            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
-            prepare(a, b, out, cfg)()
-            torch.cuda.synchronize()
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-            worst = max(worst, err)
-            print(f"{m}x{n}x{k} {cfg.name}: rel. Frobenius error {err:.2e}")
+            for sms in (None, HYBRID_SMS) if cfg.split_k else (None,):
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+                if sms is None:
+                    prepare(a, b, out, cfg)()
+                    grid = ""
+                else:  # a plan for a GPU of a few SMs: the same kernel on a hybrid grid
+                    problem = problem_of(a, b, out)
+                    plan = Plan(problem, cfg, "sm90", sms)
+                    plan(*canonical_operands(a, b, out, problem.b_major))
+                    grid = f" on {sms} SMs ({plan.launch.dp_tiles} tiles whole)"
+                torch.cuda.synchronize()
+                err = ((out.float() - ref).norm() / ref.norm()).item()
+                worst = max(worst, err)
+                print(f"{m}x{n}x{k} {cfg.name}{grid}: rel. Frobenius error {err:.2e}")
     return 0 if worst <= 1e-2 else 1
 
 

@@ -1,6 +1,7 @@
 """The GEMM family's layers on the CPU: contract, configs, split ranges, heuristic model, plan and api wiring."""
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,7 +10,7 @@ from gemmlab import hardware, tiers
 from gemmlab.family import api, plan
 from gemmlab.family import heuristic_sm90 as h
 from gemmlab.measure.gemm_family import family_cases
-from gemmlab.family.configs import Sm90Config, Sm100Config, effective_splits, split_ranges
+from gemmlab.family.configs import Sm90Config, Sm100Config, effective_splits, hybrid_tiles, split_ranges
 from gemmlab.family.problem import GemmProblem, canonical, problem_of
 
 BF = torch.bfloat16
@@ -109,6 +110,30 @@ def test_sm90_config_sizes_by_hand():
     pair = Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(2, 1), splits=3)
     assert pair.split_tiles(130, 64) == 4  # 3 M tiles in 2 clusters of 2 CTAs: the 4th CTA computes padding
     assert pair.workspace_floats(130, 64, 2) == 4 * 2 * 64 * 64  # the run-time count, when given
+    # on a grid of fewer clusters than tiles only the tail is split, and only its tiles have a workspace: 33 tiles
+    # on 8 clusters run 32 whole (4 waves) and the 33rd in 2 slices
+    assert swap.hybrid(64, 2112, 8) == (32, 1) and swap.units(64, 2112, 8) == 32 + 2
+    assert swap.split_tiles(64, 2112, 8) == 1 and swap.workspace_floats(64, 2112, clusters=8) == 2 * 64 * 64
+    assert pair.hybrid(540, 64, 2) == (4, 1) and pair.split_tiles(540, 64, 2) == 2  # a cluster tile is 2 CTA tiles
+    assert c.units(4096, 2112, 66) == 144 and c.hybrid(4096, 2112, 66) == (144, 0)  # no split-K: every tile whole
+
+
+def test_hybrid_tiles_by_hand():
+    assert hybrid_tiles(296, 132, 3) == (264, 32)  # two whole waves, then 32 tiles x 3 slices: 96 units, one wave
+    assert hybrid_tiles(80, 66, 3) == (66, 14)
+    assert hybrid_tiles(5, 2, 2) == (4, 1)
+    assert hybrid_tiles(9, 132, 8) == (0, 9)  # at most one wave: every tile split
+    assert hybrid_tiles(132, 132, 2) == (0, 132)
+    assert hybrid_tiles(264, 132, 2) == (264, 0)  # whole waves: nothing to split
+    assert hybrid_tiles(296, 132, 1) == (296, 0)  # no split-K: every tile whole
+    assert hybrid_tiles(np.int64(5), np.int32(2), torch.tensor(3)) == (4, 1)  # numpy and torch integers are numbers
+    for kw, exc, msg in ((dict(tiles=0), ValueError, "^tiles must be >= 1; got 0"),
+                         (dict(clusters=0), ValueError, "^clusters must be >= 1; got 0"),
+                         (dict(splits=-2), ValueError, "^splits must be >= 1; got -2"),
+                         (dict(tiles=5.0), TypeError, "^tiles must be an int"),
+                         (dict(clusters=True), TypeError, "^clusters must be an int")):
+        with pytest.raises(exc, match=msg):
+            hybrid_tiles(**{**dict(tiles=5, clusters=2, splits=2), **kw})
 
 
 def test_sm90_config_rules():
@@ -212,6 +237,47 @@ def test_split_k_pays_its_hand_offs_tail_and_workspace():
     two = h.predict(big, h.make_config(big, 64, 64, swap=True, splits=8))
     assert two.waves == 2 and two.extra_us == pytest.approx(2 * (tile_us + m.splitk_sync_us + 7 * tile_us)
                                                             + m.splitk_fixed_us)
+
+
+def test_the_model_prices_whole_waves_then_the_split_tail():
+    # 200 x 37888 x 3584 swapped on 128 x 208 tiles: 296 tiles on 132 SMs. Unsplit, a third wave runs 32 whole
+    # tiles on 132 SMs; split in 3, two waves of whole tiles, then 96 slices of 19 k-blocks (of 56) in one wave.
+    p = GemmProblem(200, 37888, 3584)
+    one = h.predict(p, h.make_config(p, 128, 208, swap=True))
+    hy = h.predict(p, h.make_config(p, 128, 208, swap=True, splits=3))
+    m = h.MODEL
+    assert (one.units, one.waves, one.dp_tiles) == (296, 3, 0) and (hy.units, hy.waves, hy.dp_tiles) == (360, 3, 264)
+    assert hy.whole_us == one.whole_us == one.unit_us
+    publish, tail = h.splitk_costs(hy.config)
+    assert hy.unit_us == pytest.approx((one.unit_us - m.epilogue_us) * 19 / 56 + m.epilogue_us + publish)
+    # Only the tail pays split-K: one wave of hand-offs and reads, the fixed cost, its 32 tiles' workspace.
+    assert hy.extra_us == pytest.approx(publish + tail + m.splitk_fixed_us)
+    ws = 4 * 32 * 3 * 128 * 208
+    assert hy.hbm_us - one.hbm_us == pytest.approx(ws / (m.hbm_tbps * 1e12 * m.hbm_efficiency) * 1e6)
+    assert hy.l2_us - one.l2_us == pytest.approx(ws * 5 / 3 / (m.l2_tbps * 1e12) * 1e6)
+
+    def wave(c, count, time, of_tile):  # a wave at its units' pace or its share of the HBM time
+        return max(time, c.hbm_us * count * of_tile / 296)
+
+    assert one.time_us == pytest.approx(max(2 * wave(one, 132, one.unit_us, 1) + wave(one, 32, one.unit_us, 1),
+                                            one.l2_us))
+    assert hy.time_us == pytest.approx(max(2 * wave(hy, 132, hy.whole_us, 1) + wave(hy, 96, hy.unit_us, 1 / 3),
+                                           hy.l2_us) + tail + m.splitk_fixed_us)
+    assert hy.time_us < one.time_us and h.choose(p) == hy.config
+    assert "(264 whole)" in h.explain(p).splitlines()[1]
+
+
+def test_candidates_split_a_tail_into_at_most_one_wave():
+    def splits(p, tile_m, tile_n, swap):
+        return {c.config.splits for c in h.candidates(p) if (c.config.tile_m, c.config.tile_n,
+                                                             c.config.swap_ab) == (tile_m, tile_n, swap)}
+
+    # 32 tail tiles: up to 4 slices fit 132 SMs (5 would be 160 units, a second partial wave)
+    assert splits(GemmProblem(200, 37888, 3584), 128, 208, True) == {1, 2, 3, 4}
+    # 264 tiles are two whole waves: nothing to split
+    assert splits(GemmProblem(200, 33792, 3584), 128, 208, True) == {1}
+    # a grid of one wave splits every tile, in as many slices as it likes (9 tiles x 16 is more than one wave)
+    assert 16 in splits(GemmProblem(64, 576, 7168), 64, 64, True)
 
 
 @pytest.mark.parametrize("shape,tile_n,stages", [((8192, 8192, 8192), 256, 4), ((4096, 4096, 4096), 256, 4)])
@@ -366,15 +432,45 @@ def test_gemm_on_sm90_split_k_passes_a_workspace(fake_machine):
     a, b = _ab(64, 576, 7168)
     out = gemmlab.gemm(a, b)
     assert out.shape == (64, 576) and out.dtype == BF
-    (_, _, _, ws, counters, splits, max_clusters), = calls
+    (_, _, _, ws, counters, splits, dp_tiles, max_clusters), = calls
     cfg = api.plans()[0].config
     assert splits == cfg.splits > 1 and ws.dtype == torch.float32 and counters.dtype == torch.int32
-    # flat: a partial tile per CTA tile and slice (9 swapped 64 x 64 tiles); a zeroed counter per CTA tile
+    # flat: a partial tile per CTA tile and slice (9 swapped 64 x 64 tiles, one wave: all split); a zeroed counter
+    # per CTA tile
     tiles = cfg.split_tiles(64, 576)
+    assert tiles == 9 and dp_tiles == 0
     assert ws.shape == (tiles * splits * cfg.tile_m * cfg.tile_n,) and counters.shape == (tiles,)
     assert not counters.any() and max_clusters == 132
     gemmlab.gemm(a, b)  # the plan's counters again (the kernel leaves them at zero); a fresh workspace
     assert calls[1][4] is counters and calls[1][3] is not ws
+
+
+def test_split_launch_sizes_the_tail_by_hand():
+    p = GemmProblem(200, 37888, 3584)
+    cfg = h.make_config(p, 128, 208, swap=True, splits=3)
+    # 296 weight tiles of 128 rows on 132 SMs: two waves of whole tiles, then 32 tiles in 3 slices (56 k-blocks:
+    # 19, 19, 18); the workspace and the counters hold those 32 only
+    assert plan.split_launch(p, cfg, 132) == (3, 264, 32 * 3 * 128 * 208, 32)
+    assert plan.split_launch(p, cfg, 296) == (3, 0, 296 * 3 * 128 * 208, 296)  # one wave: every tile split
+    assert plan.split_launch(p, cfg, 148) == (3, 296, 1, 1)  # whole waves: nothing split, and no empty tensor
+    assert plan.split_launch(p, cfg, np.int64(132)) == plan.split_launch(p, cfg, 132)
+    pair = Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(2, 1), splits=3)
+    q = GemmProblem(540, 64, 264)  # 9 M tiles in 5 pairs on 2 clusters: 4 whole, the 5th pair's 2 CTAs split
+    assert plan.split_launch(q, pair, 2) == (3, 4, 2 * 3 * 64 * 64, 2)
+    with pytest.raises(ValueError, match="^max_clusters must be >= 1; got 0"):
+        plan.split_launch(p, cfg, 0)
+
+
+def test_a_plan_on_a_multi_wave_grid_splits_the_tail(fake_machine):
+    calls = fake_machine("sm90")
+    p = GemmProblem(200, 37888, 3584)
+    cfg = h.make_config(p, 128, 208, swap=True, splits=3)
+    run = plan.make_plan(p, None, cfg)
+    out = torch.empty(0, dtype=BF)  # the recorded "kernel" reads nothing but the arguments
+    run(None, None, out)
+    (_, _, _, ws, counters, splits, dp_tiles, max_clusters), = calls
+    assert (splits, dp_tiles, max_clusters) == (3, 264, 132) and run.launch.dp_tiles == 264
+    assert ws.shape == (32 * 3 * 128 * 208,) and counters.shape == (32,) and not counters.any()
 
 
 def test_gemm_on_sm100_dispatches_to_chapter_10(fake_machine):

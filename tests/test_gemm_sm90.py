@@ -75,6 +75,17 @@ def test_split_k_reduces_in_the_same_launch():
     assert ptx_lines(c, r"^atom\.global\.add\.u32") and ptx_lines(c, r"^fence\.acq_rel\.gpu")
 
 
+def test_whole_tiles_and_reducers_share_one_epilogue():
+    # dp_tiles is a run-time value: one compiled kernel serves every grid, and the hybrid's whole tiles and the
+    # split tail's reducers run the same TMA-store epilogue (no copy of it per path); split-K adds only the
+    # protocol's two barriers over the consumer warpgroups (bar.sync 4, 256).
+    plain, split = (compile_gemm("sm_90a", Sm90Config(tile_n=128, stages=6, cluster=(1, 2), splits=s)) for s in (1, 3))
+    for pattern in (r"^cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", r"^stmatrix"):
+        assert len(ptx_lines(split, pattern)) == len(ptx_lines(plain, pattern)) > 0
+    assert len(ptx_lines(split, r"^bar\.sync")) == len(ptx_lines(plain, r"^bar\.sync")) + 2
+    assert len(ptx_lines(split, r"^bar\.sync\s+4, 256;")) == 2
+
+
 @pytest.mark.parametrize("cfg", [Sm90Config(), Sm90Config(tile_n=128, stages=6, cluster=(1, 2)),
                                  Sm90Config(tile_m=64, tile_n=192, stages=6, cluster=(2, 1)),
                                  Sm90Config(tile_n=176, stages=4, splits=3, cluster=(2, 1), epi_n=16),

@@ -30,17 +30,34 @@ What it teaches
     back) and the reducer's serial read at the tail; the heuristic
     (:mod:`gemmlab.family.heuristic_sm90`) weighs it against the idle SMs.
 
+Whole waves, then a split tail
+    Idle SMs are not only a small problem's trouble. 200 x 37888 x 3584 on
+    swapped 128 x 208 tiles has 296 tiles: two full waves on 132 SMs, then a
+    third wave of 32 tiles that leaves 100 SMs idle for a whole tile's time.
+    Splitting every tile would pay the workspace and the hand-offs 888 times to
+    fix that one wave. So only the tiles of the partial last wave are split
+    (the hybrid schedule of the stream-K literature, data-parallel waves and
+    then a partitioned tail, with split-K partitioning the tail): the first
+    ``dp_tiles = (tiles // clusters) x clusters`` units are whole tiles with
+    the normal epilogue, and the 32 tail tiles become 96 units of a third of K:
+    one wave, 36 SMs idle instead of 100, for a third of the time. Only the
+    tail's tiles have partial tiles and counters
+    (:func:`gemmlab.family.configs.hybrid_tiles`; :func:`units_model` numbers
+    the units as the kernel does). A grid of at most one wave has
+    ``dp_tiles = 0``: every tile split, as above.
+
 The fragment-native workspace
     Partial tile ``(tile, split)`` is ``tile_m * tile_n`` floats at
-    ``(tile * splits + split) * tile_m * tile_n``. Inside it, consumer thread
-    ``t`` (of ``T = 128 x consumer warpgroups``) keeps its accumulator values
-    ``4j .. 4j+3`` at ``(j * T + t) * 4``: each thread's four values are one
-    16-byte vector, and the 32 lanes of a warp write 512 contiguous bytes per
-    instruction. Writer and reader are the same thread index of the same tiled
+    ``(tile * splits + split) * tile_m * tile_n``, ``tile`` counting the tail's
+    CTA tiles from 0 (``(cluster tile - dp_tiles) x cluster size + rank``).
+    Inside it, consumer thread ``t`` (of ``T = 128 x consumer warpgroups``)
+    keeps its accumulator values ``4j .. 4j+3`` at ``(j * T + t) * 4``: each
+    thread's four values are one 16-byte vector, and the 32 lanes of a warp
+    write 512 contiguous bytes per instruction. Writer and reader are the same thread index of the same tiled
     MMA, so nothing about the fragment's (m, n) coordinates is needed, partial
     tiles included (their padding rows hold the zeros the TMA loads filled in).
 
-The protocol (one counter per CTA tile, int32, zero between launches)
+The protocol (one counter per split CTA tile, int32, zero between launches)
     1. every consumer thread stores its fragment; the consumer warpgroups meet
        at a named barrier;
     2. one thread: ``fence.acq_rel.gpu`` (release: the CTA's stores, ordered
@@ -58,8 +75,9 @@ The code, in the chapter modules' order
       (two floats into one packed 32-bit word; the first operand lands in the
       upper half). The fence and the atomic are the DSL's own
       (``cute.arch.fence_acq_rel_gpu``, ``cute.arch.atomic_add``).
-    * CPU models: :func:`reduce_model` (the second kernel's sum) and
-      :func:`fixup_model` (the counter protocol: who reduces, and what).
+    * CPU models: :func:`reduce_model` (the second kernel's sum),
+      :func:`fixup_model` (the counter protocol: who reduces, and what) and
+      :func:`units_model` (the work units: whole tiles, then the tail's slices).
     * Device code: :func:`store_partial`, :func:`arrive`, :func:`add_partials`
       (called by the GEMM's split-K epilogue), and the standalone
       :func:`reduce_kernel`: one thread per 8 output elements, a loop over the
@@ -81,6 +99,7 @@ import cutlass.cute as cute
 import cuda.bindings.driver as cuda
 from cutlass import Float32, Int32
 
+from .checks import check_int
 from .ldst import st_global_v4
 
 THREADS = 256
@@ -157,6 +176,26 @@ def fixup_model(partials, arrivals):
     for s in range(1, splits):
         out = out + partials[s].float()
     return reducer, out, counter
+
+
+def units_model(tiles: int, k_tiles: int, splits: int, dp_tiles: int = 0) -> list[tuple[int, int, int, int]]:
+    """The GEMM's work units on the CPU: ``(tile, split, first k-block, k-blocks)`` of unit 0, 1, 2, ...
+
+    As :func:`gemmlab.kernels.gemm_sm90.unit_coords` numbers them: units ``0 .. dp_tiles - 1`` are whole tiles
+    (split 0, all ``k_tiles`` k-blocks); then the other ``tail = tiles - dp_tiles`` tiles slice-major, unit
+    ``dp_tiles + s * tail + j`` being tile ``dp_tiles + j`` of slice ``s``
+    (:func:`~gemmlab.family.configs.split_ranges`). Tiles are places in the grouped raster order
+    (:mod:`gemmlab.scheduler`).
+    """
+    from .family.configs import split_ranges
+
+    tiles = check_int("tiles", tiles, lo=1)
+    k_tiles = check_int("k_tiles", k_tiles, lo=1)
+    dp_tiles = check_int("dp_tiles", dp_tiles, lo=0, hi=tiles)
+    ranges = split_ranges(k_tiles, splits)  # refuses a count that leaves a slice empty, as the kernel must be spared
+    tail = tiles - dp_tiles
+    whole = [(t, 0, 0, k_tiles) for t in range(dp_tiles)]
+    return whole + [(dp_tiles + j, s, k0, kc) for s, (k0, kc) in enumerate(ranges) for j in range(tail)]
 
 
 # --------------------------------------------------------------------------------------

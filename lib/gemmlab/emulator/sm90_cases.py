@@ -753,11 +753,21 @@ def _wgmma_cases():
 # ---- chapter 07 -------------------------------------------------------------------------------
 
 
+def _counters_left(counters):
+    """How many split-K tile counters a launch left non-zero, as a 1-element tensor (the emulator's grid and a GPU's
+    split different numbers of tiles, so their counter arrays differ in length)."""
+    import torch
+
+    return torch.tensor([int(counters.count_nonzero())], dtype=torch.int32)
+
+
 def _gemm_cases():
     import torch
     from cutlass import Int32
 
-    from ..family.configs import Sm90Config, effective_splits
+    from ..family import plan as P
+    from ..family.configs import Sm90Config
+    from ..family.problem import GemmProblem
 
     out = []
     variants = [
@@ -771,6 +781,7 @@ def _gemm_cases():
                                                                     epi_stages=2), (400, 136, 136), "k", 2),
         ("swap-AB, 64x32, epi_n 16", Sm90Config(tile_m=64, tile_n=32, stages=4, cluster=(1, 1), swap_ab=True, epi_n=16),
          (40, 136, 136), "k", 2),
+        # on the emulator's 3 CTAs, 3 of the 4 tiles run whole and the 4th is split (a GPU's grid splits all 4)
         ("split-K 3 in one launch", Sm90Config(tile_m=64, tile_n=64, stages=4, cluster=(1, 1), splits=3),
          (100, 72, 264), "k", 3),
         ("B N-major, epi 64x2", Sm90Config(tile_m=64, tile_n=128, stages=3, cluster=(1, 1), epi_n=64, epi_stages=2),
@@ -781,7 +792,6 @@ def _gemm_cases():
     ]
     for label, cfg, (m, n, k), b_major, clusters in variants:
         dtype = getattr(torch, cfg.dtype)
-        splits = effective_splits(-(-k // cfg.tile_k), cfg.splits) if cfg.split_k else 1
 
         def make(seed, m=m, n=n, k=k, b_major=b_major, dtype=dtype):
             g = _gen(seed)
@@ -795,46 +805,53 @@ def _gemm_cases():
             return _compiled(("gemm", cfg, b_major),
                              lambda: gemm_sm90.compile_gemm(target=TARGET, cfg=cfg, b_major=b_major))
 
-        def args(x, out, ws, splits=splits, cfg=cfg, clusters=clusters):
-            extra = [*ws, Int32(splits)] if cfg.split_k else []
+        def launch(x, clusters, cfg=cfg):
+            """Split-K on ``clusters`` clusters: what the plan passes the kernel, ``(splits, dp_tiles, workspace
+            floats, counters)``."""
+            problem = GemmProblem(x["a"].shape[0], x["b"].shape[1], x["a"].shape[1], cfg.dtype, cfg.out_dtype)
+            return P.split_launch(problem, cfg, clusters)
+
+        def args(x, out, ws, cfg=cfg, clusters=clusters, launch=launch):
+            extra = [*ws, *(Int32(v) for v in launch(x, clusters)[:2])] if cfg.split_k else []
             return [x["a"], x["b"], out, *extra, Int32(clusters)]
 
-        def fresh(x, cfg=cfg, splits=splits, device="cpu"):
-            """Poisoned C; with split-K a poisoned workspace and zeroed tile counters (the plan's state at rest)."""
+        def fresh(x, cfg=cfg, device="cpu", clusters=clusters, launch=launch):
+            """Poisoned C; with split-K a poisoned workspace and zeroed tile counters (the plan's state at rest), sized
+            for the tail's tiles on ``clusters`` clusters."""
             m_, n_ = x["a"].shape[0], x["b"].shape[1]
             o = torch.full((m_, n_), float("nan"), dtype=getattr(torch, cfg.out_dtype), device=device)
             ws = None
             if cfg.split_k:
-                ws = (torch.full((cfg.workspace_floats(m_, n_, splits),), float("nan"), device=device),
-                      torch.zeros(cfg.split_tiles(m_, n_), dtype=torch.int32, device=device))
+                _, _, floats, tiles = launch(x, clusters)
+                ws = (torch.full((floats,), float("nan"), device=device),
+                      torch.zeros(tiles, dtype=torch.int32, device=device))
             return o, ws
 
         def emulate(x, seed, cfg=cfg, compiled=compiled, args=args, fresh=fresh):
             o, ws = fresh(x)
             rep = _emulate(compiled(), args(x, o, ws), seed, dynamic=True, aligns={4: 4})
-            return ({"c": o, "counters": ws[1]} if cfg.split_k else {"c": o}), rep
+            return ({"c": o, "counters_left": _counters_left(ws[1])} if cfg.split_k else {"c": o}), rep
 
         def gpu(x, cfg=cfg, compiled=compiled, args=args, fresh=fresh):
-            from ..family import plan as P
-
             d = _cuda(x)
             o, _ = fresh(d, device="cuda")
             P.prepare(d["a"], d["b"], o, cfg)()  # the plan: the course's call path (TVM-FFI)
             outs = {"c": o}
             if cfg.split_k:
-                # The plan's counters are internal: launch the emulator's artifact once more on the GPU, with
-                # counters of its own, to read them back (zero again), and check its C against the plan's.
-                o2, ws = fresh(d, device="cuda")
-                _gpu_compiled(compiled(), args(d, o2, ws, clusters=max(1, _sms() // cfg.cluster_size)),
-                              dynamic=True, aligns={4: 4})
-                outs.update(counters=ws[1], c_artifact=o2)
+                # The plan's counters are internal: launch the emulator's artifact once more on the GPU, on the
+                # plan's grid with counters of its own, to read them back (zero again), and check its C against
+                # the plan's, bit for bit.
+                grid = max(1, _sms() // cfg.cluster_size)
+                o2, ws = fresh(d, device="cuda", clusters=grid)
+                _gpu_compiled(compiled(), args(d, o2, ws, clusters=grid), dynamic=True, aligns={4: 4})
+                outs.update(counters_left=_counters_left(ws[1]), c_artifact=o2)
             return _cpu(outs)
 
         def reference(x, cfg=cfg):
             a, b = x["a"].double(), x["b"].double()
             ref = {"c": a @ b}
             if cfg.split_k:  # every tile's last unit put its counter back to zero
-                ref["counters"] = torch.zeros(cfg.split_tiles(a.shape[0], b.shape[1]), dtype=torch.int32)
+                ref["counters_left"] = torch.zeros(1, dtype=torch.int32)
             return ref
 
         def c_operands(x):
@@ -842,7 +859,7 @@ def _gemm_cases():
 
         checks = {"c": Mma(c_operands)}
         if cfg.split_k:
-            checks["counters"] = Exact()
+            checks["counters_left"] = Exact()
         name = f"{label} ({cfg.name}{', B N-major' if b_major == 'n' else ''})"
         out.append(Case(7, "gemm_sm90 (persistent)", name, f"{m}x{n}x{k} {cfg.dtype}", make, emulate, gpu, reference,
                         checks, seeds=(0, 1) if cfg.cluster != (1, 1) else (0,)))

@@ -62,7 +62,9 @@ class Sm90Config:
     sub-tiles for the TMA store. ``splits``: K is cut into this many slices, each
     a separate work unit writing its FP32 partial tile to a workspace; the tile's
     last unit adds them up and stores C, in the same launch (split-K; 1 = off;
-    :mod:`gemmlab.splitk`).
+    :mod:`gemmlab.splitk`). On a grid with more tiles than the persistent grid has
+    clusters, only the tiles of the partial last wave are split; the whole waves
+    run whole tiles (:func:`hybrid_tiles`).
     """
 
     tile_m: int = 128
@@ -164,20 +166,28 @@ class Sm90Config:
         mt, nt = self.tiles(m, n)
         return -(-mt // self.cluster[0]), -(-nt // self.cluster[1])
 
-    def units(self, m: int, n: int) -> int:
-        """Work units a CTA cluster takes one at a time: cluster tiles x K slices."""
+    def hybrid(self, m: int, n: int, clusters: int | None = None) -> tuple[int, int]:
+        """``(dp_tiles, tail_tiles)``: :func:`hybrid_tiles` of this problem's cluster tiles on ``clusters``
+        clusters (None: a grid with a cluster for every tile, so every tile is split, as on one wave)."""
         cm, cn = self.cluster_tiles(m, n)
-        return cm * cn * self.splits
+        tiles = cm * cn
+        return hybrid_tiles(tiles, tiles if clusters is None else clusters, self.splits)
 
-    def split_tiles(self, m: int, n: int) -> int:
-        """Split-K: CTA tiles with a counter and workspace tiles of their own, cluster padding included."""
-        cm, cn = self.cluster_tiles(m, n)
-        return cm * cn * self.cluster_size
+    def units(self, m: int, n: int, clusters: int | None = None) -> int:
+        """Work units a CTA cluster takes one at a time: the whole tiles, then the tail tiles x K slices
+        (``clusters``: the persistent grid's, as in :meth:`hybrid`)."""
+        dp, tail = self.hybrid(m, n, clusters)
+        return dp + tail * self.splits
 
-    def workspace_floats(self, m: int, n: int, splits: int | None = None) -> int:
-        """Split-K: FP32 values of the workspace, one ``tile_m x tile_n`` partial tile per CTA tile and K slice
-        (``splits``: the run-time count, default ``self.splits``)."""
-        return self.split_tiles(m, n) * (splits or self.splits) * self.tile_m * self.tile_n
+    def split_tiles(self, m: int, n: int, clusters: int | None = None) -> int:
+        """Split-K: CTA tiles with a counter and workspace tiles of their own, cluster padding included: the tail's
+        (``clusters`` as in :meth:`hybrid`; None sizes for every tile, which is never too few)."""
+        return self.hybrid(m, n, clusters)[1] * self.cluster_size
+
+    def workspace_floats(self, m: int, n: int, splits: int | None = None, clusters: int | None = None) -> int:
+        """Split-K: FP32 values of the workspace, one ``tile_m x tile_n`` partial tile per tail CTA tile and K slice
+        (``splits``: the run-time count, default ``self.splits``; ``clusters`` as in :meth:`hybrid`)."""
+        return self.split_tiles(m, n, clusters) * (splits or self.splits) * self.tile_m * self.tile_n
 
     @property
     def kernel_key(self) -> "Sm90Config":
@@ -226,6 +236,24 @@ def split_ranges(k_tiles: int, splits: int) -> list[tuple[int, int]]:
                          f"{per} k-blocks a slice); the kernel is given effective_splits({k_tiles}, {splits}) = "
                          f"{effective_splits(k_tiles, splits)}")
     return [(s * per, min(per, k_tiles - s * per)) for s in range(splits)]
+
+
+def hybrid_tiles(tiles: int, clusters: int, splits: int) -> tuple[int, int]:
+    """``(dp_tiles, tail_tiles)``: which of ``tiles`` cluster tiles a persistent grid of ``clusters`` runs whole and
+    which it splits into ``splits`` K slices (data-parallel waves, then a split-K tail).
+
+    The tiles that fill whole waves, ``(tiles // clusters) * clusters`` of them, run whole: full K, the normal
+    epilogue, no workspace. Only the partial last wave's tiles are split, so their ``tail x splits`` units spread
+    over the SMs the last wave would leave idle. A grid of at most one wave (``tiles <= clusters``) splits every
+    tile; a whole number of waves (or ``splits`` 1) leaves nothing to split: ``(tiles, 0)``.
+    """
+    tiles = check_int("tiles", tiles, lo=1)
+    clusters = check_int("clusters", clusters, lo=1)
+    splits = check_int("splits", splits, lo=1)
+    if splits == 1:
+        return tiles, 0
+    dp = tiles // clusters * clusters if tiles > clusters else 0
+    return dp, tiles - dp
 
 
 def effective_splits(k_tiles: int, splits: int) -> int:

@@ -30,14 +30,23 @@ has a reason a reader can check:
   tile's bytes at one SM's store rate plus a fixed hand-off), the tile's last
   unit reads the other S - 1 partial tiles back (``splitk_tail``, once per wave),
   and the workspace passes through L2 (written and read) and is written back to
-  HBM once. **These split-K constants are provisional: they were set by hand
-  for the in-kernel form and have not been fitted on a GPU yet** (the two-launch
-  form they replace cost a fitted 9 us launch plus 3x the workspace at HBM speed).
+  HBM once; a split launch also pays a fixed cost. The three split-K constants
+  were fitted on an H100 on launches that split every tile.
+* **Data-parallel waves + split-K tail.** On a grid with more tiles than
+  clusters only the partial last wave's tiles are split
+  (:func:`~gemmlab.family.configs.hybrid_tiles`): the whole waves run whole
+  tiles (all of K, no workspace, no hand-off), then the ``tail x splits``
+  units of the tail run in ``ceil(tail x splits / clusters)`` waves of
+  ``K / splits`` each, and only they pay the split-K costs above (hand-offs,
+  reducers' reads, the tail's workspace, the fixed cost). **The hybrid has not
+  been timed on a GPU yet: it is priced with the constants fitted on one-wave
+  split grids.**
 * **Swap A/B** puts a small M on WGMMA's N (a multiple of 16 here), so a
   64-row decode batch is a 64-wide tile instead of half of a 128-row one.
 
 Predicted time = ``max(sum over waves of max(unit time, the wave's share of the HBM
-time), L2 time) + waves x split-K tail``: a wave's units move their share of the bytes, at HBM
+time), L2 time) + split waves x split-K tail + the split launch's fixed cost``: a wave's units
+move their share of the bytes (a whole tile's, or a slice's ``1 / splits`` of it), at HBM
 speed or at their own pace, whichever is slower, so a partial last wave (few SMs
 pulling) is not hidden under the full waves. On an H100, 96 x 10240 x 8192 swapped on
 64-row tiles (160 units: a full wave, then 28) took 75.6 us where 128-row tiles (80
@@ -104,7 +113,9 @@ class MachineModel:
     # results/nvidia-h100-80gb-hbm3/splitk_gpu.json: 25 split-K kernels on 11 shapes, each against the rest of the
     # model's error on the same tile without split where that was timed): 3.4 us rms. A split-K launch costs about
     # 8 us more than its partial tiles' traffic and hand-offs say (not yet explained: the reducers' tail, the stage
-    # a split config gives up for the output ring, or both).
+    # a split config gives up for the output ring, or both). Those launches split every tile; a multi-wave grid's
+    # split tail after whole waves (configs.hybrid_tiles) is priced with the same three constants and has not been
+    # timed on a GPU.
     splitk_sm_gbps: float = 80.0  # what one SM's 16-byte stores (or .cg loads) of FP32 partial tiles move, GB/s
     splitk_sync_us: float = 0.5  # a unit's hand-off: barrier, release fence (its stores drained), atomic
     splitk_fixed_us: float = 8.0  # once per split-K launch: what the timings show beyond the two terms above
@@ -142,11 +153,13 @@ class Candidate:
     units: int
     waves: int
     useful: float  # fraction of the CTA-slots of all waves doing useful (unpadded) work
-    unit_us: float
+    unit_us: float  # a split unit's time with split-K (a slice of K, its hand-off included), else a whole tile's
     hbm_us: float
     l2_us: float  # all CTAs' A' and B' blocks through L2
-    extra_us: float  # split-K: every wave's hand-offs (publish) + reducers' reads (tail) + the fixed launch cost
+    extra_us: float  # split-K: every split wave's hand-offs (publish) + reducers' reads (tail) + the fixed launch cost
     time_us: float
+    dp_tiles: int = 0  # split-K: cluster tiles run whole before the split tail (configs.hybrid_tiles)
+    whole_us: float = 0.0  # a whole tile's time (all of K): the data-parallel waves' units
 
 
 def _stages(tile_m: int, tile_n: int, split: bool, dtype: str, out_dtype: str, cap: int = 8) -> int:
@@ -241,49 +254,66 @@ def _check_args(problem, num_sms, model, cfg=None) -> int:
 
 
 def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, model: MachineModel = MODEL) -> Candidate:
-    """The model's time for ``cfg`` on ``problem`` (microseconds), with the numbers behind it."""
+    """The model's time for ``cfg`` on ``problem`` (microseconds), with the numbers behind it.
+
+    With split-K the grid runs ``dp_tiles`` whole tiles in whole waves, then the tail's tiles in slices
+    (:meth:`~gemmlab.family.configs.Sm90Config.hybrid` on ``num_sms / cluster size`` clusters); only the tail's
+    units pay the split-K costs (:func:`splitk_costs`, :attr:`MachineModel.splitk_fixed_us`).
+    """
     num_sms = _check_args(problem, num_sms, model, cfg)
     m, n, k = problem.m, problem.n, problem.k
     clusters = max(1, num_sms // cfg.cluster_size)
-    units = cfg.units(m, n)
-    waves = -(-units // clusters)
+    dp, tail = cfg.hybrid(m, n, clusters)
+    split_units = tail * cfg.splits
+    units = dp + split_units
+    whole_full, whole_last = divmod(dp, clusters)  # no partial whole wave with split-K: dp is whole waves
+    split_full, split_last = divmod(split_units, clusters)
+    split_waves = split_full + (split_last > 0)
+    waves = whole_full + (whole_last > 0) + split_waves
     mt, nt = cfg.tiles(m, n)
     k_tiles = -(-k // cfg.tile_k)
-    kb = -(-k_tiles // cfg.splits)
-    useful = (m * n * k) / (waves * clusters * cfg.cluster_size * cfg.tile_m * cfg.tile_n * kb * cfg.tile_k)
+    kb = -(-k_tiles // cfg.splits)  # a split unit's k-blocks (its slice)
+    slots = clusters * cfg.cluster_size * cfg.tile_m * cfg.tile_n * cfg.tile_k
+    useful = (m * n * k) / (slots * ((waves - split_waves) * k_tiles + split_waves * kb))
     sm_flops = model.peak_tflops * 1e12 / num_sms
     eff = model.mma_efficiency * (intensity(cfg.tile_m, cfg.tile_n) / intensity(128, 256)) ** model.intensity_power
     t_mma = 2 * cfg.tile_m * cfg.tile_n * cfg.tile_k / (sm_flops * eff)
     t_load = cfg.stage_bytes() / (model.sm_gbps * 1e9)
-    unit_us = (kb * max(t_mma, t_load)) * 1e6 + model.epilogue_us
+    kblock_us = max(t_mma, t_load) * 1e6
+    whole_us = k_tiles * kblock_us + model.epilogue_us
+    unit_us = kb * kblock_us + model.epilogue_us
     bw = model.hbm_tbps * 1e12 * model.hbm_efficiency
     hbm_bytes = problem.min_bytes()
     # Every CTA reads its A' and B' blocks from L2 (a multicast block once per cluster).
     per_kblock = cfg.tile_k * 2 * (cfg.tile_m / cfg.cluster[1] + cfg.tile_n / cfg.cluster[0])
     l2_bytes = mt * nt * k_tiles * per_kblock
-    publish_us = tail_us = 0.0
-    if cfg.split_k:
+    publish_us = tail_us = fixed_us = 0.0
+    if split_units:
         publish_us, tail_us = splitk_costs(cfg, model)
-        unit_us += publish_us  # every unit, the reducer too, stores its partial tile and fences
-        ws_bytes = 4 * cfg.workspace_floats(m, n)  # one partial tile per CTA tile and slice
+        unit_us += publish_us  # every split unit, the reducer too, stores its partial tile and fences
+        ws_bytes = 4 * cfg.workspace_floats(m, n, clusters=clusters)  # one partial tile per tail CTA tile and slice
         hbm_bytes += ws_bytes  # written back once (the reducer reads it from L2 soon after)
         l2_bytes += ws_bytes * (2 * cfg.splits - 1) / cfg.splits  # S tiles written, S - 1 read back
+        fixed_us = model.splitk_fixed_us
     hbm_us = hbm_bytes / bw * 1e6
     l2_us = l2_bytes / (model.l2_tbps * 1e12) * 1e6
-    # Each wave moves its units' share of the bytes: a full wave at HBM speed or at its units' pace, whichever is
-    # slower; a partial last wave has fewer SMs pulling, so its share is not hidden under the full waves' time.
-    full, last = divmod(units, clusters)
-    waves_us = full * max(unit_us, hbm_us * clusters / units)
-    if last:
-        waves_us += max(unit_us, hbm_us * last / units)
-    # Split-K: in every wave some units are reducers, and a reducer's read of the other partial tiles comes after
-    # its own unit: each wave ends that much later (the last one at the kernel's tail).
-    fixed_us = model.splitk_fixed_us if cfg.split_k else 0.0
-    time_us = max(waves_us, l2_us) + waves * tail_us + fixed_us
+    # Each wave moves its units' share of the bytes (a whole tile's, or 1 / splits of it for a slice): a full wave
+    # at HBM speed or at its units' pace, whichever is slower; a partial last wave has fewer SMs pulling, so its
+    # share is not hidden under the full waves' time.
+    tiles = dp + tail
+
+    def wave(count: int, time: float, of_tile: float) -> float:
+        return max(time, hbm_us * count * of_tile / tiles) if count else 0.0
+
+    waves_us = (whole_full * wave(clusters, whole_us, 1.0) + wave(whole_last, whole_us, 1.0)
+                + split_full * wave(clusters, unit_us, 1 / cfg.splits) + wave(split_last, unit_us, 1 / cfg.splits))
+    # Split-K: in every split wave some units are reducers, and a reducer's read of the other partial tiles comes
+    # after its own unit: each such wave ends that much later (the last one at the kernel's tail).
+    time_us = max(waves_us, l2_us) + split_waves * tail_us + fixed_us
     if cfg.tile_m == 192:
         time_us *= model.tall_tile_penalty
-    return Candidate(cfg, units, waves, min(1.0, useful), unit_us, hbm_us, l2_us,
-                     waves * (publish_us + tail_us) + fixed_us, time_us)
+    return Candidate(cfg, units, waves, min(1.0, useful), unit_us if split_units else whole_us, hbm_us, l2_us,
+                     split_waves * (publish_us + tail_us) + fixed_us, time_us, dp if split_units else 0, whole_us)
 
 
 def splitk_costs(cfg: Sm90Config, model: MachineModel = MODEL) -> tuple[float, float]:
@@ -293,8 +323,9 @@ def splitk_costs(cfg: Sm90Config, model: MachineModel = MODEL) -> tuple[float, f
     partial tile stored at :attr:`MachineModel.splitk_sm_gbps`, then the hand-off
     (:attr:`MachineModel.splitk_sync_us`). ``tail_us``: a reducer reading the
     other ``splits - 1`` partial tiles at the same rate after its own unit; every
-    wave has reducers, so :func:`predict` adds it once per wave. Provisional
-    constants: see :class:`MachineModel`.
+    wave of split units has reducers, so :func:`predict` adds it once per such
+    wave (the whole tiles of a hybrid grid pay neither). Constants: see
+    :class:`MachineModel`.
     """
     if not cfg.split_k:
         return 0.0, 0.0
@@ -333,14 +364,7 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
                 if cfg in tried:
                     continue
                 tried.add(cfg)
-                if cfg.split_k and cfg.workspace_floats(problem.m, problem.n) * 4 >= 2**31:
-                    continue  # 2 GiB of partial tiles is never worth it (and the kernel's slice offsets are 32-bit)
-                if cfg.split_k and cfg.units(problem.m, problem.n) // cfg.splits > max(1, num_sms // cfg.cluster_size):
-                    # Split-K only for a grid whose tiles fit one wave. On an H100 (2026-11-27,
-                    # results/nvidia-h100-80gb-hbm3/splitk_picks.json) the model's split picks for larger grids
-                    # were all slower than the unsplit picks: 640 x 8192 x 28672 450 us against 426, 384 x 8192 x
-                    # 28672 263 against 257, 1536 x 3584 x 18944 284 against 281; under one wave they won or tied
-                    # (512 x 576 x 7168: 17.2 against 23.4 us; 128 x 2112 x 7168: 19.0 against 22.4).
+                if cfg.split_k and not _split_worth_modelling(problem, cfg, num_sms):
                     continue
                 out.append(predict(problem, cfg, num_sms, model))
     # Fastest first; among equals (within 1 %: typically several variants all bound by HBM) the one with
@@ -349,6 +373,25 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
                                       -min(c.units * c.config.cluster_size, num_sms),
                                       c.config.splits, -c.config.tile_m * c.config.tile_n,
                                       CLUSTERS.index(c.config.cluster)))
+
+
+def _split_worth_modelling(problem: GemmProblem, cfg: Sm90Config, num_sms: int) -> bool:
+    """Whether :func:`candidates` models split config ``cfg``: a tail to split, whose units fit one wave.
+
+    A grid of at most one wave of tiles splits every tile, and any count is modelled (a second wave of slices
+    may still beat idle SMs). On a larger grid only the partial last wave's tiles are split
+    (:func:`~gemmlab.family.configs.hybrid_tiles`), into at most one wave of units: a count that needs a second
+    wave for the tail would end the kernel on another partial wave, and a grid of whole waves has nothing to
+    split. (Splitting every tile of a multi-wave grid, as the kernel first did, lost to the unsplit picks on an
+    H100 (2026-11-27, results/nvidia-h100-80gb-hbm3/splitk_picks.json): 640 x 8192 x 28672 450 us against 426,
+    384 x 8192 x 28672 263 against 257, 1536 x 3584 x 18944 284 against 281.) Nor is a workspace of 2 GiB or more
+    worth it (the kernel's slice offsets are 32-bit).
+    """
+    clusters = max(1, num_sms // cfg.cluster_size)
+    dp, tail = cfg.hybrid(problem.m, problem.n, clusters)
+    if tail == 0 or (dp and tail * cfg.splits > clusters):
+        return False
+    return cfg.workspace_floats(problem.m, problem.n, clusters=clusters) * 4 < 2**31
 
 
 def choose(problem: GemmProblem, num_sms: int = H100.sms, model: MachineModel = MODEL) -> Sm90Config:
@@ -369,7 +412,8 @@ def explain(problem: GemmProblem, num_sms: int = H100.sms, top: int = 6, model: 
              f"of math, {p.min_bytes() / (model.hbm_tbps * 1e6):.1f} us of HBM traffic (datasheet rates)"]
     for i, c in enumerate(cands[:top]):
         mark = "  <- chosen" if i == 0 else ""
-        lines.append(f"  {c.config.name:<32} {c.units:5d} units {c.waves:3d} wave(s) useful {c.useful:6.1%}  "
+        dp = f" ({c.dp_tiles} whole)" if c.dp_tiles else ""
+        lines.append(f"  {c.config.name:<32} {c.units:5d} units{dp} {c.waves:3d} wave(s) useful {c.useful:6.1%}  "
                      f"unit {c.unit_us:7.2f} us  HBM {c.hbm_us:7.2f} us  L2 {c.l2_us:7.2f} us  split {c.extra_us:4.1f} us  "
                      f"-> {c.time_us:7.2f} us{mark}")
     return "\n".join(lines)

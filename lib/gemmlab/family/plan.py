@@ -35,6 +35,7 @@ import functools
 import time
 
 from .. import hardware, tiers
+from ..checks import check_int
 from . import heuristic_gated, heuristic_grouped
 from .configs import (DECODE_SPLITS, DESC_WORDS, TABLE_COLUMNS, A16Config, DecodeConfig, PipelinedConfig,
                       Sm90Config, Sm100Config, effective_splits, slots_per_cta)
@@ -154,20 +155,37 @@ def _bind(fn, problem: GemmProblem, cfg, arch: str, num_sms: int):
         return lambda a, b, out: fn(a, b, out, max_clusters)
     import torch
 
-    splits = effective_splits(-(-problem.k // cfg.tile_k), cfg.splits)
-    ws_floats = cfg.workspace_floats(problem.m, problem.n, splits)
-    sets = SplitCounters(cfg.split_tiles(problem.m, problem.n))
+    splits, dp_tiles, ws_floats, tiles = split_launch(problem, cfg, max_clusters)
+    sets = SplitCounters(tiles)
     counters = sets.of_stream
     f32 = torch.float32
 
     def launch_split(a, b, out):
         # A fresh workspace per call from torch's caching allocator (stream-ordered: safe on any stream); the
         # counters are the plan's, one set per stream, zero between launches.
-        fn(a, b, out, torch.empty(ws_floats, dtype=f32, device=out.device), counters(out.device), splits,
+        fn(a, b, out, torch.empty(ws_floats, dtype=f32, device=out.device), counters(out.device), splits, dp_tiles,
            max_clusters)
 
     launch_split.counters = sets  # for tests and the curious: every set is zero between launches
+    launch_split.dp_tiles = dp_tiles
     return launch_split
+
+
+def split_launch(problem: GemmProblem, cfg: Sm90Config, max_clusters: int) -> tuple[int, int, int, int]:
+    """What a split-K launch of ``cfg`` on a persistent grid of ``max_clusters`` clusters passes the kernel:
+    ``(splits, dp_tiles, workspace floats, counters)``.
+
+    ``splits`` is the run-time slice count (:func:`~gemmlab.family.configs.effective_splits`); ``dp_tiles`` the
+    cluster tiles that run whole before the split tail (:func:`~gemmlab.family.configs.hybrid_tiles` on the clusters
+    the launch runs: ``min(units, max_clusters)`` is ``max_clusters`` whenever any tile runs whole). The workspace
+    and the counters hold the tail's CTA tiles only; at least one of each, so that no tensor is empty even where
+    the tiles fill whole waves and nothing is split.
+    """
+    max_clusters = check_int("max_clusters", max_clusters, lo=1)
+    splits = effective_splits(-(-problem.k // cfg.tile_k), cfg.splits)
+    dp_tiles, _ = cfg.hybrid(problem.m, problem.n, max_clusters)
+    return (splits, dp_tiles, max(1, cfg.workspace_floats(problem.m, problem.n, splits, max_clusters)),
+            max(1, cfg.split_tiles(problem.m, problem.n, max_clusters)))
 
 
 class SplitCounters:

@@ -51,6 +51,16 @@ What it adds over chapter 06
       arrives last adds all slices in split order (the same bits whatever the
       arrival order), resets the counter and runs the normal epilogue. Nothing
       waits for another CTA (:mod:`gemmlab.splitk` has the protocol).
+    * **Whole waves, then a split tail.** A grid of more tiles than clusters
+      (296 tiles on 132 SMs: two full waves, then 32 tiles for 132 SMs) splits
+      only the partial last wave. The first ``dp_tiles`` units are whole tiles
+      (all of K, the normal epilogue, no workspace: the data-parallel waves);
+      the other tiles' slices follow, and only they use the workspace and the
+      counters, indexed by the tail tile (``tile - dp_tiles``). ``dp_tiles`` is
+      a run-time argument (0: every tile split, as on a grid of one wave), so
+      one compiled kernel serves every grid, and which branch a unit takes is
+      the whole CTA's, so the protocol's named barriers stay uniform
+      (:func:`gemmlab.family.configs.hybrid_tiles` says how many run whole).
 
 Roles at a glance (128 threads per warpgroup)::
 
@@ -60,8 +70,9 @@ Roles at a glance (128 threads per warpgroup)::
     warpgroup 1(, 2)        consumers, 64 rows each: for each work unit: for each k-block:
                               wait full[s] -> 4 x wgmma 64xNx16 -> release stage s-1 (all CTAs of the cluster)
                             then the epilogue: acc -> bf16 -> stmatrix -> TMA store (own 64 rows)
-                            split-K: acc -> FP32 workspace; count the unit on the tile's counter;
-                            the tile's last unit adds every slice to acc, then the same epilogue
+                            split-K, a tail unit: acc -> FP32 workspace; count the unit on the tile's
+                            counter; the tile's last unit adds every slice to acc, then the same epilogue
+                            (a whole tile of the first dp_tiles goes straight to the epilogue)
 
 Pipelines, named after what they carry
     * ``full[s]`` / ``empty[s]`` (stage ring, ``stages`` deep): A' and B' k-blocks.
@@ -127,22 +138,36 @@ def release_stage(empty_bar, stage: Int32, cluster_size: cutlass.Constexpr):
 
 
 @cute.jit
-def unit_coords(linear: Int32, m_ctiles: Int32, n_ctiles: Int32, k_tiles: Int32, splits: Int32,
-                raster: cutlass.Constexpr, group: cutlass.Constexpr):
-    """Work unit ``linear`` -> ``(mc, nc, first k-block, k-blocks)``.
+def unit_coords(linear: Int32, m_ctiles: Int32, n_ctiles: Int32, k_tiles: Int32, splits: Int32, dp_tiles: Int32,
+                raster: cutlass.Constexpr, group: cutlass.Constexpr, split_k: cutlass.Constexpr):
+    """Work unit ``linear`` -> ``(mc, nc, first k-block, k-blocks, tile, split)``.
 
-    Units are numbered slice-major: unit ``s * tiles + t`` is tile ``t`` (in
-    the grouped raster order) of K slice ``s``, so the clusters running together
+    ``tile`` is the cluster tile's place in the grouped raster order. Without
+    split-K unit ``t`` is tile ``t``, all of K. With split-K the first
+    ``dp_tiles`` units are whole tiles ``0 .. dp_tiles - 1`` (the full waves:
+    all of K, ``split`` 0); the other ``tail = tiles - dp_tiles`` tiles are cut
+    into K slices, numbered slice-major: unit ``dp_tiles + s * tail + j`` is
+    tile ``dp_tiles + j`` of slice ``s``, so the clusters running together
     share a slice's panels. A slice is ``ceil(k_tiles / splits)`` k-blocks, the
     last one what is left; the host passes a ``splits`` that leaves none empty
-    (:func:`gemmlab.family.configs.effective_splits`).
+    (:func:`gemmlab.family.configs.effective_splits`) and ``dp_tiles`` from
+    :func:`gemmlab.family.configs.hybrid_tiles` (0: every tile split).
     """
-    tiles = m_ctiles * n_ctiles
-    split = linear // tiles
-    mc, nc = device_tile(linear - split * tiles, m_ctiles, n_ctiles, raster, group)
-    per = (k_tiles + splits - 1) // splits
-    k0 = split * per
-    return mc, nc, k0, cutlass.min(per, k_tiles - k0)
+    tile = linear
+    split = Int32(0)
+    k0 = Int32(0)
+    kc = k_tiles
+    if cutlass.const_expr(split_k):
+        if linear >= dp_tiles:
+            tail = m_ctiles * n_ctiles - dp_tiles
+            j = linear - dp_tiles
+            split = j // tail
+            tile = dp_tiles + (j - split * tail)
+            per = (k_tiles + splits - 1) // splits
+            k0 = split * per
+            kc = cutlass.min(per, k_tiles - k0)
+    mc, nc = device_tile(tile, m_ctiles, n_ctiles, raster, group)
+    return mc, nc, k0, kc, tile, split
 
 
 @cute.jit
@@ -255,7 +280,7 @@ def gemm_kernel(
     mW: cute.Tensor, mCount: cute.Tensor,
     tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
     a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout,
-    m_ctiles: Int32, n_ctiles: Int32, k_tiles: Int32, splits: Int32,
+    m_ctiles: Int32, n_ctiles: Int32, k_tiles: Int32, splits: Int32, dp_tiles: Int32,
     cfg: cutlass.Constexpr, ab_type: cutlass.Constexpr, c_type: cutlass.Constexpr,
     c_major_m: cutlass.Constexpr,
 ):
@@ -264,7 +289,9 @@ def gemm_kernel(
     CS = CM * CN
     stages = cfg.stages
     consumers = cfg.consumers
-    num_units = m_ctiles * n_ctiles * splits
+    num_units = m_ctiles * n_ctiles
+    if cutlass.const_expr(cfg.split_k):
+        num_units = dp_tiles + (num_units - dp_tiles) * splits  # whole tiles, then the tail's tiles x slices
 
     tidx, _, _ = cute.arch.thread_idx()
     warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -330,7 +357,8 @@ def gemm_kernel(
             state = DevicePipelineState.producer(stages)  # carried across all work units
             linear = cluster_id
             while linear < num_units:
-                mc, nc, k0, kc = unit_coords(linear, m_ctiles, n_ctiles, k_tiles, splits, cfg.raster, cfg.group)
+                mc, nc, k0, kc, _, _ = unit_coords(linear, m_ctiles, n_ctiles, k_tiles, splits, dp_tiles,
+                                                   cfg.raster, cfg.group, cfg.split_k)
                 m_tile = mc * CM + rank_m
                 n_tile = nc * CN + rank_n
                 for k in cutlass.range(kc, unroll=1):
@@ -370,13 +398,13 @@ def gemm_kernel(
         # MMA, so the 64-row epi_mma partitions its own slab of the output.
         r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, c_major_m)
         gC = cute.local_tile(mC, (BM, BN), (None, None))  # (BM, BN, m_tiles, n_tiles)
-        tiles = m_ctiles * n_ctiles  # cluster tiles: units of one K slice
 
         read = DevicePipelineState.consumer(stages)  # next stage to compute on
         release = DevicePipelineState.consumer(stages)  # next stage to hand back
         linear = cluster_id
         while linear < num_units:
-            mc, nc, k0, kc = unit_coords(linear, m_ctiles, n_ctiles, k_tiles, splits, cfg.raster, cfg.group)
+            mc, nc, k0, kc, tile, split = unit_coords(linear, m_ctiles, n_ctiles, k_tiles, splits, dp_tiles,
+                                                      cfg.raster, cfg.group, cfg.split_k)
             m_tile = mc * CM + rank_m
             n_tile = nc * CN + rank_n
 
@@ -390,13 +418,18 @@ def gemm_kernel(
                 store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
                            half, warp % 4 == 0, cfg, c_type)
             else:
-                # ---- split-K epilogue: publish this slice's partial tile; the tile's last unit adds them all
-                split = linear // tiles
-                tile = (linear - split * tiles) * CS + rank  # this CTA's tile: its workspace tiles and counter
-                part = mW.iterator + (Int64(tile * splits) * (BM * BN) + ctid * 4)  # this thread, slice 0
-                store_partial(acc, part + split * (BM * BN), 128 * consumers)
-                if arrive(mCount.iterator + tile, last_flag, splits, ctid, 128 * consumers, SPLIT_BARRIER):
-                    add_partials(acc, part, split, splits, BM * BN, 128 * consumers)
+                # ---- split-K epilogue: a whole tile (the full waves) stores C at once; a tail unit publishes its
+                # slice's partial tile, and the tile's last unit adds them all and stores C. The branch is the whole
+                # CTA's (every thread has the same unit), so arrive()'s named barriers are met by all or none.
+                last = cutlass.Boolean(True)
+                if tile >= dp_tiles:
+                    ctile = (tile - dp_tiles) * CS + rank  # this CTA's tail tile: its workspace tiles and counter
+                    part = mW.iterator + (Int64(ctile * splits) * (BM * BN) + ctid * 4)  # this thread, slice 0
+                    store_partial(acc, part + split * (BM * BN), 128 * consumers)
+                    last = arrive(mCount.iterator + ctile, last_flag, splits, ctid, 128 * consumers, SPLIT_BARRIER)
+                    if last:
+                        add_partials(acc, part, split, splits, BM * BN, 128 * consumers)
+                if last:
                     store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
                                half, warp % 4 == 0, cfg, c_type)
             linear = linear + num_clusters
@@ -435,15 +468,17 @@ def mma_and_smem_layouts(kA: cute.Tensor, kB: cute.Tensor, kC: cute.Tensor, cfg:
 
 
 @cute.jit
-def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, counters, splits: Int32, max_clusters: Int32,
-                stream: cuda.CUstream, cfg: cutlass.Constexpr):
+def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, counters, splits: Int32, dp_tiles: Int32,
+                max_clusters: Int32, stream: cuda.CUstream, cfg: cutlass.Constexpr):
     """Build the kernel's views and TMA descriptors for ``c = a @ b`` and launch the persistent grid.
 
     ``a`` is M x K (row-major), ``b`` K x N (either major), ``c`` M x N
     (row-major). With split-K, ``ws`` is the flat FP32 workspace of
     :meth:`~gemmlab.family.configs.Sm90Config.workspace_floats` and ``counters``
     the int32 tile counters (:meth:`~gemmlab.family.configs.Sm90Config.split_tiles`
-    of them, zero); without, both None. The kernel computes ``C' = A' @ B'^T``
+    of them, zero), both for the tail's tiles: ``dp_tiles`` cluster tiles run
+    whole first (:func:`~gemmlab.family.configs.hybrid_tiles`); without split-K
+    ws and counters are None and dp_tiles is unused. The kernel computes ``C' = A' @ B'^T``
     (B' is N' x K); with ``cfg.swap_ab`` the roles of a and b are exchanged and
     C' is the transposed view of c.
     """
@@ -474,9 +509,11 @@ def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, counters, sp
     k_tiles = (k + cfg.tile_k - 1) // cfg.tile_k
     if cutlass.const_expr(not cfg.split_k):
         ws, counters = kC, kC  # unused by the kernel in this mode
-    clusters = cutlass.min(m_ctiles * n_ctiles * splits, max_clusters)
+    units = dp_tiles + (m_ctiles * n_ctiles - dp_tiles) * splits if cutlass.const_expr(cfg.split_k) \
+        else m_ctiles * n_ctiles
+    clusters = cutlass.min(units, max_clusters)
     gemm_kernel(tma_a, tA, tma_b, tB, tma_c, tC, ws, counters, tiled_mma, epi_mma, a_smem, b_smem, c_smem,
-                m_ctiles, n_ctiles, k_tiles, splits, cfg, ab_type, c.element_type,
+                m_ctiles, n_ctiles, k_tiles, splits, dp_tiles, cfg, ab_type, c.element_type,
                 c_layout.is_m_major_c()).launch(
         grid=(clusters * cfg.cluster_size, 1, 1), block=(cfg.threads, 1, 1),
         cluster=(cfg.cluster_size, 1, 1), stream=stream)
@@ -488,23 +525,25 @@ def gemm_host(cfg: Sm90Config):
 
     Arguments (all sizes are read from the tensors at run time): ``a`` (M, K),
     ``b`` (K, N), ``c`` (M, N), with split-K the flat FP32 workspace ``ws``,
-    the int32 tile ``counters`` (zero; the kernel leaves them zero) and the
-    run-time ``splits``; then ``max_clusters`` (the persistent grid: SMs /
-    cluster size) and the stream.
+    the int32 tile ``counters`` (zero; the kernel leaves them zero), the
+    run-time ``splits`` and ``dp_tiles`` (the cluster tiles run whole before the
+    split tail); then ``max_clusters`` (the persistent grid: SMs / cluster size)
+    and the stream.
     """
     cfg = cfg.kernel_key
     if cfg.split_k:
         @cute.jit
         def gemm_sm90_split_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws: cute.Tensor,
-                                 counters: cute.Tensor, splits: Int32, max_clusters: Int32, stream: cuda.CUstream):
-            launch_gemm(a, b, c, ws, counters, splits, max_clusters, stream, cfg)
+                                 counters: cute.Tensor, splits: Int32, dp_tiles: Int32, max_clusters: Int32,
+                                 stream: cuda.CUstream):
+            launch_gemm(a, b, c, ws, counters, splits, dp_tiles, max_clusters, stream, cfg)
 
         return gemm_sm90_split_host
 
     @cute.jit
     def gemm_sm90_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, max_clusters: Int32,
                        stream: cuda.CUstream):
-        launch_gemm(a, b, c, None, None, Int32(1), max_clusters, stream, cfg)
+        launch_gemm(a, b, c, None, None, Int32(1), Int32(0), max_clusters, stream, cfg)
 
     return gemm_sm90_host
 
@@ -544,5 +583,6 @@ def compile_gemm(target: str = "sm_90a", cfg: Sm90Config | None = None, b_major:
     c = fake_tensor(ct, (m, n), stride_order=(1, 0))
     args = [a, b, c]
     if cfg.split_k:
-        args += [fake_tensor(Float32, (cute.sym_int(),)), fake_tensor(Int32, (cute.sym_int(),), align=4), Int32(2)]
+        args += [fake_tensor(Float32, (cute.sym_int(),)), fake_tensor(Int32, (cute.sym_int(),), align=4), Int32(2),
+                 Int32(0)]
     return compile_for(target, gemm_host(cfg), *args, Int32(1), fake_stream(env=tvm_ffi), tvm_ffi=tvm_ffi)
