@@ -1,8 +1,9 @@
 """Small NVFP4 dual GEMMs for compute-sanitizer (memcheck, racecheck): the Hopper twins, every tile width, and the
 decode twin with one and two MMA warpgroups and split-K over clusters of 1, 2 and 4 CTAs (``decode``: those alone), and
-the A16 twin at every tile width (``a16``: those alone; ``a16 two``: only its forms with two converter warpgroups).
+the A16 twin at every tile width (``a16``: those alone; ``a16 two``: only its forms with two converter warpgroups;
+``a16 cluster``: only its cluster forms, two CTAs sharing the converted B through distributed shared memory).
 
-    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode | a16 [two]]
+    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode | a16 [two | cluster]]
 
 Partial tiles in M and N, several k-blocks (so the TMA ring wraps and every FP16 buffer is reused).
 Prints the check against the FP32 reference per launch; the sanitizer's summary comes after.
@@ -23,28 +24,32 @@ from gemmlab.family.configs import PIPELINED_TILE_NS, DecodeConfig, PipelinedCon
 from gemmlab.kernels import dual_gemm_sm90_decode as decode  # noqa: E402
 
 
-def a16(only_two: bool = False):
-    """The A16 twin, every tile width (``only_two``: the two-converter forms alone): partial tiles in M and N,
-    6 k-blocks (its rings wrap)."""
-    from gemmlab.family.configs import A16_TILE_NS, A16Config, a16_max_stages
+def a16(only: str | None = None):
+    """The A16 twin, every tile width (``only``: "two", the two-converter forms alone; "cluster", the cluster forms
+    alone): partial tiles in M and N, 6 k-blocks (its rings wrap). The cluster forms run M = 200 (the second CTA of
+    the cluster partly past M) and 300 (3 tiles in 2 clusters: the last CTA wholly past M)."""
+    from gemmlab.family.configs import A16_CLUSTER_TILE_NS, A16_TILE_NS, A16Config, a16_max_stages
     from gemmlab.kernels import dual_gemm_sm90_a16
 
-    forms = [(tile_n, 1) for tile_n in A16_TILE_NS] + [(64, 2), (96, 2)]  # two converter warpgroups at 64 and 96
-    for tile_n, converters in forms:
-        if only_two and converters != 2:
+    forms = [("one", 200, A16Config(tile_n, a16_max_stages(tile_n))) for tile_n in A16_TILE_NS]
+    # two converter warpgroups at 64 and 96
+    forms += [("two", 200, A16Config(tile_n, a16_max_stages(tile_n), converters=2)) for tile_n in (64, 96)]
+    forms += [("cluster", m, A16Config(tile_n, a16_max_stages(tile_n, 2), cluster_m=2))
+              for tile_n in A16_CLUSTER_TILE_NS for m in (200, 300)]
+    for kind, m, cfg in forms:
+        if only is not None and kind != only:
             continue
-        ops = fp4.generate(200, 136, 1536, seed=tile_n, device="cuda")
-        cfg = A16Config(tile_n, a16_max_stages(tile_n), converters=converters)
+        ops = fp4.generate(m, 136, 1536, seed=cfg.tile_n, device="cuda")
         dual_gemm_sm90_a16.gated_dual_gemm_a16(*ops.inputs(), out=ops.c, cfg=cfg)
-        print(f"a16 {cfg}: {fp4.check_close(ops.c, fp4.reference(*ops.inputs()))}", flush=True)
+        print(f"a16 M={m} {cfg}: {fp4.check_close(ops.c, fp4.reference(*ops.inputs()))}", flush=True)
     torch.cuda.synchronize()
 
 
 def main():
     if sys.argv[1:2] == ["a16"]:
-        if sys.argv[2:] not in ([], ["two"]):
-            sys.exit(f"usage: sanitize_dual_gemm.py [decode | a16 [two]]; got {' '.join(sys.argv[1:])!r}")
-        return a16(only_two=sys.argv[2:] == ["two"])
+        if sys.argv[2:] not in ([], ["two"], ["cluster"]):
+            sys.exit(f"usage: sanitize_dual_gemm.py [decode | a16 [two | cluster]]; got {' '.join(sys.argv[1:])!r}")
+        return a16(only=sys.argv[2] if sys.argv[2:] else None)
     # the decode twin: M not a multiple of 16, N not a multiple of the row block, 8 k-blocks (the ring wraps)
     for m, cfg in ((40, DecodeConfig(48, 2, 1, 4)), (40, DecodeConfig(48, 2, 2, 4)), (40, DecodeConfig(48, 2, 4, 4)),
                    (100, DecodeConfig(112, 1, 4, 4)), (1, DecodeConfig(16, 2, 4, 5))):

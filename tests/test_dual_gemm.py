@@ -385,6 +385,31 @@ def test_a16_time_model_by_hand():
     assert hg.a16_time(513, 3072, 7168, 96) - fixed == pytest.approx(2 * (hg.a16_time(512, 3072, 7168, 96) - fixed))
 
 
+def test_a16_cluster_hook_is_empty_until_timed(monkeypatch):
+    """The cluster form (A16Config(cluster_m=2)) has no measured factor: a16_time refuses it and choose_a16 never
+    returns it. With a factor, its waves count clusters of two 128-row tiles (M rounded up to 256 rows) on
+    num_sms / 2 cluster slots, and only the per-wave time is scaled."""
+    from gemmlab.family import heuristic_gated as hg
+
+    assert hg.A16_CLUSTER == {}
+    with pytest.raises(ValueError, match="no factor for cluster_m=2 at tile_n=128"):
+        hg.a16_time(1024, 4096, 7168, 128, cluster_m=2)
+    with pytest.raises(ValueError, match="cluster_m must be one of 1, 2"):
+        hg.a16_time(1024, 4096, 7168, 128, cluster_m=4)
+    for m, n, k in [(200, 4096, 7168), (1024, 4096, 7168), (2048, 14336, 4096)]:
+        assert hg.choose_a16(m, n, k).cluster_m == 1
+    monkeypatch.setitem(hg.A16_CLUSTER, 128, 0.5)
+    per_kilo, per_kilo_col, fixed = hg.A16_COST
+    one = hg.a16_time(1024, 4096, 7168, 128) - fixed  # 8 x 32 = 256 CTAs: two waves of 132
+    assert hg.a16_time(1024, 4096, 7168, 128, cluster_m=2) - fixed == pytest.approx(0.5 * one)  # 128 clusters of 66
+    # M = 640: 5 tiles become 3 clusters (6 CTAs) per column: 96 clusters, two waves, as the 160 one-CTA tiles
+    assert hg.a16_time(640, 4096, 7168, 128, cluster_m=2) - fixed == pytest.approx(
+        0.5 * (hg.a16_time(640, 4096, 7168, 128) - fixed))
+    # 128 x 4 = 2 clusters; 130 SMs give 65 cluster slots: 1 wave either way, the factor alone
+    assert hg.a16_time(256, 512, 7168, 128, 130, cluster_m=2) - fixed == pytest.approx(
+        0.5 * 7 * (per_kilo + per_kilo_col))
+
+
 @pytest.mark.parametrize("kwargs, exc, match", [
     (dict(m=0, n=3072, k=7168), ValueError, "m must be"),
     (dict(m=512, n=3072.0, k=7168), TypeError, "n must be"),

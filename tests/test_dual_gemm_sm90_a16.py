@@ -110,6 +110,46 @@ def test_config_rejects_bad_types(kwargs, match):
         assert info.type is TypeError
 
 
+def test_config_cluster_sizes_smem_and_repr():
+    """cluster_m 2 keeps one half of [B1; B2] packed per CTA: half the TMA bytes per k-block, half the packed ring,
+    so the A ring may be deeper; the repr names cluster_m only when it is not 1 (recorded results keep their names)."""
+    assert A16Config().cluster_m == 1
+    cfg = A16Config(128, 7, cluster_m=2)
+    assert cfg.b_stage_bytes() == A16Config().b_stage_bytes() // 2 == 128 * (128 + 16)
+    assert cfg.buffer_bytes() == A16Config().buffer_bytes()  # the FP16 buffers hold both halves, as before
+    assert cfg.smem_bytes() == 65536 + 7 * 16384 + 2 * 18432 + 1024 + 256 <= SMEM_PER_BLOCK
+    assert cfg.threads == 384
+    assert [a16_max_stages(tile_n, 2) for tile_n in (64, 96, 128)] == [8, 9, 7]
+    assert [a16_max_stages(tile_n) for tile_n in (64, 96, 128)] == [7, 7, 5]
+    for tile_n in (64, 96, 128):
+        A16Config(tile_n, a16_max_stages(tile_n, 2), cluster_m=2)
+        with pytest.raises(ValueError, match=rf"stages must be at most {a16_max_stages(tile_n, 2)} for "
+                                             rf"tile_n={tile_n}, cluster_m=2"):
+            A16Config(tile_n, a16_max_stages(tile_n, 2) + 1, cluster_m=2)
+    assert repr(A16Config(64, 7)) == "A16Config(tile_n=64, stages=7, mma_converts=False, converters=1)"
+    assert repr(cfg) == "A16Config(tile_n=128, stages=7, mma_converts=False, converters=1, cluster_m=2)"
+    assert cfg != A16Config(128, 5) and cfg != A16Config(64, 7, cluster_m=2)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(cluster_m=3), "cluster_m must be one of 1, 2"),
+    (dict(cluster_m=0), "cluster_m must be one of 1, 2"),
+    (dict(tile_n=48, stages=3, cluster_m=2), "cluster_m=2 needs tile_n 64, 96 or 128"),
+    (dict(tile_n=112, stages=3, cluster_m=2), "cluster_m=2 needs tile_n 64, 96 or 128"),
+    (dict(tile_n=64, stages=3, converters=2, cluster_m=2), "cluster_m=2 needs .* converters=1"),
+    (dict(tile_n=128, stages=3, mma_converts=True, cluster_m=2), "cluster_m=2 needs .* mma_converts off"),
+])
+def test_config_rejects_bad_cluster(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        A16Config(**kwargs)
+
+
+@pytest.mark.parametrize("value", [2.0, True, "2"])
+def test_config_rejects_bad_cluster_types(value):
+    with pytest.raises((TypeError, ValueError), match="cluster_m must be one of 1, 2"):
+        A16Config(128, 5, cluster_m=value)
+
+
 def test_config_fields_are_plain_ints():
     import numpy as np
 
@@ -186,11 +226,22 @@ PTX_CASES = [  # (m, n, k, cfg)
     (200, 136, 1536, A16Config(64, 7)),
     (200, 136, 2048, A16Config(128, 5)),
     (200, 136, 1536, A16Config(96, 7, converters=2)),
+    # cluster_m 2 at each of its widths, deepest ring
+    (200, 136, 1536, A16Config(64, 8, cluster_m=2)),
+    (200, 136, 1536, A16Config(96, 9, cluster_m=2)),
+    (200, 136, 2048, A16Config(128, 7, cluster_m=2)),
 ]
+CLUSTER_PTX_CASES = [c for c in PTX_CASES if c[3].cluster_m == 2]
 
 
-@pytest.mark.parametrize("m, n, k, cfg", PTX_CASES, ids=lambda x: f"n{x.tile_n}s{x.stages}" if hasattr(x, "tile_n")
-                         else str(x))
+def case_id(x):
+    if not hasattr(x, "tile_n"):
+        return str(x)
+    return (f"n{x.tile_n}s{x.stages}" + ("-2conv" if x.converters == 2 else "")
+            + ("-cl2" if x.cluster_m == 2 else ""))
+
+
+@pytest.mark.parametrize("m, n, k, cfg", PTX_CASES, ids=case_id)
 def test_ptx_main_kernel_is_ss_wgmma_over_stacked_b(m, n, k, cfg):
     parts = entries(ptx_of(compiled(m, n, k, cfg)))
     main, pre = parts["main"], parts["prepass"]
@@ -225,8 +276,46 @@ def test_ptx_prepass_alone_has_no_wgmma():
     assert not ptx_lines(c, r"wgmma|mbarrier|cp\.async")
 
 
-@pytest.mark.parametrize("m, n, k, cfg", PTX_CASES, ids=lambda x: f"n{x.tile_n}s{x.stages}" if hasattr(x, "tile_n")
-                         else str(x))
+@pytest.mark.parametrize("m, n, k, cfg", PTX_CASES, ids=case_id)
+def test_ptx_without_cluster_has_no_cluster_traffic(m, n, k, cfg):
+    """cluster_m 1 (every form before the option existed): no DSMEM store, no mapa, no cluster barrier, no
+    cluster-scope arrive or wait; only the mbarrier init fence (release.cluster is the only form PTX offers)."""
+    if cfg.cluster_m != 1:
+        pytest.skip("the cluster form: test_ptx_cluster_form")
+    main = entries(ptx_of(compiled(m, n, k, cfg)))["main"]
+    assert not ptx_lines(main, r"shared::cluster|mapa|barrier\.cluster|acquire\.cluster")
+    assert len(ptx_lines(main, r"fence\.proxy\.async\.shared::cta")) == 4  # one per slice of a k-block
+
+
+@pytest.mark.parametrize("m, n, k, cfg", CLUSTER_PTX_CASES, ids=case_id)
+def test_ptx_cluster_form(m, n, k, cfg):
+    """cluster_m 2: each converted 16-byte FP16 chunk is stored twice, to our buffer and to the peer's (mapa +
+    st.shared::cluster); the converter's half is tile_n / 32 units a thread and slice (two chunks each), the
+    slice loop unrolled over a k-block's 4 slices. Every cross-CTA signal is release/acquire at cluster scope, the
+    proxy fence covers the peer's shared memory, and three cluster barriers bracket the kernel (after the barrier
+    inits; at each role's end)."""
+    main = entries(ptx_of(compiled(m, n, k, cfg)))["main"]
+    per = cfg.tile_n // 32
+    local = ptx_lines(main, r"^st\.shared\.v4\.u32")
+    remote = ptx_lines(main, r"^st\.shared::cluster\.v4\.u32")
+    assert len(local) == len(remote) == 4 * per * 2
+    # three mapa: the peer's half of the buffers, its hfull and its hempty barriers
+    assert len(ptx_lines(main, r"^mapa\.shared::cluster\.u32")) == 3
+    # remote arrivals: the converter's on the peer's hfull and the MMA warps' on its hempty, once per unrolled slice
+    assert len(ptx_lines(main, r"mbarrier\.arrive\.release\.cluster\.shared::cluster\.b64")) == 4 + 4
+    # waits on the FP16 buffers acquire at cluster scope: the converter's on hempty, the MMA warps' on hfull
+    assert len(ptx_lines(main, r"mbarrier\.try_wait\.parity\.acquire\.cluster")) == 4 + 4
+    assert len(ptx_lines(main, r"^fence\.proxy\.async\.shared::cluster;")) == 4
+    assert not ptx_lines(main, r"fence\.proxy\.async\.shared::cta")
+    assert len(ptx_lines(main, r"^barrier\.cluster\.arrive;")) == len(ptx_lines(main, r"^barrier\.cluster\.wait;")) == 3
+    # the packed ring: this CTA's half alone, so expect_tx counts half a k-block's bytes (moved into a register)
+    tx = {int(x) for x in re.findall(r"^\s*mov\.b32\s+%r\d+, (\d+);", main, re.M)}
+    assert cfg.b_stage_bytes() in tx and 2 * cfg.b_stage_bytes() not in tx
+    # each rank's branch loads its half: B1 or B2 as four 32-byte slices and one scale box, in the prologue and the loop
+    assert len(ptx_lines(main, r"cp\.async\.bulk\.tensor")) == 2 * 2 * 5 + cfg.stages + 4
+
+
+@pytest.mark.parametrize("m, n, k, cfg", PTX_CASES, ids=case_id)
 def test_ptx_registers_roles(m, n, k, cfg):
     main = entries(ptx_of(compiled(m, n, k, cfg)))["main"]
     conv, mma = d.REGS[cfg.converters]
@@ -262,8 +351,7 @@ def _ptxas(ptx: str, tmp_path) -> str:
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="needs ptxas")
-@pytest.mark.parametrize("m, n, k, cfg", PTX_CASES, ids=lambda x: f"n{x.tile_n}s{x.stages}" if hasattr(x, "tile_n")
-                         else str(x))
+@pytest.mark.parametrize("m, n, k, cfg", PTX_CASES, ids=case_id)
 def test_ptxas_no_spills_no_warnings(m, n, k, cfg, tmp_path):
     report = _ptxas(ptx_of(compiled(m, n, k, cfg)), tmp_path)
     assert "warning" not in report.lower(), report  # e.g. C7508 (setmaxnreg ignored), C7510/C7513 (WGMMA serialized)
@@ -296,20 +384,33 @@ EMULATED = [  # (m, n, k, (tile_n, stages[, mma_converts]), seeds)
     (200, 136, 2048, (128, 5, True), [8]),
     (128, 72, 1024, (64, 2, True), [9]),
     (1, 64, 256, (128, 3, True), [10]),  # one k-block: the MMA warps convert slice 0 before their first WGMMA
+    # cluster_m 2: two CTAs share the FP16 [B1; B2] buffers (each converts one half into both)
+    (300, 136, 1024, (128, 7, False, 1, 2), [17]),  # M tiles 3 -> 4: the last CTA wholly past M; 16 slices, ring 7
+    (200, 200, 1536, (96, 9, False, 1, 2), [18]),  # the second CTA partly past M; 24 slices over a ring of 9
+    # M = 64: the second CTA wholly past M, the shallowest ring. Seeds 3 and 7 interleave the CTAs so that, without
+    # the MMA warps' arrivals on the peer's hempty, a converter overwrites a buffer the peer still reads: both fail then
+    (64, 72, 1024, (64, 2, False, 1, 2), [3, 7]),
+    (1, 64, 256, (128, 2, False, 1, 2), [19]),  # one row, one k-block
 ]
 
 
-@pytest.mark.parametrize("m, n, k, fields, seeds", EMULATED,
-                         ids=[f"{m}x{n}x{k}-n{f[0]}s{f[1]}" + ("-mma" if f[2:3] == (True,) else "")
-                              + ("-2conv" if f[3:] == (2,) else "") for m, n, k, f, _ in EMULATED])
+def emulated_id(m, n, k, f):
+    return (f"{m}x{n}x{k}-n{f[0]}s{f[1]}" + ("-mma" if f[2:3] == (True,) else "")
+            + ("-2conv" if f[3:4] == (2,) else "") + ("-cl2" if f[4:5] == (2,) else ""))
+
+
+@pytest.mark.parametrize("m, n, k, fields, seeds", EMULATED, ids=[emulated_id(m, n, k, f) for m, n, k, f, _ in EMULATED])
 def test_emulator_matches_reference(m, n, k, fields, seeds):
     cfg = A16Config(*fields)
+    cl = cfg.cluster_m
     for seed in seeds:
         out, ref, a16, reports = emulate(m, n, k, cfg, seed)
         res = fp4.check_close(out, ref)
         assert res.ok, f"{m}x{n}x{k} {cfg} seed {seed}: {res}"
         assert [r.kernel.split("_")[2] for r in reports] == ["prepass", "a16"]
-        assert reports[1].block == (cfg.threads, 1, 1) and reports[1].grid == (-(-m // 128), -(-n // cfg.tile_n), 1)
+        # cluster_m 2: M tiles rounded up to whole clusters of 2 along M
+        assert reports[1].block == (cfg.threads, 1, 1) and reports[1].cluster == (cl, 1, 1)
+        assert reports[1].grid == (-(-m // (128 * cl)) * cl, -(-n // cfg.tile_n), 1)
         assert reports[1].smem <= cfg.smem_bytes() <= SMEM_PER_BLOCK
         assert not torch.isnan(a16.float()).any()  # the pre-pass wrote every element of the workspace
 
@@ -349,6 +450,11 @@ GPU_CONFIGS = ["default", (64, a16_max_stages(64)), (128, a16_max_stages(128)), 
 GPU_WIDTHS = [(tile_n, a16_max_stages(tile_n)) for tile_n in (48, 80, 96, 112)] + [(96, 2)]
 GPU_WIDTHS += [(64, 7, False, 2), (96, 7, False, 2), (96, 2, False, 2)]  # two converter warpgroups
 GPU_WIDTH_SHAPES = list(fp4.TEST_SHAPES) + [(512, 3072, 7168), (384, 4096, 7168)]
+# cluster_m 2 at each of its widths (deepest ring, and the shallowest at 128): GPU MODE's test shapes, two benchmark
+# shapes, and M = 640 (5 tiles: the last cluster's second CTA wholly past M) and 1024 (NCU's shape of the module)
+GPU_CLUSTERS = [(tile_n, a16_max_stages(tile_n, 2), False, 1, 2) for tile_n in (64, 96, 128)] + [(128, 2, False, 1, 2)]
+GPU_CLUSTER_SHAPES = list(fp4.TEST_SHAPES) + [(256, 4096, 7168), (512, 3072, 7168), (640, 4096, 7168),
+                                              (1024, 4096, 7168)]
 
 @pytest.mark.gpu
 @pytest.mark.sm90
@@ -371,6 +477,31 @@ def test_gpu_matches_reference_with_poisoned_output(shape, form):
 @pytest.mark.parametrize("form", GPU_WIDTHS, ids=[str(f) for f in GPU_WIDTHS])
 def test_gpu_every_width_matches_reference(shape, form):
     test_gpu_matches_reference_with_poisoned_output(shape, form)
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+@pytest.mark.parametrize("shape", GPU_CLUSTER_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in GPU_CLUSTER_SHAPES])
+@pytest.mark.parametrize("form", GPU_CLUSTERS, ids=[str(f) for f in GPU_CLUSTERS])
+def test_gpu_cluster_matches_reference(shape, form):
+    test_gpu_matches_reference_with_poisoned_output(shape, form)
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_gpu_cluster_repeat_calls_agree_with_one_cta():
+    """The cluster form on NCU's shape: bitwise the same result on repeated calls (no state leaks between
+    launches through the peer's barriers), and bitwise the one-CTA form's: the same FP16 B values (whichever CTA
+    converted them) go through the same WGMMAs in the same K order."""
+    ops = fp4.generate(1024, 4096, 7168, seed=11, device="cuda")
+    cfg = A16Config(128, a16_max_stages(128, 2), cluster_m=2)
+    first = d.gated_dual_gemm_a16(*ops.inputs(), cfg=cfg)
+    second = d.gated_dual_gemm_a16(*ops.inputs(), cfg=cfg)
+    alone = d.gated_dual_gemm_a16(*ops.inputs(), cfg=A16Config(128, 5))
+    torch.cuda.synchronize()
+    assert torch.equal(first, second)
+    assert fp4.check_close(first, fp4.reference(*ops.inputs())).ok
+    assert torch.equal(first, alone)
 
 
 @pytest.mark.gpu

@@ -714,6 +714,8 @@ A16_TILE_NS = (48, 64, 80, 96, 112, 128)  #: the A16 twin: N of each GEMM per CT
 #: stacked); multiples of 16, so the converter's 8 tile_n units of a slice split evenly over its 128 threads
 A16_B_STAGES = 2  #: the A16 twin: packed B k-blocks in flight (the producer loads them ahead of the converter)
 A16_SLICE_BYTES = GATED_TILE_M * SLICE_K * 2  #: one FP16 A slice of the A16 twin: 128 rows x 64 K x 2 bytes (16 KiB)
+A16_CLUSTER_TILE_NS = (64, 96, 128)  #: the A16 twin's widths with ``cluster_m`` 2: a CTA converts its half slice's
+#: 4 tile_n units over 128 threads, tile_n / 32 each (48, 80 and 112 would leave a remainder)
 
 
 @dataclass(frozen=True)
@@ -724,12 +726,17 @@ class A16Config:
     5 for 128); ``mma_converts`` (``tile_n`` 64 or 128 only): the MMA warpgroups convert half of every [B1; B2]
     slice themselves (while their WGMMAs of the slice before run), so the converter warpgroup converts half as much.
     Correct on an H100, but 3 to 8 % slower there (2026-11-27,
-    ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_mma_converts.json``), so off by default."""
+    ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_mma_converts.json``), so off by default. ``cluster_m`` 2
+    (:data:`A16_CLUSTER_TILE_NS`, one converter warpgroup, ``mma_converts`` off): two CTAs with adjacent 128-row M
+    tiles and the same N tile form a cluster; each converts half of every [B1; B2] slice (rank 0 B1, rank 1 B2) into
+    both CTAs' shared memory, so each converted value serves 256 rows of C. Its packed B ring holds one half, which
+    leaves room for a deeper A ring (:func:`a16_max_stages`). Unmeasured, so off by default."""
 
     tile_n: int = 128
     stages: int = 5
     mma_converts: bool = False
     converters: int = 1
+    cluster_m: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "tile_n", check_choice("tile_n", self.tile_n, A16_TILE_NS))
@@ -745,10 +752,25 @@ class A16Config:
         if self.mma_converts and self.tile_n % 64:
             raise ValueError(f"mma_converts needs tile_n 64 or 128 (each of the 256 MMA threads converts tile_n / 64 "
                              f"units of a slice); got tile_n={self.tile_n}")
+        object.__setattr__(self, "cluster_m", check_choice("cluster_m", self.cluster_m, (1, 2)))
+        if self.cluster_m == 2 and (self.tile_n not in A16_CLUSTER_TILE_NS or self.converters != 1
+                                    or self.mma_converts):
+            raise ValueError(f"cluster_m=2 needs tile_n 64, 96 or 128 (the 4 tile_n units of a CTA's half slice split "
+                             f"evenly over the converter's 128 threads), converters=1 and mma_converts off; got "
+                             f"tile_n={self.tile_n}, converters={self.converters}, mma_converts={self.mma_converts}")
         if self.smem_bytes() > SMEM_PER_BLOCK:
-            raise ValueError(f"stages must be at most {a16_max_stages(self.tile_n)} for tile_n={self.tile_n}: "
-                             f"stages={self.stages} needs {self.smem_bytes()} bytes of shared memory; a block has "
+            most = a16_max_stages(self.tile_n, self.cluster_m)
+            raise ValueError(f"stages must be at most {most} for tile_n={self.tile_n}"
+                             + (f", cluster_m={self.cluster_m}" if self.cluster_m > 1 else "")
+                             + f": stages={self.stages} needs {self.smem_bytes()} bytes of shared memory; a block has "
                              f"{SMEM_PER_BLOCK}")
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, ``cluster_m`` only when it is not 1: the names recorded results use stay as they
+        were before the field existed."""
+        extra = f", cluster_m={self.cluster_m}" if self.cluster_m != 1 else ""
+        return (f"A16Config(tile_n={self.tile_n}, stages={self.stages}, mma_converts={self.mma_converts}, "
+                f"converters={self.converters}{extra})")
 
     @property
     def buffers(self) -> int:
@@ -761,8 +783,9 @@ class A16Config:
         return 128 * (self.converters + 2)
 
     def b_stage_bytes(self) -> int:
-        """Bytes TMA writes per packed B k-block: B1 and B2 bytes and their scales."""
-        return 2 * self.tile_n * (KB_BYTES + SF_BYTES)
+        """Bytes TMA writes per packed B k-block: B1 and B2 bytes and their scales (``cluster_m`` 2: the CTA's half,
+        B1 or B2, alone)."""
+        return 2 * self.tile_n * (KB_BYTES + SF_BYTES) // self.cluster_m
 
     def buffer_bytes(self) -> int:
         """The FP16 [B1; B2] slice buffers (each ``2 tile_n`` rows of one 128-byte swizzle row)."""
@@ -770,7 +793,7 @@ class A16Config:
 
     def smem_bytes(self) -> int:
         """The FP16 B buffers, the FP16 A ring, the packed B ring, alignment and barriers."""
-        return a16_smem_bytes(self.tile_n, self.stages)
+        return a16_smem_bytes(self.tile_n, self.stages, self.cluster_m)
 
 
 def a16_buffers(tile_n: int) -> int:
@@ -779,17 +802,20 @@ def a16_buffers(tile_n: int) -> int:
     return 4 if tile_n == 64 else 2
 
 
-def a16_smem_bytes(tile_n: int, stages: int) -> int:
-    """Shared memory of the A16 twin: FP16 B buffers, ``stages`` FP16 A slices, the packed B ring, slack."""
+def a16_smem_bytes(tile_n: int, stages: int, cluster_m: int = 1) -> int:
+    """Shared memory of the A16 twin: FP16 B buffers, ``stages`` FP16 A slices, the packed B ring (``cluster_m`` 2:
+    one half of [B1; B2]), slack."""
     buffers = a16_buffers(tile_n) * 2 * tile_n * SLICE_K * 2
-    b_ring = A16_B_STAGES * 2 * tile_n * (KB_BYTES + SF_BYTES)
+    b_ring = A16_B_STAGES * 2 * tile_n * (KB_BYTES + SF_BYTES) // cluster_m
     return buffers + stages * A16_SLICE_BYTES + b_ring + SM90_SMEM_SLACK + 256
 
 
-def a16_max_stages(tile_n: int) -> int:
-    """The A16 twin's deepest FP16 A ring (slices) that fits in shared memory for ``tile_n``."""
+def a16_max_stages(tile_n: int, cluster_m: int = 1) -> int:
+    """The A16 twin's deepest FP16 A ring (slices) that fits in shared memory for ``tile_n`` (and ``cluster_m``:
+    2 holds half the packed B ring, so 7 slices fit at ``tile_n`` 128 instead of 5)."""
     tile_n = check_choice("tile_n", tile_n, A16_TILE_NS)
+    cluster_m = check_choice("cluster_m", cluster_m, (1, 2))
     s = 2
-    while a16_smem_bytes(tile_n, s + 1) <= SMEM_PER_BLOCK:
+    while a16_smem_bytes(tile_n, s + 1, cluster_m) <= SMEM_PER_BLOCK:
         s += 1
     return s

@@ -78,11 +78,28 @@ A16_COST = (2.94, 11.89, 4.26)
 #: 0.964 at 96). :data:`A16_COST` was fitted with one converter warpgroup.
 A16_TWO_CONVERTERS = {64: 0.843, 96: 0.958}
 
+#: The time of the A16 twin's cluster form (``A16Config(cluster_m=2)``: two CTAs along M share the converted B, each
+#: converting one half) over the one-CTA form's per wave, by width (64, 96, 128). Empty until timed on a GPU: until
+#: then :func:`a16_time` refuses the form and :func:`choose_a16` never picks it. The module's model bounds it at about
+#: 0.63 at ``tile_n`` 128 (the tensor pipe's busy share measured with one CTA); unmeasured.
+A16_CLUSTER: dict = {}
 
-def a16_time(m: int, n: int, k: int, tile_n: int, num_sms: int = H100.sms, converters: int = 1) -> float:
+
+def a16_time(m: int, n: int, k: int, tile_n: int, num_sms: int = H100.sms, converters: int = 1,
+             cluster_m: int = 1) -> float:
     """:data:`A16_COST`'s time (microseconds) of the A16 twin at ``tile_n`` on an M x N x K problem; with two converter
-    warpgroups, scaled by :data:`A16_TWO_CONVERTERS`."""
+    warpgroups, scaled by :data:`A16_TWO_CONVERTERS`. ``cluster_m`` 2: M tiles rounded up to whole clusters, waves of
+    ``num_sms // 2`` clusters, scaled by :data:`A16_CLUSTER` (a ValueError while it has no factor for ``tile_n``)."""
     per_kilo, per_kilo_col, fixed = A16_COST
+    if cluster_m == 2:
+        if tile_n not in A16_CLUSTER:
+            raise ValueError(f"a16_time has no factor for cluster_m=2 at tile_n={tile_n}: A16_CLUSTER holds the "
+                             f"widths timed on a GPU ({sorted(A16_CLUSTER) or 'none yet'})")
+        clusters = -(-m // (2 * GATED_TILE_M)) * -(-n // tile_n)
+        waves = -(-clusters // (num_sms // 2))
+        return (waves * k / 1024 * (per_kilo + per_kilo_col * tile_n / 128)) * A16_CLUSTER[tile_n] + fixed
+    if cluster_m != 1:
+        raise ValueError(f"cluster_m must be one of 1, 2; got {cluster_m!r}")
     waves = -(-(-(-m // GATED_TILE_M) * -(-n // tile_n)) // num_sms)
     t = waves * k / 1024 * (per_kilo + per_kilo_col * tile_n / 128) + fixed
     return t * A16_TWO_CONVERTERS[tile_n] if converters == 2 else t

@@ -46,11 +46,53 @@ warpgroups that split each slice's units between them, then the two MMA warpgrou
                    first warp: load A slice g - 1 + stages into slot (g - 1) % stages
                  epilogue: wait 0; silu(acc[:, :tile_n]) * acc[:, tile_n:] -> FP16 -> C (predicated)
 
+The cluster form (``A16Config(cluster_m=2)``, ``tile_n`` 64, 96 or 128, one converter warpgroup): at large M every
+128-row CTA converts the same B tile again, M / 128 times in all. Two CTAs with adjacent M tiles and the same N tile
+form a cluster (launch cluster (2, 1, 1); M tiles rounded up to even: a second CTA wholly past M converts its half,
+takes part in every barrier and stores nothing). Rank r loads only its half of [B1; B2] packed (rank 0 B1 and its
+scales, rank 1 B2 and its: 5 TMA boxes a k-block instead of 10, half the packed ring, so the A ring may be deeper)
+and converts it into stacked rows ``[r tile_n, (r + 1) tile_n)`` of buffer g % buffers of both CTAs: ``st.shared``
+into its own, ``st.shared::cluster`` into the peer's (``mapa`` of the same address), 4 x 16-byte stores a unit
+instead of 2. Each converted value so serves 256 rows of C instead of 128. The barriers::
+
+    hfull[b]   count 2 x 4 converter warps: each converter warp, after its stores and ``fence.proxy.async.shared::cluster``
+               (generic-proxy stores, ours and the peer's, before either CTA's WGMMAs read them) and ``bar.warp.sync``,
+               arrives on its own hfull and on the peer's (``mbarrier.arrive.release.cluster.shared::cluster``)
+    hempty[b]  count 2 x 8 MMA warps: each MMA warp, after ``wgmma.wait_group 1``, arrives on its own hempty and on
+               the peer's, so neither converter overwrites a buffer in the other CTA before that CTA's WGMMAs read it
+    waits      on hfull (MMA warps) and hempty (converter) ``try_wait.parity.acquire.cluster``: the DSL's wait acquires
+               at CTA scope, which orders nothing the peer wrote or read; pfull, pempty and the A ring stay per CTA
+    cluster barriers  after the barrier inits (no arrival on a peer's barrier before it is initialised); at the
+               converter's end and around the MMA warpgroups' epilogue (arrive before, wait after): no CTA exits
+               while the peer may still write its shared memory or arrive on its barriers
+
+A barrier phase cannot be overtaken: a converter arrives on the peer's hfull[b] for use u + 1 only after its own
+hempty[b] completed use u, which needs the peer's MMA warps to have passed the peer's hfull[b] for use u (and the same
+chain holds for hempty), so every barrier is at most one phase ahead of its slowest waiter, as in the one-CTA kernel.
+
+Model of the cluster form, per CTA and 64-K slice at ``tile_n`` 128 (from the PTX; **unmeasured** on a GPU). One CTA:
+1,024 units of 16 values, 8 a converter thread, each 2 shared loads, 9 ``cvt.rn.f16x2.e4m3x2``, 9 ``mul.rn.f16x2``, 5
+``prmt`` and 2 16-byte stores plus address arithmetic, about 55 instructions (the converter's unrolled k-block, 32
+units a thread, is about 1,760 of the kernel's 3,510 PTX instructions); 32 KiB of FP16 written, 9 KiB of packed B and
+scales loaded. Cluster: 512 units, 4 a thread, each with 2 more (remote) stores: about 0.52 of the converter's
+instructions (the whole kernel 2,663 PTX instructions); the FP16 bytes written into each SM's shared memory are the
+same 32 KiB (16 from its own converter, 16 over the SM-to-SM network from the peer's), 4.5 KiB packed loaded; the
+WGMMAs unchanged (2 warpgroups x 4 x m64n256k16). Nsight Compute saw the tensor pipe 63 % busy at 1024 x 4096 x 7168,
+the MMA warps waiting on the converter: if halving the converter's work leaves the tensor pipe the limit, the time
+falls to at best about 0.63 of the one-CTA form's (at most 1.6x faster). What may keep it above that: the DSMEM
+stores' throughput, a cluster-scope round trip per slice on hfull and hempty, and the extra CTA of an odd
+ceil(M / 128) (M = 640: 6 tiles instead of 5, 20 % more CTAs). The same halving at 64 and 96 has no measured tensor
+share to bound it. :data:`~gemmlab.family.heuristic_gated.A16_CLUSTER` stays empty until the GPU timings exist.
+
 Registers: 384 threads start with 168 each (.minnctapersm 1: ptxas then honours setmaxnreg, see the decode
 twin); :data:`REGS` moves them to the roles, ``128 x (converters x converter + 2 x MMA) <= entry x threads``. 512
 threads start with 128, and ptxas refuses a m64n256k16 WGMMA (``tile_n`` 128) below 154 registers at entry and a
 m64n224k16 (112) below 138, whatever setmaxnreg gives its region (C7602): so a second converter warpgroup only for
 ``tile_n`` 64 and 96 (whose 8 ``tile_n`` units of a slice also split evenly over 256 threads).
+
+The cluster form moves registers the same way (:data:`REGS`\ [1]); ptxas compiles it at ``tile_n`` 64, 96 and 128 with
+168 registers at entry and no spill (48, 80 and 112 are refused by the configuration: a CTA's half slice is 4
+``tile_n`` units, not a multiple of 128 threads there).
 
 Measured (kernels alone, inputs rotated over 4x the L2; H100, 2026-11-27): ``tile_n`` 128 took 0.72 to 0.88 of
 the fast twin's time at M = 512 to 2048 (2048 x 4096 x 7168: 409 us against 554, ``benchmarks/dual_gemm.py bf16``).
@@ -76,11 +118,12 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
+from ..async_copy import mapa_shared_cluster
 from ..family.configs import A16_B_STAGES as B_STAGES, A16_SLICE_BYTES as A_SLICE_BYTES, A16Config
 from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K, SLICES
 from ..family.problem import check_gated_sizes
 from ..fp4_dequant import fp4x8_to_f16, scale_f16x2
-from ..ldst import ld_global_b32, st_global_v4
+from ..ldst import ld_global_b32, ld_shared_b32, ld_shared_v2, st_global_v4, st_shared_v4
 from .dual_gemm_sm90 import (check_devices, check_sm90_target, compile_with_pointers, fake_operands, gate_epilogue,
                              operand_2d, operands_2d, with_runtime_rows)
 from .dual_gemm_sm90_pipelined import convert_unit, load_b
@@ -93,6 +136,49 @@ WG_ROWS = 64  #: rows of C per MMA warpgroup (WGMMA's M)
 REGS = {1: (112, 192), 2: (56, 200)}
 PREPASS_THREADS = 256
 PREPASS_UNITS = 4  #: 8-value units each pre-pass thread converts (one packed word in, 16 FP16 bytes out each)
+
+
+# --------------------------------------------------------------------------------------
+# PTX wrappers of the cluster form (``cluster_m`` 2): a peer CTA's shared memory and barriers
+# --------------------------------------------------------------------------------------
+
+
+def st_cluster_v4(addr, a, b, c, d):
+    """``st.shared::cluster.v4.u32``: four words to a 16-byte aligned ``shared::cluster`` address (the peer CTA's
+    shared memory: :func:`~gemmlab.async_copy.mapa_shared_cluster` of our own address). A generic-proxy store, as
+    ``st.shared`` is."""
+    cute.arch.inline_ptx("st.shared::cluster.v4.u32 [{$r0}], {{$r1}, {$r2}, {$r3}, {$r4}};",
+                         read_only_args=[addr, a, b, c, d])
+
+
+def arrive_cluster(addr):
+    """``mbarrier.arrive.release.cluster.shared::cluster.b64``: one arrival on the mbarrier at ``shared::cluster``
+    address ``addr`` (the peer's), releasing at cluster scope what this thread wrote before (and what it has
+    synchronised with: its warp's stores, after ``bar.warp.sync``)."""
+    cute.arch.inline_ptx("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{$r0}];", read_only_args=[addr])
+
+
+def wait_cluster(bar, parity):
+    """Spin until the phase of parity ``parity`` of our mbarrier ``bar`` has completed, with acquire at cluster
+    scope (``try_wait.parity.acquire.cluster``): the peer CTA's writes that its arrival released are visible after
+    it. (``cute.arch.mbarrier_wait`` acquires at CTA scope, which orders nothing the peer wrote.)"""
+    cute.arch.inline_ptx(
+        "{ .reg .pred p; "
+        "WAIT_CLUSTER: "
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [{$r0}], {$r1}; "
+        "@!p bra WAIT_CLUSTER; }",
+        read_only_args=[bar, Int32(parity)],
+    )
+
+
+@cute.jit
+def wait_bar(bar, parity, cluster: cutlass.Constexpr):
+    """The FP16 buffers' waits: CTA scope alone, cluster scope with ``cluster_m`` 2 (the peer writes our buffers
+    and reads those we write)."""
+    if cutlass.const_expr(cluster > 1):
+        wait_cluster(bar, parity)
+    else:
+        cute.arch.mbarrier_wait(bar, parity)
 
 
 # --------------------------------------------------------------------------------------
@@ -148,6 +234,45 @@ def convert_b_stacked(fB, loaded, unit: Int32, buf, bn: cutlass.Constexpr):
 
 
 @cute.jit
+def load_slice_unit(pB, sB, unit: Int32, sl: cutlass.Constexpr, bn: cutlass.Constexpr, cluster: cutlass.Constexpr):
+    """The converter's loads of unit ``unit`` of slice ``sl``: from stacked [B1; B2] stages, or (``cluster_m`` 2)
+    from stages of one half."""
+    if cutlass.const_expr(cluster > 1):
+        return load_b_half(pB, sB, unit, sl, bn)
+    return load_b(pB, sB, unit, sl, bn)
+
+
+@cute.jit
+def load_b_half(pB, sB, unit: Int32, sl: cutlass.Constexpr, bn: cutlass.Constexpr):
+    """``cluster_m`` 2: :func:`~.dual_gemm_sm90_pipelined.load_b` of a stage that holds one of B1 and B2 (``bn``
+    rows): unit ``unit`` is row ``unit // 4``, bytes ``8 (unit % 4)`` onwards of the slice row, and its scale word."""
+    row = unit // 4
+    x0, x1 = ld_shared_v2(pB + (sl * bn * SLICE_BYTES + row * SLICE_BYTES + (unit % 4) * 8))
+    sw = ld_shared_b32(sB + (row * SF_BYTES + sl * 4))
+    return x0, x1, sw
+
+
+@cute.jit
+def convert_unit_both(own_row, peer_row: Int32, loaded, unit: Int32):
+    """``cluster_m`` 2: :func:`~.dual_gemm_sm90_pipelined.convert_unit` written twice, to the 128-byte row at
+    ``own_row`` of our buffer (``st.shared``) and to the same row of the peer's (``peer_row``, a ``shared::cluster``
+    address: ``st.shared::cluster``). Half rows are ``bn`` (a multiple of 16) apart, so ``unit // 4`` has the
+    swizzle phase of the stacked row."""
+    q = unit % 4
+    x0, x1, sw = loaded
+    sc = scale_f16x2(sw >> (q * 8), 0)
+    h0 = fp4x8_to_f16(x0, sc, sc)
+    h1 = fp4x8_to_f16(x1, sc, sc)
+    r8 = (unit // 4) % 8
+    c0 = ((2 * q) ^ r8) * 16
+    c1 = ((2 * q + 1) ^ r8) * 16
+    st_shared_v4(own_row + c0, *h0)
+    st_shared_v4(own_row + c1, *h1)
+    st_cluster_v4(peer_row + c0, *h0)
+    st_cluster_v4(peer_row + c1, *h1)
+
+
+@cute.jit
 def acc_half(acc: cute.Tensor, half: cutlass.Constexpr, bn: cutlass.Constexpr) -> cute.Tensor:
     """GEMM ``half + 1``'s view of the stacked accumulator: a thread's values of an m64nNk16 C fragment are
     ``((2, 2, N / 8), 1, 1)`` with the N / 8 column groups outermost, so columns ``[0, bn)`` are the first half of
@@ -176,22 +301,28 @@ def a16_kernel(
     CONVERTING_WARPS = 12 if cfg.mma_converts else 4 * cfg.converters  # the warps that write each FP16 buffer
     UNITS = 2 * BN * (SLICE_BYTES // 8)  # 8-byte units of a [B1; B2] slice
     CONV_UNITS = UNITS // 2 if cfg.mma_converts else UNITS  # the converter warpgroups': the first ones
+    CL = cfg.cluster_m  # 2: this CTA and its peer (adjacent M tile, same N tile) share the FP16 [B1; B2] buffers
+    RB = 2 * BN // CL  # rows of [B1; B2] this CTA loads packed and converts: all, or its half (B1 or B2)
+    if cutlass.const_expr(CL > 1):
+        CONV_UNITS = UNITS // CL
 
     smem = SmemAllocator()
     fRaw = smem.allocate_tensor(Uint8, cute.make_layout(cfg.buffer_bytes()), byte_alignment=1024)
     aRaw = smem.allocate_tensor(Uint8, cute.make_layout(SA * A_SLICE_BYTES), byte_alignment=1024)
-    pBRaw = smem.allocate_tensor(Uint8, cute.make_layout(B_STAGES * 2 * BN * KB_BYTES), byte_alignment=128)
-    sBRaw = smem.allocate_tensor(Uint8, cute.make_layout(B_STAGES * 2 * BN * SF_BYTES), byte_alignment=128)
+    pBRaw = smem.allocate_tensor(Uint8, cute.make_layout(B_STAGES * RB * KB_BYTES), byte_alignment=128)
+    sBRaw = smem.allocate_tensor(Uint8, cute.make_layout(B_STAGES * RB * SF_BYTES), byte_alignment=128)
     afull = smem.allocate_array(Int64, 2 * SA, byte_alignment=8)  # per MMA warpgroup: its FP16 A half-slice landed
     pfull = smem.allocate_array(Int64, B_STAGES, byte_alignment=8)  # packed B k-block landed (TMA)
     pempty = smem.allocate_array(Int64, B_STAGES, byte_alignment=8)  # packed B k-block read (the converting warps)
-    hfull = smem.allocate_array(Int64, NB, byte_alignment=8)  # FP16 [B1; B2] buffer written (the converting warps)
-    hempty = smem.allocate_array(Int64, NB, byte_alignment=8)  # FP16 [B1; B2] buffer read (8 MMA warps)
+    # FP16 [B1; B2] buffer written (the converting warps; cluster_m 2: ours and the peer's) and read (8 MMA warps;
+    # cluster_m 2: ours and the peer's 8)
+    hfull = smem.allocate_array(Int64, NB, byte_alignment=8)
+    hempty = smem.allocate_array(Int64, NB, byte_alignment=8)
 
     pB1 = cute.make_tensor(pBRaw.iterator, pb_layout)
-    pB2 = cute.make_tensor(pBRaw.iterator + BN * KB_BYTES, pb_layout)
+    pB2 = cute.make_tensor(pBRaw.iterator + (BN * KB_BYTES) % (RB * KB_BYTES), pb_layout)  # cluster_m 2: B1's place
     sSB1 = cute.make_tensor(sBRaw.iterator, sb_layout)
-    sSB2 = cute.make_tensor(sBRaw.iterator + BN * SF_BYTES, sb_layout)
+    sSB2 = cute.make_tensor(sBRaw.iterator + (BN * SF_BYTES) % (RB * SF_BYTES), sb_layout)
 
     if warp == 0:
         for atom in (tma_a, tma_b1, tma_b2, tma_sb1, tma_sb2):
@@ -203,10 +334,21 @@ def a16_kernel(
                 cute.arch.mbarrier_init(pfull + s, 1)
                 cute.arch.mbarrier_init(pempty + s, CONVERTING_WARPS)
             for b in cutlass.range_constexpr(NB):
-                cute.arch.mbarrier_init(hfull + b, CONVERTING_WARPS)
-                cute.arch.mbarrier_init(hempty + b, 8)
+                cute.arch.mbarrier_init(hfull + b, CONVERTING_WARPS * CL)
+                cute.arch.mbarrier_init(hempty + b, 8 * CL)
             cute.arch.mbarrier_init_fence()
-    cute.arch.sync_threads()
+    rank = Int32(0)  # our rank in the cluster: the half of [B1; B2] we load and convert
+    peer_hfull = Int32(0)  # the peer's barriers, as shared::cluster addresses
+    peer_hempty = Int32(0)
+    if cutlass.const_expr(CL > 1):
+        # both CTAs' barriers are initialised before either arrives on the other's
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
+        rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        peer_hfull = Int32(mapa_shared_cluster(hfull, 1 - rank))
+        peer_hempty = Int32(mapa_shared_cluster(hempty, 1 - rank))
+    else:
+        cute.arch.sync_threads()
 
     if wg < cfg.converters:
         # ============================================================ converter: [B1; B2] to FP16; warp 0 loads B
@@ -220,36 +362,60 @@ def a16_kernel(
                                              cute.group_modes(tiles, 0, 2))
             b_copies.append((atom, src, dst))
         if warp == 0:
-            load_b_stage(b_copies, pfull, n_tile, Int32(0), Int32(0), cfg.b_stage_bytes())
+            load_b_stage(b_copies, pfull, n_tile, Int32(0), Int32(0), cfg.b_stage_bytes(), rank, CL)
         per = CONV_UNITS // CT  # 8-byte units of a slice per thread
+        # cluster_m 2: our half's rows of the stacked buffers, in our shared memory and (shared::cluster) the peer's
+        own_half = fRaw.iterator + rank * (BN * 128)
+        peer_half = Int32(0)
+        if cutlass.const_expr(CL > 1):
+            peer_half = Int32(mapa_shared_cluster(own_half, 1 - rank))
         for kb in cutlass.range(k_blocks, unroll=1):
             if warp == 0:
                 nxt = kb + 1  # one k-block ahead: its stage was released by all four warps after k-block kb - 1
                 if nxt < k_blocks:
                     cute.arch.mbarrier_wait(pempty + nxt % B_STAGES, ((nxt // B_STAGES) & 1) ^ 1)
-                    load_b_stage(b_copies, pfull, n_tile, nxt, nxt % B_STAGES, cfg.b_stage_bytes())
+                    load_b_stage(b_copies, pfull, n_tile, nxt, nxt % B_STAGES, cfg.b_stage_bytes(), rank, CL)
             st = kb % B_STAGES
             cute.arch.mbarrier_wait(pfull + st, (kb // B_STAGES) & 1)
-            stage_b = pBRaw.iterator + st * (2 * BN * KB_BYTES)
-            stage_sb = sBRaw.iterator + st * (2 * BN * SF_BYTES)
-            loaded = [load_b(stage_b, stage_sb, tidx + i * CT, 0, BN) for i in range(per)]
+            stage_b = pBRaw.iterator + st * (RB * KB_BYTES)
+            stage_sb = sBRaw.iterator + st * (RB * SF_BYTES)
+            loaded = [load_slice_unit(stage_b, stage_sb, tidx + i * CT, 0, BN, CL) for i in range(per)]
             for sl in cutlass.range_constexpr(SLICES):
                 buf = sl % NB  # SLICES is a multiple of NB: the buffer is fixed per slice of a k-block
                 uses = SLICES // NB  # times a k-block fills each buffer
-                cute.arch.mbarrier_wait(hempty + buf, ((kb * uses + sl // NB) & 1) ^ 1)  # its last WGMMAs are done
+                # its last WGMMAs are done (cluster_m 2: ours and the peer's)
+                wait_bar(hempty + buf, ((kb * uses + sl // NB) & 1) ^ 1, CL)
                 nxt_loaded = loaded
                 if cutlass.const_expr(sl + 1 < SLICES):  # the next slice's loads overlap this one's conversion
-                    nxt_loaded = [load_b(stage_b, stage_sb, tidx + i * CT, sl + 1, BN)
+                    nxt_loaded = [load_slice_unit(stage_b, stage_sb, tidx + i * CT, sl + 1, BN, CL)
                                   for i in range(per)]
                 for i in cutlass.range_constexpr(per):
-                    convert_b_stacked(fRaw.iterator, loaded[i], tidx + i * CT, buf, BN)
+                    if cutlass.const_expr(CL > 1):
+                        row = buf * (2 * BN * 128) + ((tidx + i * CT) // 4) * 128
+                        convert_unit_both(own_half + row, peer_half + row, loaded[i], tidx + i * CT)
+                    else:
+                        convert_b_stacked(fRaw.iterator, loaded[i], tidx + i * CT, buf, BN)
                 loaded = nxt_loaded
-                cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy stores before WGMMA reads them
-                cute.arch.sync_warp()
-                if lane == 0:
-                    cute.arch.mbarrier_arrive(hfull + buf)
+                if cutlass.const_expr(CL > 1):
+                    # generic-proxy stores, ours and the peer's, before either CTA's WGMMAs read them; then the
+                    # arrivals: ours, and the peer's released at cluster scope (its MMA warps acquire at cluster scope)
+                    cute.arch.fence_proxy("async.shared", space="cluster")
+                    cute.arch.sync_warp()
+                    if lane == 0:
+                        cute.arch.mbarrier_arrive(hfull + buf)
+                        arrive_cluster(peer_hfull + buf * 8)
+                else:
+                    cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy stores before WGMMA reads them
+                    cute.arch.sync_warp()
+                    if lane == 0:
+                        cute.arch.mbarrier_arrive(hfull + buf)
             if lane == 0:
                 cute.arch.mbarrier_arrive(pempty + st)
+        if cutlass.const_expr(CL > 1):
+            # the peer writes our buffers and arrives on our barriers until its last slice: neither CTA exits before
+            # both are done with the other's shared memory
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
     else:
         # ============================================================ MMA warpgroups: 64 rows of C each
         cute.arch.warpgroup_reg_alloc(REGS[cfg.converters][1])
@@ -289,7 +455,7 @@ def a16_kernel(
                 buf = sl % NB
                 uses = SLICES // NB
                 cute.arch.mbarrier_wait(bars + slot, (g // SA) & 1)
-                cute.arch.mbarrier_wait(hfull + buf, (kb * uses + sl // NB) & 1)
+                wait_bar(hfull + buf, (kb * uses + sl // NB) & 1, CL)  # cluster_m 2: both halves written
                 warpgroup.fence()
                 for ks in cutlass.range_constexpr(k_steps):
                     cute.gemm(tiled_mma, acc, tCrA[(None, None, ks, slot)], tCrB[(None, None, ks, buf)], acc)
@@ -299,6 +465,8 @@ def a16_kernel(
                 if g > 0:
                     if lane == 0:
                         cute.arch.mbarrier_arrive(hempty + (sl + NB - 1) % NB)
+                        if cutlass.const_expr(CL > 1):  # the peer's converter writes this buffer of ours too
+                            arrive_cluster(peer_hempty + ((sl + NB - 1) % NB) * 8)
                     refill = g - 1 + SA
                     if loader:
                         if refill < slices:
@@ -309,10 +477,20 @@ def a16_kernel(
                         mma_convert_slice(pBRaw.iterator, sBRaw.iterator, fRaw.iterator, pfull, pempty, hfull, hempty,
                                           nkb, (sl + 1) % SLICES, CONV_UNITS + ctid, MPER, lane, BN, NB)
         warpgroup.wait_group(0)
+        if cutlass.const_expr(CL > 1):
+            cute.arch.cluster_arrive()  # our last arrival on the peer's barriers is behind us; the wait is at the end
 
         # ---- epilogue: columns [0, BN) of the accumulator are A B1^T, [BN, 2 BN) A B2^T
         thr_epi = epi_mma.get_slice(ctid)
-        gate_epilogue(thr_epi, acc_half(acc, 0, BN), acc_half(acc, 1, BN), mC, m_tile, n_tile, BN)
+        if cutlass.const_expr(CL > 1):
+            # a CTA wholly past M (the second of the last cluster) stores nothing. Its predicates alone would not do at
+            # M = 1: C's static row extent of 1 is folded away, and with it the tile's row offset
+            if m_tile * TILE_M < cute.size(mC, mode=[0]):
+                gate_epilogue(thr_epi, acc_half(acc, 0, BN), acc_half(acc, 1, BN), mC, m_tile, n_tile, BN)
+        else:
+            gate_epilogue(thr_epi, acc_half(acc, 0, BN), acc_half(acc, 1, BN), mC, m_tile, n_tile, BN)
+        if cutlass.const_expr(CL > 1):
+            cute.arch.cluster_wait()  # our shared memory outlives the peer's writes and arrivals
 
 
 @cute.jit
@@ -341,13 +519,23 @@ def mma_convert_slice(pB, sB, fB, pfull, pempty, hfull, hempty, kb: Int32, sl: c
 
 
 @cute.jit
-def load_b_stage(copies, pfull, n_tile, kb: Int32, stage: Int32, stage_bytes: cutlass.Constexpr):
+def load_b_stage(copies, pfull, n_tile, kb: Int32, stage: Int32, stage_bytes: cutlass.Constexpr, rank: Int32,
+                 cluster: cutlass.Constexpr):
     """Packed B1, B2 and their scales of k-block ``kb`` into ring stage ``stage`` (10 boxes: 4 slices each, 2 of
-    scales)."""
+    scales; ``copies`` in the order B1, B2, SB1, SB2). ``cluster`` 2: only the half of rank ``rank``, B1 and SB1
+    (rank 0) or B2 and SB2 (rank 1), 5 boxes."""
     with cute.arch.elect_one():
         cute.arch.mbarrier_arrive_and_expect_tx(pfull + stage, stage_bytes)
-    for atom, src, dst in copies:
-        cute.copy(atom, src[(None, n_tile, kb)], dst[(None, stage)], tma_bar_ptr=pfull + stage)
+    if cutlass.const_expr(cluster > 1):
+        if rank == 0:
+            for atom, src, dst in (copies[0], copies[2]):
+                cute.copy(atom, src[(None, n_tile, kb)], dst[(None, stage)], tma_bar_ptr=pfull + stage)
+        else:
+            for atom, src, dst in (copies[1], copies[3]):
+                cute.copy(atom, src[(None, n_tile, kb)], dst[(None, stage)], tma_bar_ptr=pfull + stage)
+    else:
+        for atom, src, dst in copies:
+            cute.copy(atom, src[(None, n_tile, kb)], dst[(None, stage)], tma_bar_ptr=pfull + stage)
 
 
 @cute.jit
@@ -370,9 +558,10 @@ def smem_layouts(cfg: A16Config):
     tile = (TILE_M, 2 * BN, SLICE_K)
     # one MMA warpgroup's ring: its 64 rows of each slice (WGMMA's 128B-swizzled K-major A), ``stages`` slots
     sa = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (WG_ROWS, 2 * BN, SLICE_K), Float16, S)
+    RB = 2 * BN // cfg.cluster_m  # rows of [B1; B2] a stage holds: both, or (cluster_m 2) the CTA's half
     pb = cute.make_layout((BN, (SLICE_BYTES, SLICES), B_STAGES),
-                          stride=(SLICE_BYTES, (1, BN * SLICE_BYTES), 2 * BN * KB_BYTES))
-    sb = cute.make_layout((BN, SF_BYTES, B_STAGES), stride=(SF_BYTES, 1, 2 * BN * SF_BYTES))
+                          stride=(SLICE_BYTES, (1, BN * SLICE_BYTES), RB * KB_BYTES))
+    sb = cute.make_layout((BN, SF_BYTES, B_STAGES), stride=(SF_BYTES, 1, RB * SF_BYTES))
     fb = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile, Float16, cfg.buffers)
     return sa, pb, sb, fb
 
@@ -401,10 +590,16 @@ def launch_a16(a16: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfb1: cute.Te
     tma_sb1, tSB1 = cpasync.make_tiled_tma_atom(g2s, sfb1, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
     tma_sb2, tSB2 = cpasync.make_tiled_tma_atom(g2s, sfb2, cute.slice_(sb, (None, None, 0)), (BN, SF_BYTES))
     k_blocks = cute.size(b1, mode=[1]) // KB_BYTES
-    a16_kernel(tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sb1, tSB1, tma_sb2, tSB2, c, tiled_mma, epi_mma,
-               sa, pb, sb, fb, k_blocks, cfg).launch(
-        grid=((m + TILE_M - 1) // TILE_M, (n + BN - 1) // BN, 1), block=(cfg.threads, 1, 1), min_blocks_per_mp=1,
-        stream=stream)
+    CL = cfg.cluster_m
+    # cluster_m 2: M tiles rounded up to whole clusters; a CTA past M converts its half and stores nothing
+    m_tiles = (m + TILE_M * CL - 1) // (TILE_M * CL) * CL
+    grid = (m_tiles, (n + BN - 1) // BN, 1)
+    kernel = a16_kernel(tma_a, tA, tma_b1, tB1, tma_b2, tB2, tma_sb1, tSB1, tma_sb2, tSB2, c, tiled_mma, epi_mma,
+                        sa, pb, sb, fb, k_blocks, cfg)
+    if cutlass.const_expr(CL > 1):
+        kernel.launch(grid=grid, block=(cfg.threads, 1, 1), cluster=(CL, 1, 1), min_blocks_per_mp=1, stream=stream)
+    else:
+        kernel.launch(grid=grid, block=(cfg.threads, 1, 1), min_blocks_per_mp=1, stream=stream)
 
 
 @cute.jit
