@@ -70,7 +70,7 @@ A barrier phase cannot be overtaken: a converter arrives on the peer's hfull[b] 
 hempty[b] completed use u, which needs the peer's MMA warps to have passed the peer's hfull[b] for use u (and the same
 chain holds for hempty), so every barrier is at most one phase ahead of its slowest waiter, as in the one-CTA kernel.
 
-Model of the cluster form, per CTA and 64-K slice at ``tile_n`` 128 (from the PTX; **unmeasured** on a GPU). One CTA:
+Model of the cluster form, per CTA and 64-K slice at ``tile_n`` 128 (from the PTX; the GPU disagrees, below). One CTA:
 1,024 units of 16 values, 8 a converter thread, each 2 shared loads, 9 ``cvt.rn.f16x2.e4m3x2``, 9 ``mul.rn.f16x2``, 5
 ``prmt`` and 2 16-byte stores plus address arithmetic, about 55 instructions (the converter's unrolled k-block, 32
 units a thread, is about 1,760 of the kernel's 3,510 PTX instructions); 32 KiB of FP16 written, 9 KiB of packed B and
@@ -82,7 +82,17 @@ the MMA warps waiting on the converter: if halving the converter's work leaves t
 falls to at best about 0.63 of the one-CTA form's (at most 1.6x faster). What may keep it above that: the DSMEM
 stores' throughput, a cluster-scope round trip per slice on hfull and hempty, and the extra CTA of an odd
 ceil(M / 128) (M = 640: 6 tiles instead of 5, 20 % more CTAs). The same halving at 64 and 96 has no measured tensor
-share to bound it. :data:`~gemmlab.family.heuristic_gated.A16_CLUSTER` stays empty until the GPU timings exist.
+share to bound it.
+
+Measured (H100, 2026-11-27, ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_cluster.json``, kernels alone, 9 shapes
+M = 256 to 2048): correct (37 GPU tests, bitwise equal to the one-CTA form at 1024 x 4096 x 7168; compute-sanitizer
+memcheck and racecheck clean), and **2.4 to 2.6 times slower** than the one-CTA form at ``tile_n`` 64, 3.1 to 3.6 at
+96, 2.8 to 3.1 at 128 (1024 x 4096 x 7168: 614.6 us against 204.4). So a cost the model above leaves out dominates;
+not yet profiled. The suspects: every slice makes a cross-SM round trip (the peer's converter waits for our MMA warps'
+remote hempty arrival before it may write our buffer, and our MMA warps wait for its remote hfull arrival), with only
+``buffers`` FP16 buffers of slack to hide it; the waits spin on ``try_wait.acquire.cluster`` in a loop of our own;
+and each converter thread's 16-byte remote stores. :data:`~gemmlab.family.heuristic_gated.A16_CLUSTER` stays empty,
+so the public call never runs this form.
 
 Registers: 384 threads start with 168 each (.minnctapersm 1: ptxas then honours setmaxnreg, see the decode
 twin); :data:`REGS` moves them to the roles, ``128 x (converters x converter + 2 x MMA) <= entry x threads``. 512
@@ -90,7 +100,7 @@ threads start with 128, and ptxas refuses a m64n256k16 WGMMA (``tile_n`` 128) be
 m64n224k16 (112) below 138, whatever setmaxnreg gives its region (C7602): so a second converter warpgroup only for
 ``tile_n`` 64 and 96 (whose 8 ``tile_n`` units of a slice also split evenly over 256 threads).
 
-The cluster form moves registers the same way (:data:`REGS`\ [1]); ptxas compiles it at ``tile_n`` 64, 96 and 128 with
+The cluster form moves registers the same way (:data:`REGS` [1]); ptxas compiles it at ``tile_n`` 64, 96 and 128 with
 168 registers at entry and no spill (48, 80 and 112 are refused by the configuration: a CTA's half slice is 4
 ``tile_n`` units, not a multiple of 128 threads there).
 
