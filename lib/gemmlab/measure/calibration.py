@@ -73,6 +73,11 @@ from ..sm100_model import choose_config, num_clusters_for, tile_scheduler
 from .gemm_family import CHAPTER07_SHAPES
 
 RESULTS = REPO_ROOT / "results"
+#: The chapter 07 family run each device's points come from: the runs the constants below were fitted on (H100
+#: 2026-11-26, H200 2026-11-23), kept in a file of their own so that a later ``gemm_family.json`` (the H100 and the
+#: H200 on 2026-11-27, after split-K moved into the GEMM) does not move the calibration unseen. To move it: copy a
+#: new run here, refit with :func:`fit`, and store the new constants.
+POINTS_FILE = "gemm_family_calibration.json"
 #: The devices with stored chapter 07 measurements: results folder -> datasheet spec.
 DEVICES = {"nvidia-h100-80gb-hbm3": H100, "nvidia-h200": H200}
 #: The clock behind the Hopper datasheet peak: 989.4 TFLOP/s = 132 SMs x 4096 FLOP/clock x 1.83 GHz.
@@ -172,13 +177,13 @@ def measured_points(results: Path = RESULTS) -> list[dict]:
     ``benchmarks/clock_under_load.py`` has been run (``results/<device>/gemm_clocks.json``), the point is its
     4-second back-to-back run: ``measured_tflops`` from that window and ``held_mhz`` the median SM clock
     sampled in it (``clock="measured"``). Elsewhere the point is chapter 07's benchmark
-    (``gemm_family.json``: short interleaved rounds, the prepared launch, kernels alone), whose clock was
-    not recorded during the rounds (``held_mhz=None``, ``clock="fitted"``). ``burst_tflops``: the
-    ``gemm_family.json`` number in both cases; ``sampled_mhz``: its one nvidia-smi reading after the rounds.
+    (:data:`POINTS_FILE`, a stored ``gemm_family.json``: short interleaved rounds, the prepared launch, kernels
+    alone), whose clock was not recorded during the rounds (``held_mhz=None``, ``clock="fitted"``).
+    ``burst_tflops``: that file's number in both cases; ``sampled_mhz``: its one nvidia-smi reading after the rounds.
     """
     points = []
     for dev in DEVICES:
-        f = Path(results) / dev / "gemm_family.json"
+        f = Path(results) / dev / POINTS_FILE
         if not f.exists():
             continue
         held = {}
@@ -318,7 +323,7 @@ def fit(points=None, ghz_grid=None, subtile_grid=(200, 250, 300, 350, 400), kblo
     """
     points = points if points is not None else measured_points()
     if not points:
-        raise ValueError("points must hold at least one measurement (results/<device>/gemm_family.json)")
+        raise ValueError("points must hold at least one measurement (results/<device>/" + POINTS_FILE + ")")
     ghz_grid = ghz_grid if ghz_grid is not None else [round(1.30 + 0.01 * i, 2) for i in range(69)]
     devices = sorted({p["device"] for p in points})
     measured = {d: [_point_ghz(p) for p in points if p["device"] == d] for d in devices}
