@@ -4,7 +4,8 @@ wrappers before it compiles, timed over 20 back-to-back calls (pre-pass and main
 
     python benchmarks/a16_cluster_probe.py VARIANT [M N K]      (default 1024 4096 7168; tile_n 128)
 
-VARIANT: ``base1`` (one CTA), ``cl`` (the cluster form as built), and ``cl`` plus any of ``ctawait`` (waits acquire at
+VARIANT: ``base1`` (one CTA), ``cl`` (the cluster form as built). With the first design (commit 4594d43), ``cl`` plus
+any of ``ctawait`` (waits acquire at
 CTA scope), ``ctafence`` (the proxy fence at CTA scope), ``arrcta`` (remote arrives with the default semantics,
 release at CTA scope), ``nostore`` (no remote stores: wrong results, the stores' cost), ``fast`` (ctawait + ctafence +
 arrcta), ``s3`` (``cl_s3``: 3 A stages). A variant that weakens what correctness needs says ``correct=False`` when the
@@ -15,29 +16,18 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import torch
-import cutlass.cute as cute
 from gemmlab import nvfp4 as fp4
 from gemmlab.family.configs import A16Config, a16_max_stages
 from gemmlab.kernels import dual_gemm_sm90_a16 as d
 
 v = sys.argv[1]
+if v not in ("base1", "cl"):
+    # the variants patched the first design's wrappers (st_cluster_v4, arrive_cluster, wait_cluster), which the bulk-copy
+    # design replaced: check out commit 4594d43 to run them
+    sys.exit(f"VARIANT must be base1 or cl with this kernel (the other variants need commit 4594d43); got {v!r}")
 m, n, k = (int(x) for x in sys.argv[2:5]) if len(sys.argv) > 4 else (1024, 4096, 7168)
 tn = 128
 cfg = A16Config(tn, a16_max_stages(tn)) if v == "base1" else A16Config(tn, a16_max_stages(tn, 2), cluster_m=2)
-if v.startswith("cl_s"):  # fewer A stages
-    cfg = A16Config(tn, int(v[4:]), cluster_m=2)
-if "ctawait" in v or v == "cl_all" or "fast" in v:
-    d.wait_cluster = lambda bar, parity: cute.arch.mbarrier_wait(bar, parity)
-if "ctafence" in v or v == "cl_all" or "fast" in v:
-    orig = cute.arch.fence_proxy
-    def fp(kind, space=None, **kw):
-        return orig(kind, space="cta" if space == "cluster" else space, **kw)
-    cute.arch.fence_proxy = fp
-if "arrcta" in v or "fast" in v:
-    d.arrive_cluster = lambda addr: cute.arch.inline_ptx("mbarrier.arrive.shared::cluster.b64 _, [{$r0}];",
-                                                         read_only_args=[addr])
-if "nostore" in v:
-    d.st_cluster_v4 = lambda addr, a, b, c, dd: None
 ops = fp4.generate(m, n, k, seed=5, device="cuda")
 ref = fp4.reference(*ops.inputs())
 out = d.gated_dual_gemm_a16(*ops.inputs(), cfg=cfg)

@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch")
 
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.compile import ptx_lines, ptx_of, ptx_opcodes  # noqa: E402
+from gemmlab.emulator import errors  # noqa: E402
+from gemmlab.emulator.inject import mutate  # noqa: E402
 from gemmlab.emulator.run import run_on_emulator  # noqa: E402
 from gemmlab.family.configs import A16Config, a16_max_stages  # noqa: E402
 from gemmlab.hardware import SMEM_PER_BLOCK  # noqa: E402
@@ -289,24 +291,30 @@ def test_ptx_without_cluster_has_no_cluster_traffic(m, n, k, cfg):
 
 @pytest.mark.parametrize("m, n, k, cfg", CLUSTER_PTX_CASES, ids=case_id)
 def test_ptx_cluster_form(m, n, k, cfg):
-    """cluster_m 2: each converted 16-byte FP16 chunk is stored twice, to our buffer and to the peer's (mapa +
-    st.shared::cluster); the converter's half is tile_n / 32 units a thread and slice (two chunks each), the
-    slice loop unrolled over a k-block's 4 slices. Every cross-CTA signal is release/acquire at cluster scope, the
-    proxy fence covers the peer's shared memory, and three cluster barriers bracket the kernel (after the barrier
-    inits; at each role's end)."""
+    """cluster_m 2: the converter stores its half of each slice into its own buffer only (tile_n / 32 units a thread
+    and slice, two 16-byte chunks each; the slice loop unrolled over a k-block's 4 slices), then, after its 128 threads
+    meet on named barrier 1, one thread copies the half (tile_n 128-byte rows) to the peer with one bulk copy that
+    completes on the peer's hfull, which warp 0 armed with expect_tx. No per-chunk DSMEM store, no cluster-scope
+    release or acquire: waits and the proxy fence are CTA-scope as for TMA data, the MMA warps' remote release of
+    hempty has the default semantics. Three cluster barriers bracket the kernel (after the barrier inits; at each
+    role's end)."""
     main = entries(ptx_of(compiled(m, n, k, cfg)))["main"]
     per = cfg.tile_n // 32
-    local = ptx_lines(main, r"^st\.shared\.v4\.u32")
-    remote = ptx_lines(main, r"^st\.shared::cluster\.v4\.u32")
-    assert len(local) == len(remote) == 4 * per * 2
+    assert len(ptx_lines(main, r"^st\.shared\.v4\.u32")) == 4 * per * 2
+    assert not ptx_lines(main, r"^st\.shared::cluster")
+    copies = ptx_lines(main, r"^cp\.async\.bulk\.shared::cluster\.shared::cta\.mbarrier::complete_tx::bytes ")
+    assert len(copies) == 4  # one a slice
+    assert all(re.search(rf"\], {cfg.tile_n * 128}, \[", c) for c in copies), copies  # the half: tile_n rows
+    assert len(ptx_lines(main, r"^bar\.sync\s+1, 128;")) == 4  # the converter warpgroup, before each copy
+    assert len(ptx_lines(main, r"^fence\.proxy\.async\.shared::cta;")) == 4
+    assert not ptx_lines(main, r"fence\.proxy\.async\.shared::cluster")
+    # expect_tx: the hfull arming of each slice, and the TMA loads' (packed B: prologue and loop; A: stages + 4)
+    assert len(ptx_lines(main, r"^mbarrier\.arrive\.expect_tx")) == 4 + 2 + cfg.stages + 4
     # three mapa: the peer's half of the buffers, its hfull and its hempty barriers
     assert len(ptx_lines(main, r"^mapa\.shared::cluster\.u32")) == 3
-    # remote arrivals: the converter's on the peer's hfull and the MMA warps' on its hempty, once per unrolled slice
-    assert len(ptx_lines(main, r"mbarrier\.arrive\.release\.cluster\.shared::cluster\.b64")) == 4 + 4
-    # waits on the FP16 buffers acquire at cluster scope: the converter's on hempty, the MMA warps' on hfull
-    assert len(ptx_lines(main, r"mbarrier\.try_wait\.parity\.acquire\.cluster")) == 4 + 4
-    assert len(ptx_lines(main, r"^fence\.proxy\.async\.shared::cluster;")) == 4
-    assert not ptx_lines(main, r"fence\.proxy\.async\.shared::cta")
+    # remote arrivals: the MMA warps' on the peer's hempty, once per unrolled slice, default (CTA-scope) release
+    assert len(ptx_lines(main, r"^mbarrier\.arrive\.shared::cluster\.b64 _,")) == 4
+    assert not ptx_lines(main, r"release\.cluster\.shared::cluster|acquire\.cluster")
     assert len(ptx_lines(main, r"^barrier\.cluster\.arrive;")) == len(ptx_lines(main, r"^barrier\.cluster\.wait;")) == 3
     # the packed ring: this CTA's half alone, so expect_tx counts half a k-block's bytes (moved into a register)
     tx = {int(x) for x in re.findall(r"^\s*mov\.b32\s+%r\d+, (\d+);", main, re.M)}
@@ -384,11 +392,12 @@ EMULATED = [  # (m, n, k, (tile_n, stages[, mma_converts]), seeds)
     (200, 136, 2048, (128, 5, True), [8]),
     (128, 72, 1024, (64, 2, True), [9]),
     (1, 64, 256, (128, 3, True), [10]),  # one k-block: the MMA warps convert slice 0 before their first WGMMA
-    # cluster_m 2: two CTAs share the FP16 [B1; B2] buffers (each converts one half into both)
+    # cluster_m 2: two CTAs share the FP16 [B1; B2] buffers (each converts one half, bulk-copies it to the peer)
     (300, 136, 1024, (128, 7, False, 1, 2), [17]),  # M tiles 3 -> 4: the last CTA wholly past M; 16 slices, ring 7
     (200, 200, 1536, (96, 9, False, 1, 2), [18]),  # the second CTA partly past M; 24 slices over a ring of 9
     # M = 64: the second CTA wholly past M, the shallowest ring. Seeds 3 and 7 interleave the CTAs so that, without
-    # the MMA warps' arrivals on the peer's hempty, a converter overwrites a buffer the peer still reads: both fail then
+    # the MMA warps' arrivals on the peer's hempty, a bulk copy overwrites a buffer the peer still reads: both fail then
+    # (test_emulator_cluster_form_catches_injected_bugs)
     (64, 72, 1024, (64, 2, False, 1, 2), [3, 7]),
     (1, 64, 256, (128, 2, False, 1, 2), [19]),  # one row, one k-block
 ]
@@ -413,6 +422,33 @@ def test_emulator_matches_reference(m, n, k, fields, seeds):
         assert reports[1].grid == (-(-m // (128 * cl)) * cl, -(-n // cfg.tile_n), 1)
         assert reports[1].smem <= cfg.smem_bytes() <= SMEM_PER_BLOCK
         assert not torch.isnan(a16.float()).any()  # the pre-pass wrote every element of the workspace
+
+
+def _emulate_ptx(m, n, k, cfg, seed, ptx):
+    ops = fp4.generate(m, n, k, seed=7)
+    a16 = torch.full((m, k), float("nan"), dtype=torch.float16)
+    args = operands_2d(*ops.inputs(), ops.c)
+    run_on_emulator(compiled(m, n, k, cfg), *args[:6], a16, args[6], seed=seed, ptx=ptx)
+    return fp4.check_close(ops.c, fp4.reference(*ops.inputs()))
+
+
+def test_emulator_cluster_form_catches_injected_bugs():
+    """The cluster form's two new hazards, each injected into its PTX: the bulk copy issued before the other converter
+    warps have stored (and fenced) their rows of the half (the named barrier dropped), and a buffer refilled by the
+    peer's copy while our WGMMAs may still read it (the MMA warps' remote hempty arrivals dropped, the count lowered
+    to our 8 warps so that nothing deadlocks)."""
+    cfg = A16Config(128, 2, cluster_m=2)
+    ptx = mutate(ptx_of(compiled(1, 64, 256, cfg)), drop=r"^bar\.sync\s+1, 128;")
+    with pytest.raises(errors.RaceError, match=r"cp\.async\.bulk \(shared to shared::cluster\) reads shared memory"):
+        _emulate_ptx(1, 64, 256, cfg, 0, ptx)
+
+    cfg = A16Config(64, 2, cluster_m=2)
+    ptx = ptx_of(compiled(64, 72, 1024, cfg))
+    assert len(re.findall(r"^\s*mov\.b32\s+%r\d+, 16;", ptx, re.M)) == 1  # hempty's count, 8 x 2 MMA warps
+    ptx = mutate(ptx, replace=(r"^mov\.b32\s+(%r\d+), 16;$", r"mov.b32 \1, 8;"))
+    ptx = mutate(ptx, drop=r"^mbarrier\.arrive\.shared::cluster\.b64")
+    for seed in (3, 7):
+        assert not _emulate_ptx(64, 72, 1024, cfg, seed, ptx).ok
 
 
 def test_emulator_default_config():

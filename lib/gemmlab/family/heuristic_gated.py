@@ -79,10 +79,11 @@ A16_COST = (2.94, 11.89, 4.26)
 A16_TWO_CONVERTERS = {64: 0.843, 96: 0.958}
 
 #: The time of the A16 twin's cluster form (``A16Config(cluster_m=2)``: two CTAs along M share the converted B, each
-#: converting one half) over the one-CTA form's per wave, by width (64, 96, 128). Empty: timed on an H100
-#: (2026-11-27, ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_cluster.json``, 9 shapes) the form was correct but 2.4 to
-#: 3.6 times slower than one CTA, far from the module's bound of about 0.63 (see
-#: :mod:`gemmlab.kernels.dual_gemm_sm90_a16`), so :func:`a16_time` refuses it and :func:`choose_a16` never picks it.
+#: converting one half and sending it to the peer by bulk copy) over the one-CTA form's per wave, by width (64, 96,
+#: 128). Empty: timed on an H100 (2026-11-27, ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_cluster.json``, 9 shapes)
+#: the form was correct but 0.96 to 0.99 of the one-CTA time at ``tile_n`` 64 (where two converter warpgroups take
+#: 0.84) and 1.39 to 1.47 times it at 96 and 128 (see :mod:`gemmlab.kernels.dual_gemm_sm90_a16`), so :func:`a16_time`
+#: refuses it and :func:`choose_a16` never picks it.
 A16_CLUSTER: dict = {}
 
 

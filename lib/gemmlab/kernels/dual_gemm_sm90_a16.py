@@ -51,48 +51,84 @@ The cluster form (``A16Config(cluster_m=2)``, ``tile_n`` 64, 96 or 128, one conv
 form a cluster (launch cluster (2, 1, 1); M tiles rounded up to even: a second CTA wholly past M converts its half,
 takes part in every barrier and stores nothing). Rank r loads only its half of [B1; B2] packed (rank 0 B1 and its
 scales, rank 1 B2 and its: 5 TMA boxes a k-block instead of 10, half the packed ring, so the A ring may be deeper)
-and converts it into stacked rows ``[r tile_n, (r + 1) tile_n)`` of buffer g % buffers of both CTAs: ``st.shared``
-into its own, ``st.shared::cluster`` into the peer's (``mapa`` of the same address), 4 x 16-byte stores a unit
-instead of 2. Each converted value so serves 256 rows of C instead of 128. The barriers::
+and converts it into stacked rows ``[r tile_n, (r + 1) tile_n)`` of buffer g % buffers of its own shared memory
+(``st.shared``, as the one-CTA form writes the whole slice). Those rows are one contiguous block of ``tile_n`` x 128
+bytes, and the copy engine moves it: once the converter's 4 warps have stored and fenced their rows, one thread
+issues ``cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes`` to the same rows of the peer's
+buffer (``mapa`` of the same address), completing on the peer's hfull as a TMA load completes on its barrier. Both
+CTAs' buffers sit at the same 1024-aligned offsets and a half starts on a 1024-byte swizzle atom (:func:`half_bytes`),
+so the byte copy carries the 128B swizzle unchanged. Each converted value so serves 256 rows of C. The barriers::
 
-    hfull[b]   count 2 x 4 converter warps: each converter warp, after its stores and ``fence.proxy.async.shared::cluster``
-               (generic-proxy stores, ours and the peer's, before either CTA's WGMMAs read them) and ``bar.warp.sync``,
-               arrives on its own hfull and on the peer's (``mbarrier.arrive.release.cluster.shared::cluster``)
+    hfull[b]   count 4 converter warps, plus the peer's copy's bytes: each converter warp, after its stores,
+               ``fence.proxy.async.shared::cta`` and ``bar.warp.sync``, arrives on its own hfull; warp 0's arrival is
+               ``mbarrier.arrive.expect_tx`` of ``tile_n`` x 128 bytes (the peer's half), which the peer's bulk copy
+               completes (complete_tx). The MMA warps wait at CTA scope, as on a TMA-loaded A slot
+    bar 1      named barrier of the converter's 128 threads after their arrivals; then thread 0 issues the bulk copy of
+               our half of buffer b to the peer's buffer b, complete_tx on the peer's hfull[b]
     hempty[b]  count 2 x 8 MMA warps: each MMA warp, after ``wgmma.wait_group 1``, arrives on its own hempty and on
-               the peer's, so neither converter overwrites a buffer in the other CTA before that CTA's WGMMAs read it
-    waits      on hfull (MMA warps) and hempty (converter) ``try_wait.parity.acquire.cluster``: the DSL's wait acquires
-               at CTA scope, which orders nothing the peer wrote or read; pfull, pempty and the A ring stay per CTA
-    cluster barriers  after the barrier inits (no arrival on a peer's barrier before it is initialised); at the
-               converter's end and around the MMA warpgroups' epilogue (arrive before, wait after): no CTA exits
-               while the peer may still write its shared memory or arrive on its barriers
+               the peer's (``mbarrier.arrive.shared::cluster``, default semantics: release at CTA scope, as CUTLASS's
+               ``ClusterBarrier::arrive(cta_id)`` releases a multicast TMA's consumer buffer). The WGMMAs' reads of
+               the buffer are complete at ``wait_group``, before the arrival, so the peer's next copy into it cannot
+               overwrite what they read. The converter waits at CTA scope: what it writes next is its own buffer
+               (``st.shared``, after its own MMA warps' arrivals) and the peer's through the async proxy
+    cluster barriers  after the barrier inits (no copy to or arrival on a peer's barrier before it is initialised);
+               at the converter's end and around the MMA warpgroups' epilogue (arrive before, wait after): no CTA
+               exits while the peer may still copy into it or arrive on its barriers, or while its own last copies
+               still read its buffers; pfull, pempty and the A ring stay per CTA
 
-A barrier phase cannot be overtaken: a converter arrives on the peer's hfull[b] for use u + 1 only after its own
-hempty[b] completed use u, which needs the peer's MMA warps to have passed the peer's hfull[b] for use u (and the same
-chain holds for hempty), so every barrier is at most one phase ahead of its slowest waiter, as in the one-CTA kernel.
+Phases. The peer's complete_tx and our expect_tx of hfull[b]'s use u may come in either order: the tx-count may go
+negative (PTX ISA, "mbarrier": its range is -(2^20 - 1) to 2^20 - 1), and a phase completes only when the pending
+arrivals and the tx-count are both zero, so the four local arrivals (warp 0's carrying the expect_tx) hold it open
+until our half is written and the peer's bytes are counted. No byte lands in the wrong phase: the peer copies into
+our b for use u + 1 only after its hempty[b] completed use u, which needs our MMA warps' arrivals, made after our
+hfull[b] completed use u; and our warp 0 arms use u after its own hempty[b] wait, after our MMA warps passed use
+u - 1. Source reuse: a converter rewrites its half of b for use u + 1 only after its hempty[b] completed use u, which
+needs the peer's MMA warps' release of use u, made after the peer's hfull[b] completed, after the bytes of our copy
+out of b landed: the copy has read its source. (The mbarrier form of the copy joins no bulk group, so
+``cp.async.bulk.wait_group.read`` could not track it anyway.) So every barrier is at most one phase ahead of its
+slowest waiter, as in the one-CTA kernel.
 
-Model of the cluster form, per CTA and 64-K slice at ``tile_n`` 128 (from the PTX; the GPU disagrees, below). One CTA:
-1,024 units of 16 values, 8 a converter thread, each 2 shared loads, 9 ``cvt.rn.f16x2.e4m3x2``, 9 ``mul.rn.f16x2``, 5
-``prmt`` and 2 16-byte stores plus address arithmetic, about 55 instructions (the converter's unrolled k-block, 32
-units a thread, is about 1,760 of the kernel's 3,510 PTX instructions); 32 KiB of FP16 written, 9 KiB of packed B and
-scales loaded. Cluster: 512 units, 4 a thread, each with 2 more (remote) stores: about 0.52 of the converter's
-instructions (the whole kernel 2,663 PTX instructions); the FP16 bytes written into each SM's shared memory are the
-same 32 KiB (16 from its own converter, 16 over the SM-to-SM network from the peer's), 4.5 KiB packed loaded; the
-WGMMAs unchanged (2 warpgroups x 4 x m64n256k16). Nsight Compute saw the tensor pipe 63 % busy at 1024 x 4096 x 7168,
-the MMA warps waiting on the converter: if halving the converter's work leaves the tensor pipe the limit, the time
-falls to at best about 0.63 of the one-CTA form's (at most 1.6x faster). What may keep it above that: the DSMEM
-stores' throughput, a cluster-scope round trip per slice on hfull and hempty, and the extra CTA of an odd
+Why the copy engine (H100, 2026-11-27). The first cluster design stored every converted 16-byte chunk twice,
+``st.shared`` into our buffer and ``st.shared::cluster`` into the peer's, with ``fence.proxy.async.shared::cluster``,
+``mbarrier.arrive.release.cluster`` on the peer's hfull and ``try_wait.acquire.cluster`` waits. It was correct (37
+GPU tests, bitwise equal to the one-CTA form at 1024 x 4096 x 7168, compute-sanitizer memcheck and racecheck clean)
+and **2.4 to 3.6 times slower** than the one-CTA form (``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_cluster_first.json``,
+kernels alone, 9 shapes M = 256 to 2048: 2.4 to 2.6 at ``tile_n`` 64, 3.1 to 3.6 at 96, 2.8 to 3.1 at 128). The probe
+(``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_cluster_probe.txt``, 1024 x 4096 x 7168, ``tile_n`` 128, pre-pass
+and main kernel per call): one-CTA form about 310 us, cluster form 621 us; Nsight Compute saw 67 % of its warp cycles
+stalled on an L1TEX scoreboard dependency (the remote stores) and 0.09 eligible warps per scheduler (0.39 one-CTA).
+The remote arrivals with default semantics instead of ``.release.cluster``: 416 us; the waits and the proxy fence at
+CTA scope too: 315 us, but wrong (nothing then orders the peer's generic stores for our WGMMAs); no remote stores at
+all (wrong) with CTA-scope arrivals: 302 us. The per-thread remote stores, and the cluster-scope release that must
+wait for them, cost the time; the bulk copy takes the bytes off the converter's threads and makes every cross-CTA
+signal what a TMA multicast pipeline uses (the probe's other variants patched wrappers of that first design, which
+are gone: commit 4594d43 has them).
+
+Measured, this design (H100, 2026-11-27, ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_cluster.json``, kernels
+alone, the same 9 shapes): correct (the 37 GPU tests, bitwise equal to the one-CTA form; compute-sanitizer memcheck
+and racecheck clean), twice as fast as the first design, and still not worth running: 0.96 to 0.99 of the one-CTA
+form's time at ``tile_n`` 64 but 1.13 to 1.19 times the two-converter form's there (1024 x 4096 x 7168: 241.0 us
+against 251.1 and 210.1), and 1.39 to 1.47 times the one-CTA form's at 96 and 128 (1024 x 4096 x 7168 at 128: 290.7
+against 204.6). The halved conversion does not reach the tensor cores: each slice now waits for the peer's slowest
+converter warp and the copy's flight, and the peer's MMA warps' release, with two FP16 buffers of slack (not
+profiled). :data:`~gemmlab.family.heuristic_gated.A16_CLUSTER` stays empty, so the public call never runs it.
+
+Model of the cluster form, per CTA and 64-K slice at ``tile_n`` 128 (from the PTX). One CTA: 1,024 units of 16
+values, 8 a converter thread, each 2 shared loads, 9 ``cvt.rn.f16x2.e4m3x2``, 9 ``mul.rn.f16x2``, 5 ``prmt`` and 2
+16-byte stores plus address arithmetic, about 55 instructions (the converter's unrolled k-block, 32 units a thread,
+is about 1,760 of the kernel's 3,510 PTX instructions); 32 KiB of FP16 written, 9 KiB of packed B and scales loaded.
+Cluster: 512 units, 4 a thread, the same 2 local stores each, so about half the converter's instructions (the whole
+kernel 2,664 PTX instructions against the one-CTA form's 3,485 counted the same way at 1024 x 4096 x 7168), plus a
+named barrier and one bulk copy of 16 KiB a slice; the FP16 bytes
+written into each SM's shared memory are the same 32 KiB (16 by its own converter, 16 by the peer's copy over the
+SM-to-SM network), 4.5 KiB packed loaded; the WGMMAs unchanged (2 warpgroups x 4 x m64n256k16). Nsight Compute saw
+the one-CTA form's tensor pipe 63 % busy at 1024 x 4096 x 7168, the MMA warps waiting on the converter: if halving
+the converter's work leaves the tensor pipe the limit, the time falls to at best about 0.63 of the one-CTA form's
+(at most 1.6x faster). What may keep it above that: a slice's peer half now lands only after the peer's slowest
+converter warp and the copy's latency (the per-chunk stores overlapped the conversion), the per-slice named barrier,
+a cross-SM round trip per slice on hempty with only ``buffers`` FP16 buffers of slack, and the extra CTA of an odd
 ceil(M / 128) (M = 640: 6 tiles instead of 5, 20 % more CTAs). The same halving at 64 and 96 has no measured tensor
 share to bound it.
-
-Measured (H100, 2026-11-27, ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_cluster.json``, kernels alone, 9 shapes
-M = 256 to 2048): correct (37 GPU tests, bitwise equal to the one-CTA form at 1024 x 4096 x 7168; compute-sanitizer
-memcheck and racecheck clean), and **2.4 to 2.6 times slower** than the one-CTA form at ``tile_n`` 64, 3.1 to 3.6 at
-96, 2.8 to 3.1 at 128 (1024 x 4096 x 7168: 614.6 us against 204.4). So a cost the model above leaves out dominates;
-not yet profiled. The suspects: every slice makes a cross-SM round trip (the peer's converter waits for our MMA warps'
-remote hempty arrival before it may write our buffer, and our MMA warps wait for its remote hfull arrival), with only
-``buffers`` FP16 buffers of slack to hide it; the waits spin on ``try_wait.acquire.cluster`` in a loop of our own;
-and each converter thread's 16-byte remote stores. :data:`~gemmlab.family.heuristic_gated.A16_CLUSTER` stays empty,
-so the public call never runs this form.
 
 Registers: 384 threads start with 168 each (.minnctapersm 1: ptxas then honours setmaxnreg, see the decode
 twin); :data:`REGS` moves them to the roles, ``128 x (converters x converter + 2 x MMA) <= entry x threads``. 512
@@ -128,12 +164,12 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
-from ..async_copy import mapa_shared_cluster
+from ..async_copy import cp_async_bulk_s2s_cluster, mapa_shared_cluster
 from ..family.configs import A16_B_STAGES as B_STAGES, A16_SLICE_BYTES as A_SLICE_BYTES, A16Config
 from ..family.configs import GATED_TILE_M as TILE_M, KB_BYTES, SF_BYTES, SLICE_K, SLICES
 from ..family.problem import check_gated_sizes
 from ..fp4_dequant import fp4x8_to_f16, scale_f16x2
-from ..ldst import ld_global_b32, ld_shared_b32, ld_shared_v2, st_global_v4, st_shared_v4
+from ..ldst import ld_global_b32, ld_shared_b32, ld_shared_v2, st_global_v4
 from .dual_gemm_sm90 import (check_devices, check_sm90_target, compile_with_pointers, fake_operands, gate_epilogue,
                              operand_2d, operands_2d, with_runtime_rows)
 from .dual_gemm_sm90_pipelined import convert_unit, load_b
@@ -149,46 +185,29 @@ PREPASS_UNITS = 4  #: 8-value units each pre-pass thread converts (one packed wo
 
 
 # --------------------------------------------------------------------------------------
-# PTX wrappers of the cluster form (``cluster_m`` 2): a peer CTA's shared memory and barriers
+# The cluster form (``cluster_m`` 2): the peer's half by one bulk copy, and the peer's release
 # --------------------------------------------------------------------------------------
 
-
-def st_cluster_v4(addr, a, b, c, d):
-    """``st.shared::cluster.v4.u32``: four words to a 16-byte aligned ``shared::cluster`` address (the peer CTA's
-    shared memory: :func:`~gemmlab.async_copy.mapa_shared_cluster` of our own address). A generic-proxy store, as
-    ``st.shared`` is."""
-    cute.arch.inline_ptx("st.shared::cluster.v4.u32 [{$r0}], {{$r1}, {$r2}, {$r3}, {$r4}};",
-                         read_only_args=[addr, a, b, c, d])
+CONVERTER_BARRIER = 1  #: named barrier of the converter warpgroup's 128 threads (0 is ``__syncthreads``; no other)
 
 
-def arrive_cluster(addr):
-    """``mbarrier.arrive.release.cluster.shared::cluster.b64``: one arrival on the mbarrier at ``shared::cluster``
-    address ``addr`` (the peer's), releasing at cluster scope what this thread wrote before (and what it has
-    synchronised with: its warp's stores, after ``bar.warp.sync``)."""
-    cute.arch.inline_ptx("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{$r0}];", read_only_args=[addr])
+def half_bytes(bn: int) -> int:
+    """Bytes of a CTA's half of a stacked [B1; B2] slice buffer (``cluster_m`` 2): ``bn`` 128-byte rows, copied to
+    the peer in one ``cp.async.bulk``. The copy keeps the 128B swizzle as it is, byte for byte, only if both ends sit
+    at the same offset within a 1024-byte swizzle atom: the buffers are 1024-aligned at the same offset in both CTAs
+    (one kernel, one allocation order), and a half starts ``bn`` rows into a buffer of ``2 bn``."""
+    nbytes = bn * 128
+    assert nbytes % 1024 == 0, f"a half of {bn} rows does not start on a 1024-byte swizzle atom"
+    assert nbytes % 16 == 0 and nbytes < 1 << 20, f"cp.async.bulk cannot copy {nbytes} bytes (tx-count range)"
+    return nbytes
 
 
-def wait_cluster(bar, parity):
-    """Spin until the phase of parity ``parity`` of our mbarrier ``bar`` has completed, with acquire at cluster
-    scope (``try_wait.parity.acquire.cluster``): the peer CTA's writes that its arrival released are visible after
-    it. (``cute.arch.mbarrier_wait`` acquires at CTA scope, which orders nothing the peer wrote.)"""
-    cute.arch.inline_ptx(
-        "{ .reg .pred p; "
-        "WAIT_CLUSTER: "
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [{$r0}], {$r1}; "
-        "@!p bra WAIT_CLUSTER; }",
-        read_only_args=[bar, Int32(parity)],
-    )
-
-
-@cute.jit
-def wait_bar(bar, parity, cluster: cutlass.Constexpr):
-    """The FP16 buffers' waits: CTA scope alone, cluster scope with ``cluster_m`` 2 (the peer writes our buffers
-    and reads those we write)."""
-    if cutlass.const_expr(cluster > 1):
-        wait_cluster(bar, parity)
-    else:
-        cute.arch.mbarrier_wait(bar, parity)
+def arrive_remote(addr):
+    """``mbarrier.arrive.shared::cluster.b64``: one arrival on the mbarrier at ``shared::cluster`` address ``addr``
+    (the peer's, from :func:`~gemmlab.async_copy.mapa_shared_cluster`), with the default semantics: release at CTA
+    scope, as CUTLASS's ``ClusterBarrier::arrive(cta_id)`` releases a multicast TMA's consumer buffer. What it
+    orders for the peer is our WGMMAs' reads, complete at ``wgmma.wait_group`` before it: no data of ours."""
+    cute.arch.inline_ptx("mbarrier.arrive.shared::cluster.b64 _, [{$r0}];", read_only_args=[addr])
 
 
 # --------------------------------------------------------------------------------------
@@ -239,7 +258,9 @@ def convert_b_stacked(fB, loaded, unit: Int32, buf, bn: cutlass.Constexpr):
     """One unit of :func:`~.dual_gemm_sm90_pipelined.load_b` (row ``unit // 4`` of [B1; B2], 16 values) to FP16 in
     buffer ``buf``: two 16-byte chunks of a 128B-swizzled row, chunk c of row r at chunk ``c ^ (r % 8)``. The
     buffer stacks B1's ``bn`` rows and B2's: row r of [B1; B2] at ``r x 128`` bytes (WGMMA's K-major B layout
-    for N = 2 bn)."""
+    for N = 2 bn). ``fB``: the buffers' base, or (``cluster_m`` 2) our half's, ``rank bn`` rows in: a whole number
+    of 1024-byte swizzle atoms (:func:`half_bytes`), so row ``unit // 4`` of the half has the stacked row's swizzle
+    phase."""
     convert_unit(fB + (buf * (2 * bn * 128) + (unit // 4) * 128), loaded, unit)
 
 
@@ -260,26 +281,6 @@ def load_b_half(pB, sB, unit: Int32, sl: cutlass.Constexpr, bn: cutlass.Constexp
     x0, x1 = ld_shared_v2(pB + (sl * bn * SLICE_BYTES + row * SLICE_BYTES + (unit % 4) * 8))
     sw = ld_shared_b32(sB + (row * SF_BYTES + sl * 4))
     return x0, x1, sw
-
-
-@cute.jit
-def convert_unit_both(own_row, peer_row: Int32, loaded, unit: Int32):
-    """``cluster_m`` 2: :func:`~.dual_gemm_sm90_pipelined.convert_unit` written twice, to the 128-byte row at
-    ``own_row`` of our buffer (``st.shared``) and to the same row of the peer's (``peer_row``, a ``shared::cluster``
-    address: ``st.shared::cluster``). Half rows are ``bn`` (a multiple of 16) apart, so ``unit // 4`` has the
-    swizzle phase of the stacked row."""
-    q = unit % 4
-    x0, x1, sw = loaded
-    sc = scale_f16x2(sw >> (q * 8), 0)
-    h0 = fp4x8_to_f16(x0, sc, sc)
-    h1 = fp4x8_to_f16(x1, sc, sc)
-    r8 = (unit // 4) % 8
-    c0 = ((2 * q) ^ r8) * 16
-    c1 = ((2 * q + 1) ^ r8) * 16
-    st_shared_v4(own_row + c0, *h0)
-    st_shared_v4(own_row + c1, *h1)
-    st_cluster_v4(peer_row + c0, *h0)
-    st_cluster_v4(peer_row + c1, *h1)
 
 
 @cute.jit
@@ -324,8 +325,8 @@ def a16_kernel(
     afull = smem.allocate_array(Int64, 2 * SA, byte_alignment=8)  # per MMA warpgroup: its FP16 A half-slice landed
     pfull = smem.allocate_array(Int64, B_STAGES, byte_alignment=8)  # packed B k-block landed (TMA)
     pempty = smem.allocate_array(Int64, B_STAGES, byte_alignment=8)  # packed B k-block read (the converting warps)
-    # FP16 [B1; B2] buffer written (the converting warps; cluster_m 2: ours and the peer's) and read (8 MMA warps;
-    # cluster_m 2: ours and the peer's 8)
+    # FP16 [B1; B2] buffer written (the converting warps; cluster_m 2: and the bytes of the peer's bulk copy of its
+    # half) and read (8 MMA warps; cluster_m 2: ours and the peer's 8, which read the copy of our half)
     hfull = smem.allocate_array(Int64, NB, byte_alignment=8)
     hempty = smem.allocate_array(Int64, NB, byte_alignment=8)
 
@@ -344,14 +345,14 @@ def a16_kernel(
                 cute.arch.mbarrier_init(pfull + s, 1)
                 cute.arch.mbarrier_init(pempty + s, CONVERTING_WARPS)
             for b in cutlass.range_constexpr(NB):
-                cute.arch.mbarrier_init(hfull + b, CONVERTING_WARPS * CL)
+                cute.arch.mbarrier_init(hfull + b, CONVERTING_WARPS)  # cluster_m 2: + the peer's bytes (tx)
                 cute.arch.mbarrier_init(hempty + b, 8 * CL)
             cute.arch.mbarrier_init_fence()
     rank = Int32(0)  # our rank in the cluster: the half of [B1; B2] we load and convert
     peer_hfull = Int32(0)  # the peer's barriers, as shared::cluster addresses
     peer_hempty = Int32(0)
     if cutlass.const_expr(CL > 1):
-        # both CTAs' barriers are initialised before either arrives on the other's
+        # both CTAs' barriers are initialised before either arrives on, or copies to, the other's
         cute.arch.cluster_arrive()
         cute.arch.cluster_wait()
         rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
@@ -374,10 +375,15 @@ def a16_kernel(
         if warp == 0:
             load_b_stage(b_copies, pfull, n_tile, Int32(0), Int32(0), cfg.b_stage_bytes(), rank, CL)
         per = CONV_UNITS // CT  # 8-byte units of a slice per thread
-        # cluster_m 2: our half's rows of the stacked buffers, in our shared memory and (shared::cluster) the peer's
-        own_half = fRaw.iterator + rank * (BN * 128)
+        # cluster_m 2: our half's rows of the stacked buffers, in our shared memory and (shared::cluster) the peer's:
+        # rows [rank bn, (rank + 1) bn), 1024-aligned (half_bytes), so the swizzle phase of half row r is the
+        # stacked row's and a byte copy to the same offset in the peer is a copy of the swizzled rows
+        own_half = fRaw.iterator
         peer_half = Int32(0)
+        HB = 0  # bytes of our half of a slice, the peer's copy of it
         if cutlass.const_expr(CL > 1):
+            HB = half_bytes(BN)
+            own_half = fRaw.iterator + rank * HB
             peer_half = Int32(mapa_shared_cluster(own_half, 1 - rank))
         for kb in cutlass.range(k_blocks, unroll=1):
             if warp == 0:
@@ -393,37 +399,43 @@ def a16_kernel(
             for sl in cutlass.range_constexpr(SLICES):
                 buf = sl % NB  # SLICES is a multiple of NB: the buffer is fixed per slice of a k-block
                 uses = SLICES // NB  # times a k-block fills each buffer
-                # its last WGMMAs are done (cluster_m 2: ours and the peer's)
-                wait_bar(hempty + buf, ((kb * uses + sl // NB) & 1) ^ 1, CL)
+                # its last WGMMAs are done (cluster_m 2: ours, which read our buffer, and the peer's, which read the
+                # peer's buffer, where our bulk copy will write; CTA scope: all we write next is our own buffer by
+                # st.shared and the peer's by the async proxy, ordered after its MMA warps' wgmma.wait_group by their
+                # remote arrival, as a multicast TMA after its consumers' release). It also frees our half of the
+                # buffer from our last bulk copy out of it: the peer's MMA warps released that use only after their
+                # hfull completed, which needed the copy's bytes to land, so it has finished reading.
+                cute.arch.mbarrier_wait(hempty + buf, ((kb * uses + sl // NB) & 1) ^ 1)
                 nxt_loaded = loaded
                 if cutlass.const_expr(sl + 1 < SLICES):  # the next slice's loads overlap this one's conversion
                     nxt_loaded = [load_slice_unit(stage_b, stage_sb, tidx + i * CT, sl + 1, BN, CL)
                                   for i in range(per)]
-                for i in cutlass.range_constexpr(per):
-                    if cutlass.const_expr(CL > 1):
-                        row = buf * (2 * BN * 128) + ((tidx + i * CT) // 4) * 128
-                        convert_unit_both(own_half + row, peer_half + row, loaded[i], tidx + i * CT)
-                    else:
-                        convert_b_stacked(fRaw.iterator, loaded[i], tidx + i * CT, buf, BN)
+                for i in cutlass.range_constexpr(per):  # cluster_m 2: our half, into our own buffer only
+                    convert_b_stacked(own_half, loaded[i], tidx + i * CT, buf, BN)
                 loaded = nxt_loaded
+                # generic-proxy stores before the async proxy reads them: our WGMMAs and (cluster_m 2) our bulk copy
+                cute.arch.fence_proxy("async.shared", space="cta")
+                cute.arch.sync_warp()
+                if lane == 0:
+                    if cutlass.const_expr(CL > 1):
+                        if warp == 0:  # its warp's arrival, arming the phase for the peer's copy of its half
+                            cute.arch.mbarrier_arrive_and_expect_tx(hfull + buf, HB)
+                        else:
+                            cute.arch.mbarrier_arrive(hfull + buf)
+                    else:
+                        cute.arch.mbarrier_arrive(hfull + buf)
                 if cutlass.const_expr(CL > 1):
-                    # generic-proxy stores, ours and the peer's, before either CTA's WGMMAs read them; then the
-                    # arrivals: ours, and the peer's released at cluster scope (its MMA warps acquire at cluster scope)
-                    cute.arch.fence_proxy("async.shared", space="cluster")
-                    cute.arch.sync_warp()
-                    if lane == 0:
-                        cute.arch.mbarrier_arrive(hfull + buf)
-                        arrive_cluster(peer_hfull + buf * 8)
-                else:
-                    cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy stores before WGMMA reads them
-                    cute.arch.sync_warp()
-                    if lane == 0:
-                        cute.arch.mbarrier_arrive(hfull + buf)
+                    # all four warps' stores of our half are written and fenced: one thread copies the half to the
+                    # same rows of the peer's buffer, completing on the peer's hfull (which its warp 0 armed)
+                    cute.arch.barrier(barrier_id=CONVERTER_BARRIER, number_of_threads=128)
+                    if tidx == 0:
+                        off = buf * (2 * BN * 128)
+                        cp_async_bulk_s2s_cluster(peer_half + off, own_half + off, HB, peer_hfull + buf * 8)
             if lane == 0:
                 cute.arch.mbarrier_arrive(pempty + st)
         if cutlass.const_expr(CL > 1):
-            # the peer writes our buffers and arrives on our barriers until its last slice: neither CTA exits before
-            # both are done with the other's shared memory
+            # the peer copies into our buffers and arrives on our barriers until its last slice, and our last copies
+            # read our buffers until they land in the peer's: neither CTA exits before both are done
             cute.arch.cluster_arrive()
             cute.arch.cluster_wait()
     else:
@@ -465,7 +477,8 @@ def a16_kernel(
                 buf = sl % NB
                 uses = SLICES // NB
                 cute.arch.mbarrier_wait(bars + slot, (g // SA) & 1)
-                wait_bar(hfull + buf, (kb * uses + sl // NB) & 1, CL)  # cluster_m 2: both halves written
+                # CTA scope as for a TMA load: cluster_m 2's other half arrives by the peer's bulk copy (complete_tx)
+                cute.arch.mbarrier_wait(hfull + buf, (kb * uses + sl // NB) & 1)
                 warpgroup.fence()
                 for ks in cutlass.range_constexpr(k_steps):
                     cute.gemm(tiled_mma, acc, tCrA[(None, None, ks, slot)], tCrB[(None, None, ks, buf)], acc)
@@ -475,8 +488,8 @@ def a16_kernel(
                 if g > 0:
                     if lane == 0:
                         cute.arch.mbarrier_arrive(hempty + (sl + NB - 1) % NB)
-                        if cutlass.const_expr(CL > 1):  # the peer's converter writes this buffer of ours too
-                            arrive_cluster(peer_hempty + ((sl + NB - 1) % NB) * 8)
+                        if cutlass.const_expr(CL > 1):  # the peer's bulk copy writes this buffer of ours too
+                            arrive_remote(peer_hempty + ((sl + NB - 1) % NB) * 8)
                     refill = g - 1 + SA
                     if loader:
                         if refill < slices:
@@ -488,7 +501,9 @@ def a16_kernel(
                                           nkb, (sl + 1) % SLICES, CONV_UNITS + ctid, MPER, lane, BN, NB)
         warpgroup.wait_group(0)
         if cutlass.const_expr(CL > 1):
-            cute.arch.cluster_arrive()  # our last arrival on the peer's barriers is behind us; the wait is at the end
+            # our last arrival on the peer's barriers is behind us, and the peer's last copy into us has landed (our
+            # hfull): the wait is at the end
+            cute.arch.cluster_arrive()
 
         # ---- epilogue: columns [0, BN) of the accumulator are A B1^T, [BN, 2 BN) A B2^T
         thr_epi = epi_mma.get_slice(ctid)
