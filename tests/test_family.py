@@ -592,3 +592,85 @@ def test_model_regret_by_hand():
     doc["date"] = "2026-11-28 09:00:00 UTC"  # a later run's split rows count: the split row is now the best
     pick_us = 10.0 if h.predict(p, split).time_us < h.predict(p, big).time_us else 50.0
     assert model_regret(doc)["geomean"] == pytest.approx(pick_us / 10.0)
+
+
+# ---------------------------------------------------------------- the first call's timing of the model's best few
+
+
+def test_tune_top_reads_the_environment(monkeypatch):
+    from gemmlab.family import tune
+
+    monkeypatch.delenv("GEMMLAB_TUNE", raising=False)
+    assert tune.tune_top() == tune.DEFAULT_TOP == 1  # off unless asked for (measured: it did not pay)
+    monkeypatch.setenv("GEMMLAB_TUNE", " 4 ")
+    assert tune.tune_top() == 4
+    for bad, msg in (("two", "GEMMLAB_TUNE must be a whole number"), ("0", "GEMMLAB_TUNE must be"),
+                     ("2.5", "GEMMLAB_TUNE must be a whole number"), ("17", "GEMMLAB_TUNE must be")):
+        monkeypatch.setenv("GEMMLAB_TUNE", bad)
+        with pytest.raises(ValueError, match=msg):
+            tune.tune_top()
+
+
+def test_tune_shortlist_and_pick_by_hand():
+    from gemmlab.family import tune
+
+    p = GemmProblem(512, 2112, 7168)
+    cands = h.candidates(p, 132)
+    short = tune.shortlist(cands, 4)
+    assert short[0] == h.choose(p, 132) and len(short) == len(set(short)) == 4
+    assert short == [c.config for c in cands[:4]]  # the model's order (its candidates are distinct configs)
+    assert tune.shortlist(["x", "x", "y", "z"], 2) == ["x", "y"]  # repeats count once
+    # the fastest wins, but one within 1 % of an earlier-ranked one does not displace it
+    assert tune.pick_fastest([("a", 30.0), ("b", 29.8), ("c", 31.0)]) == "a"
+    assert tune.pick_fastest([("a", 30.0), ("b", 29.6), ("c", 28.0)]) == "c"
+    assert tune.pick_fastest([("a", 30.0), ("b", 25.0), ("c", 24.9)]) == "b"
+    with pytest.raises(ValueError, match="timed must hold at least one"):
+        tune.pick_fastest([])
+    with pytest.raises(ValueError, match="top must be"):
+        tune.shortlist(cands, 0)
+
+
+def test_tune_times_each_candidate_once_per_problem(monkeypatch):
+    from gemmlab.family import tune
+
+    monkeypatch.setattr(tune, "_CHOICES", {})
+    seen = []
+    fake = {"a": 40.0, "b": 31.0, "c": 35.0}
+
+    def time_us(cfg):
+        seen.append(cfg)
+        return fake[cfg]
+
+    assert tune.choose_by_timing("k", ["a", "b", "c"], time_us) == "b"
+    assert tune.choose_by_timing("k", ["a", "b", "c"], time_us) == "b" and seen == ["a", "b", "c"]  # kept
+    assert tune.choices()["k"] == [("a", 40.0), ("b", 31.0), ("c", 35.0)]
+    assert tune.choose_by_timing("one", ["a"], time_us) == "a" and len(seen) == 3  # nothing to compare: no launch
+
+
+def test_plan_takes_the_timed_choice_on_the_callers_tensors(monkeypatch):
+    """make_plan with the caller's tensors and GEMMLAB_TUNE=4: the model's best four are each launched (here: a fake
+    clock that makes the third the fastest) and the plan runs that one; with CPU tensors, or GEMMLAB_TUNE=1 (the
+    default), the model's pick."""
+    from gemmlab.family import tune
+
+    monkeypatch.setattr(tiers, "detect_tier", lambda: "sm90")
+    monkeypatch.setattr(hardware, "sm_count", lambda device=None: 132)
+    monkeypatch.setattr(plan, "compiled_kernel", lambda problem, cfg, arch: cfg)  # the "function" is its config
+    monkeypatch.setattr(plan, "raw_function", lambda fn: fn)
+    monkeypatch.setattr(plan, "_bind", lambda fn, problem, cfg, arch, sms: lambda a, b, out: launched.append(cfg))
+    monkeypatch.setattr(tune, "_CHOICES", {})
+    monkeypatch.setenv("GEMMLAB_TUNE", "4")
+    p = GemmProblem(512, 2112, 7168)
+    four = [c.config for c in h.candidates(p, 132)[:4]]
+    clock = {cfg: 50.0 - 5 * (i == 2) for i, cfg in enumerate(four)}
+    launched = []
+    monkeypatch.setattr(tune, "time_launch", lambda launch, device: (launch(), clock[launched[-1]])[1])
+    a, b = _ab(512, 2112, 7168)
+    out = torch.empty(512, 2112, dtype=BF)
+    assert plan._timed_choice(p, 132, None, (a, b, out)) == four[2]
+    assert launched == four  # each candidate launched once on the caller's tensors
+    assert plan._timed_choice(p, 132, None, (a, b, None)) == four[2] and len(launched) == 4  # kept per problem
+    # CPU tensors (no GPU to time on), or timing turned off: the model's choice, nothing launched
+    assert plan.make_plan(p, None, tensors=(a, b, out)).config == four[0] and len(launched) == 4
+    monkeypatch.delenv("GEMMLAB_TUNE")
+    assert plan.make_plan(p, None, tensors=(a, b, out)).config == four[0] and len(launched) == 4

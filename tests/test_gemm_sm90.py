@@ -282,3 +282,33 @@ def test_gpu_rejects_cpu_tensors_and_mixed_devices():
         gemm(a, b)
     with pytest.raises(ValueError, match="b must be on a cuda device"):
         gemm(a.cuda(), b)
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+def test_first_call_times_the_models_best_and_runs_the_fastest(monkeypatch):
+    """With GEMMLAB_TUNE=4, gemmlab.gemm's first call of a new problem times the model's best four configurations on
+    the caller's tensors (gemmlab.family.tune) and its plan runs the fastest; the output is still right (poisoned
+    first)."""
+    from gemmlab.family import api, tune
+    from gemmlab.family.problem import problem_of
+
+    monkeypatch.setenv("GEMMLAB_TUNE", "4")
+    torch.manual_seed(3)
+    m, n, k = 520, 2112, 1472  # a problem no other test makes
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemm(a, b, out=out)
+    torch.cuda.synchronize()
+    ref = a.float() @ b.float()
+    assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+    problem = problem_of(a, b, out)
+    timed = tune.choices()[(problem, torch.cuda.current_device())]
+    assert 2 <= len(timed) <= 4 and all(us > 0 for _, us in timed)
+    plan = next(p for p in api.plans() if p.problem == problem)
+    assert plan.config == tune.pick_fastest(timed)
+    out2 = torch.full_like(out, float("nan"))
+    gemm(a, b, out=out2)  # the same plan: no second timing
+    torch.cuda.synchronize()
+    assert torch.equal(out, out2) and tune.choices()[(problem, torch.cuda.current_device())] is timed

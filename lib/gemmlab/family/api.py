@@ -96,7 +96,7 @@ def _new_plan(a, b, out, key) -> tuple[Plan, bool, tuple]:
     problem = problem_of(a, b, out)
     arch_of_machine()
     check_devices(a, b, out)
-    plan = _plan_for(problem, a.device)
+    plan = _plan_for(problem, a.device, (a, b, out))
     fix = any(c is not t for c, t in zip(canonical_operands(a, b, out, problem.b_major), (a, b, out)))
     entry = (plan, fix, spans(a, b, out))
     if key is not None:
@@ -107,11 +107,11 @@ def _new_plan(a, b, out, key) -> tuple[Plan, bool, tuple]:
 _BY_PROBLEM: dict = {}
 
 
-def _plan_for(problem, device) -> Plan:
+def _plan_for(problem, device, tensors=None) -> Plan:
     key = (problem, device)
     plan = _BY_PROBLEM.get(key)
     if plan is None:
-        plan = _BY_PROBLEM[key] = make_plan(problem, device)
+        plan = _BY_PROBLEM[key] = make_plan(problem, device, tensors=tensors)
     return plan
 
 

@@ -36,7 +36,7 @@ import time
 
 from .. import hardware, tiers
 from ..checks import check_int
-from . import heuristic_gated, heuristic_grouped
+from . import heuristic_gated, heuristic_grouped, tune
 from .configs import (DECODE_SPLITS, DESC_WORDS, TABLE_COLUMNS, A16Config, DecodeConfig, PipelinedConfig,
                       Sm90Config, Sm100Config, effective_splits, slots_per_cta)
 from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
@@ -260,11 +260,21 @@ def choose_config(problem: GemmProblem, arch: str, num_sms: int, spec=None):
     return choose(problem, num_sms)
 
 
-def make_plan(problem: GemmProblem, device=None, config=None) -> Plan:
-    """The plan for ``problem`` on ``device`` (default: the current one); ``config`` overrides the heuristic."""
+def make_plan(problem: GemmProblem, device=None, config=None, tensors=None) -> Plan:
+    """The plan for ``problem`` on ``device`` (default: the current one); ``config`` overrides the heuristic.
+
+    ``tensors``: the caller's ``(a, b, out)`` (``out`` may be None). With them on a Hopper GPU, the model's few best
+    configurations are timed on the first plan of a problem and the fastest is kept (:mod:`gemmlab.family.tune`;
+    ``GEMMLAB_TUNE=1``: the model's choice alone).
+    """
     arch = arch_of_machine()
     sms = hardware.sm_count(device)
-    cfg = config or choose_config(problem, arch, sms, hardware.spec_of(device))
+    if config is not None:
+        cfg = config
+    elif arch == "sm90" and tensors is not None and getattr(tensors[0], "is_cuda", False) and tune.tune_top() > 1:
+        cfg = _timed_choice(problem, sms, hardware.spec_of(device), tensors)
+    else:
+        cfg = choose_config(problem, arch, sms, hardware.spec_of(device))
     want = Sm90Config if arch == "sm90" else Sm100Config
     if not isinstance(cfg, want):
         raise TypeError(f"config must be an {want.__name__} on this {arch} machine; got {type(cfg).__name__}")
@@ -281,6 +291,29 @@ def make_plan(problem: GemmProblem, device=None, config=None) -> Plan:
     return Plan(problem, cfg, arch, sms)
 
 
+def _timed_choice(problem: GemmProblem, sms: int, spec, tensors) -> Sm90Config:
+    """:func:`gemmlab.family.tune.choose_by_timing` over the model's best :func:`~gemmlab.family.tune.tune_top`
+    configurations, each launched on the caller's tensors (into a scratch output when ``out`` is None)."""
+    import torch
+
+    from .heuristic_sm90 import candidates, model_for
+
+    configs = tune.shortlist(candidates(problem, sms, model_for(spec)), tune.tune_top())
+    a, b, out = tensors
+    if out is None:
+        out = torch.empty((problem.m, problem.n), dtype=getattr(torch, problem.out_dtype), device=a.device)
+    a, b, out = canonical_operands(a, b, out, problem.b_major)
+    index = a.device.index
+    if index is None:
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+
+    def time_us(cfg):
+        launch = Plan(problem, cfg, "sm90", sms).launch
+        return tune.time_launch(lambda: launch(a, b, out), a.device)
+
+    return tune.choose_by_timing((problem, index), configs, time_us)
+
+
 def prepare(a, b, out, config=None):
     """Check the tensors once and return ``run()``: the launch of ``out = a @ b`` with nothing else per call.
 
@@ -292,7 +325,7 @@ def prepare(a, b, out, config=None):
     problem = problem_of(a, b, out)
     arch_of_machine("gemmlab.family.plan.prepare")  # the tier before the devices, as gemmlab.gemm
     check_devices(a, b, out)
-    plan = make_plan(problem, a.device, config)
+    plan = make_plan(problem, a.device, config, (a, b, out))
     a, b, out = canonical_operands(a, b, out, problem.b_major)
     launch = plan.launch
 
