@@ -303,15 +303,12 @@ def _timed_choice(problem: GemmProblem, sms: int, spec, tensors) -> Sm90Config:
     if out is None:
         out = torch.empty((problem.m, problem.n), dtype=getattr(torch, problem.out_dtype), device=a.device)
     a, b, out = canonical_operands(a, b, out, problem.b_major)
-    index = a.device.index
-    if index is None:
-        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
 
     def time_us(cfg):
         launch = Plan(problem, cfg, "sm90", sms).launch
         return tune.time_launch(lambda: launch(a, b, out), a.device)
 
-    return tune.choose_by_timing((problem, index), configs, time_us)
+    return tune.choose_by_timing((problem, a.device), configs, time_us)
 
 
 def prepare(a, b, out, config=None):

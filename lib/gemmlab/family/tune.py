@@ -6,9 +6,9 @@ first choice was within 1 % of the fastest timed variant on most shapes, but 3 t
 the weakest twenty and up to 14 % slower on one (512 x 2112 x 7168). Where the model cannot tell its best few
 apart, a measurement might: with ``GEMMLAB_TUNE`` set above 1, the first :func:`gemmlab.gemm` (or
 ``plan.prepare``) of a problem on a Hopper GPU times the ``top`` distinct configurations the model ranks first, on
-the caller's tensors, and the plan keeps the fastest for the rest of the process. It costs what compiling those variants costs (0.5 to 1.3 s each on the
-H100/H200 machines, once per configuration and layout; later problems that share a variant share its compile)
-plus a few milliseconds of launches.
+the caller's tensors, and the plan keeps the fastest for the rest of the process. It costs what compiling those
+variants costs (0.5 to 1.3 s each on the H100/H200 machines, once per configuration and layout; later problems
+that share a variant share its compile) plus a few milliseconds of launches.
 
 Each candidate is launched ``WARMUP`` times, then timed ``REPS`` times, each launch alone between CUDA events,
 after overwriting a buffer twice the size of the L2 so that the operands come from HBM as they do in a model's
@@ -45,7 +45,7 @@ WARMUP, REPS = 2, 7
 TIE = 0.01
 ENV = "GEMMLAB_TUNE"
 
-#: What the tuner measured: ``{(problem, device index): [(config, median us), ...]}`` in the model's order.
+#: What the tuner measured: ``{(problem, device): [(config, median us), ...]}`` in the model's order.
 _CHOICES: dict = {}
 _FLUSH: dict = {}
 
@@ -101,7 +101,8 @@ def choose_by_timing(key, configs, time_us) -> object:
 
 
 def choices() -> dict:
-    """Every problem the tuner timed in this process: ``{(problem, device index): [(config, us), ...]}``."""
+    """Every problem the tuner timed in this process: ``{(problem, device): [(config, us), ...]}`` (``device``: the
+    operands' torch device)."""
     return dict(_CHOICES)
 
 
@@ -110,8 +111,9 @@ def time_launch(launch, device) -> float:
     events on the current stream after the L2 was overwritten."""
     import torch
 
-    index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
+    from ..hardware import _device_index
+
+    index = _device_index(device)
     flush = _FLUSH.get(index)
     if flush is None:
         l2 = torch.cuda.get_device_properties(index).L2_cache_size
