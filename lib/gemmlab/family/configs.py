@@ -728,9 +728,11 @@ class A16Config:
     Correct on an H100, but 3 to 8 % slower there (2026-11-27,
     ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_mma_converts.json``), so off by default. ``cluster_m`` 2
     (:data:`A16_CLUSTER_TILE_NS`, one converter warpgroup, ``mma_converts`` off): two CTAs with adjacent 128-row M
-    tiles and the same N tile form a cluster; each converts half of every [B1; B2] slice (rank 0 B1, rank 1 B2) into
-    both CTAs' shared memory, so each converted value serves 256 rows of C. Its packed B ring holds one half, which
-    leaves room for a deeper A ring (:func:`a16_max_stages`). Unmeasured, so off by default."""
+    tiles and the same N tile form a cluster; each converts half of every [B1; B2] slice (rank 0 B1, rank 1 B2) and
+    the copy engine sends it to the peer, so each converted value serves 256 rows of C. Its packed B ring holds one
+    half, which leaves room for a deeper A ring (:func:`a16_max_stages`). Correct on an H100 but not faster (2026-11-27,
+    ``results/nvidia-h100-80gb-hbm3/dual_gemm_a16_cluster.json``: 0.96 to 0.99 of one CTA's time at ``tile_n`` 64,
+    1.39 to 1.47 times it at 96 and 128), so off by default."""
 
     tile_n: int = 128
     stages: int = 5

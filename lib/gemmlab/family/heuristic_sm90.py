@@ -38,9 +38,11 @@ has a reason a reader can check:
   tiles (all of K, no workspace, no hand-off), then the ``tail x splits``
   units of the tail run in ``ceil(tail x splits / clusters)`` waves of
   ``K / splits`` each, and only they pay the split-K costs above (hand-offs,
-  reducers' reads, the tail's workspace, the fixed cost). **The hybrid has not
-  been timed on a GPU yet: it is priced with the constants fitted on one-wave
-  split grids.**
+  reducers' reads, the tail's workspace, the fixed cost). It is priced with the
+  constants fitted on split-every-tile grids; timed on 15 shapes on an H100 and
+  an H200 (``results/<device>/splitk_hybrid.json``), it over-prices most tails
+  by 3 to 7 us and misses some wins (640 x 29568 x 8192, where the L2 floor
+  binds).
 * **Swap A/B** puts a small M on WGMMA's N (a multiple of 16 here), so a
   64-row decode batch is a 64-wide tile instead of half of a 128-row one.
 
@@ -114,8 +116,8 @@ class MachineModel:
     # model's error on the same tile without split where that was timed): 3.4 us rms. A split-K launch costs about
     # 8 us more than its partial tiles' traffic and hand-offs say (not yet explained: the reducers' tail, the stage
     # a split config gives up for the output ring, or both). Those launches split every tile; a multi-wave grid's
-    # split tail after whole waves (configs.hybrid_tiles) is priced with the same three constants and has not been
-    # timed on a GPU.
+    # split tail after whole waves (configs.hybrid_tiles) is priced with the same three constants (timed since:
+    # results/<device>/splitk_hybrid.json; not refitted).
     splitk_sm_gbps: float = 80.0  # what one SM's 16-byte stores (or .cg loads) of FP32 partial tiles move, GB/s
     splitk_sync_us: float = 0.5  # a unit's hand-off: barrier, release fence (its stores drained), atomic
     splitk_fixed_us: float = 8.0  # once per split-K launch: what the timings show beyond the two terms above
