@@ -672,3 +672,17 @@ def test_the_gated_plan_asks_the_device_for_its_cluster_capacity(monkeypatch):
     monkeypatch.setattr(plan.hardware, "max_active_clusters", clusters)
     plan.gated_sm90_config(plan.GatedProblem(512, 4096, 7168), "cuda:0")
     assert asked == []
+
+
+def test_a16_sweep_rows_leave_cluster_forms_out():
+    """A sweep row of the cluster form (same width, one converter) must not stand in for the one-CTA width's time."""
+    from gemmlab.family.configs import A16Config, PipelinedConfig, a16_max_stages
+    from gemmlab.measure import dual_gemm_tables as tables
+
+    one, cl = A16Config(128, a16_max_stages(128)), A16Config(128, a16_max_stages(128, 2), cluster_m=2)
+    rows = [dict(config=repr(PipelinedConfig(tile_n=64)), ok=True, kernel_us=250.0),
+            dict(config=repr(one), ok=True, kernel_us=204.6), dict(config=repr(cl), ok=True, kernel_us=290.7),
+            dict(config="bf16_path", ok=True, kernel_us=173.8)]
+    for order in (rows, rows[::-1]):
+        r, = tables.a16_sweep_rows({"shapes": [dict(m=1024, n=4096, k=7168, sms=132, rows=order)]})
+        assert r["n128"] == 204.6 and r["best"] == "n128"
