@@ -7,6 +7,8 @@
     python benchmarks/dual_gemm.py bf16     # against the BF16 path a Hopper user would otherwise take (10 shapes)
     python benchmarks/dual_gemm.py decode   # every decode-twin configuration beside the fast twin, M <= 128
     python benchmarks/dual_gemm.py a16      # every A16-twin width beside the fast twin and the BF16 path, M >= 200
+    python benchmarks/dual_gemm.py w16      # the A16 twin beside the W16 route and the BF16 path, M = 512 to 4096
+    python benchmarks/dual_gemm.py w16_narrow  # the same on narrower weights (N = 1024 to 2048)
 
 ``check``: every output poisoned with NaN first, rtol = atol = 1e-3 (``gemmlab.nvfp4.check_close``); baseline
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
@@ -124,6 +126,8 @@ def bench_bf16(out_dir=None, shapes=dg.BF16_PATH_SHAPES, rounds=10, per_round=5)
                   + (f"; fast twin's kernel {row['fast_twin_kernel_us']:.1f} us" if "fast_twin_kernel_us" in row else "")
                   + (f"; decode twin's kernel {row['decode_twin_kernel_us']:.1f} us" if "decode_twin_kernel_us" in row
                      else "")
+                  + (f"; other form's kernel {row['other_form_kernel_us']:.1f} us ({row['other_form']['config']})"
+                     if "other_form_kernel_us" in row else "")
                   + f"; {row['config']}", flush=True)
         except Exception:  # noqa: BLE001 - one failed shape is one failed row
             row = {"m": m, "n": n, "k": k, "ok": False, "error": traceback.format_exc()[-1500:]}
@@ -168,6 +172,10 @@ def bench_a16(out_dir=None, shapes=dg.A16_SWEEP_SHAPES, rounds=5, per_round=5):
     path = _bench_sweep("dual_gemm_a16", dg.sweep_a16, shapes, 500, out_dir, rounds, per_round)
     print(tables.format_a16_sweep(json.loads(path.read_text())))
     return path
+
+
+def bench_w16(out_dir=None, shapes=dg.W16_SWEEP_SHAPES, rounds=5, per_round=5, name="dual_gemm_w16"):
+    return _bench_sweep(name, dg.sweep_w16, shapes, 600, out_dir, rounds, per_round)
 
 
 def _bench_sweep(name, sweep, shapes, seed, out_dir, rounds, per_round):
@@ -251,7 +259,7 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16", "decode", "a16"))
+    p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16", "decode", "a16", "w16", "w16_narrow"))
     p.add_argument("--out", default=None, help="write the JSON here instead of results/<device>/")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--decode-only", action="store_true", help="bf16: only the shapes with M <= 128")
@@ -273,6 +281,10 @@ def main(argv=None):
         bench_decode(args.out)
     if args.what == "a16":
         bench_a16(args.out)
+    if args.what == "w16":
+        bench_w16(args.out)
+    if args.what == "w16_narrow":
+        bench_w16(args.out, shapes=dg.W16_NARROW_SHAPES, name="dual_gemm_w16_narrow")
     return 0 if ok else 1
 
 

@@ -1,9 +1,10 @@
 """Small NVFP4 dual GEMMs for compute-sanitizer (memcheck, racecheck): the Hopper twins, every tile width, and the
 decode twin with one and two MMA warpgroups and split-K over clusters of 1, 2 and 4 CTAs (``decode``: those alone), and
 the A16 twin at every tile width (``a16``: those alone; ``a16 two``: only its forms with two converter warpgroups;
-``a16 cluster``: only its cluster forms, two CTAs sharing the converted B through distributed shared memory).
+``a16 cluster``: only its cluster forms, two CTAs sharing the converted B through distributed shared memory), and the
+W16 route (``w16``: its three kernels, the gated GEMM in each cluster shape and tile height).
 
-    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode | a16 [two | cluster]]
+    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode | a16 [two | cluster] | w16]
 
 Partial tiles in M and N, several k-blocks (so the TMA ring wraps and every FP16 buffer is reused).
 Prints the check against the FP32 reference per launch; the sanitizer's summary comes after.
@@ -45,10 +46,34 @@ def a16(only: str | None = None):
     torch.cuda.synchronize()
 
 
+def w16():
+    """The W16 route: the A pre-pass, the weight pass and the gated GEMM (clusters 1x1, 2x1, 1x2; 64-, 128- and
+    192-row tiles): M = 200 and 300 (partial row tiles), N = 192 (3 output tiles of 64 at tile_n 128: the last 1x2
+    cluster's second CTA wholly past N), 6 k-blocks of 256 (the ring wraps)."""
+    from gemmlab.family.configs import Sm90Config, W16Config
+    from gemmlab.kernels import dual_gemm_sm90_w16
+
+    def gated(**kw):
+        return W16Config(Sm90Config(dtype="float16", out_dtype="float16", gated=True, **kw))
+
+    forms = [(200, gated(tile_m=128, tile_n=128, stages=4, cluster=(2, 1))),
+             (300, gated(tile_m=128, tile_n=128, stages=4, cluster=(1, 2))),
+             (300, gated(tile_m=64, tile_n=64, stages=6, cluster=(1, 1), epi_n=16)),
+             (200, gated(tile_m=192, tile_n=128, stages=3, cluster=(1, 1), epi_stages=2))]
+    for m, cfg in forms:
+        ops = fp4.generate(m, 192, 1536, seed=m, device="cuda")
+        dual_gemm_sm90_w16.gated_dual_gemm_w16(*ops.inputs(), out=ops.c, cfg=cfg)
+        print(f"w16 M={m} {cfg.gemm.name}: {fp4.check_close(ops.c, fp4.reference(*ops.inputs()))}", flush=True)
+    torch.cuda.synchronize()
+
+
 def main():
+    if sys.argv[1:] == ["w16"]:
+        return w16()
     if sys.argv[1:2] == ["a16"]:
         if sys.argv[2:] not in ([], ["two"], ["cluster"]):
-            sys.exit(f"usage: sanitize_dual_gemm.py [decode | a16 [two | cluster]]; got {' '.join(sys.argv[1:])!r}")
+            sys.exit(f"usage: sanitize_dual_gemm.py [decode | a16 [two | cluster] | w16]; got "
+                     f"{' '.join(sys.argv[1:])!r}")
         return a16(only=sys.argv[2] if sys.argv[2:] else None)
     # the decode twin: M not a multiple of 16, N not a multiple of the row block, 8 k-blocks (the ring wraps)
     for m, cfg in ((40, DecodeConfig(48, 2, 1, 4)), (40, DecodeConfig(48, 2, 2, 4)), (40, DecodeConfig(48, 2, 4, 4)),

@@ -893,7 +893,7 @@ def test_gated_dual_gemm_checks_where_the_tensors_are_on_every_call(machine, gat
     calls = []
 
     class FakePlan:
-        def __init__(self, problem, config, arch, out_stride=None):
+        def __init__(self, problem, config, arch, out_stride=None, num_sms=None):
             pass
 
         def __call__(self, *tensors):

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gemmlab.family import api, plan  # noqa: E402
-from gemmlab.family.configs import a16_max_stages  # noqa: E402
+from gemmlab.family.configs import A16Config, Sm90Config, W16Config, a16_max_stages  # noqa: E402
 from gemmlab.measure import dual_gemm as dg  # noqa: E402
 from gemmlab import nvfp4 as fp4  # noqa: E402
 from gemmlab.hardware import B200, H100, H200  # noqa: E402
@@ -65,7 +65,7 @@ def test_dispatch_follows_the_tier(small, monkeypatch):
     calls = []
 
     class FakePlan:
-        def __init__(self, problem, config, arch, out_stride=None):
+        def __init__(self, problem, config, arch, out_stride=None, num_sms=None):
             self.arch = arch
 
         def __call__(self, *tensors):
@@ -224,6 +224,7 @@ def test_plan_launches_with_the_inputs_pointers_and_out_itself(small):
     calls = []
     p = plan.GatedPlan.__new__(plan.GatedPlan)  # no compile: launch() needs only its slots
     p.problem, p.arch, p._pointers, p._workspace = plan.GatedProblem(200, 136, 768), "sm90", True, False
+    p.config, p._tail = A16Config(), ()
     p.fn = lambda *args: calls.append(args)
     out = torch.empty(200, 136, 1, dtype=torch.float16)
     tensors = (*small.inputs(), out)
@@ -247,9 +248,18 @@ def test_plan_launches_with_the_inputs_pointers_and_out_itself(small):
     try:
         assert p.launch(ptrs, *tensors) is out
         assert len(calls[-1]) == 8 and calls[-1][:6] == ptrs and calls[-1][7] is out
-        assert calls[-1][6] == seen[-1].data_ptr() and seen[-1].shape == (200, 768) and seen[-1].dtype == torch.float16
+        (a16,) = seen[-1]
+        assert calls[-1][6] == a16.data_ptr() and a16.shape == (200, 768) and a16.dtype == torch.float16
         p.bind(*tensors)()
-        assert calls[-1][6] == seen[-1].data_ptr() and len(seen) == 2
+        assert calls[-1][6] == seen[-1][0].data_ptr() and len(seen) == 2
+        # the W16 route: the A and the (2 N, K) weight workspaces after the inputs, the persistent grid after out
+        p.config = W16Config(Sm90Config(tile_n=128, stages=4, dtype="float16", out_dtype="float16", gated=True))
+        p._tail = (66,)
+        assert p.launch(ptrs, *tensors) is out
+        a16, w16 = seen[-1]
+        assert (a16.shape, w16.shape, w16.dtype) == ((200, 768), (272, 768), torch.float16)
+        assert calls[-1][:6] == ptrs and calls[-1][6:8] == (a16.data_ptr(), w16.data_ptr())
+        assert calls[-1][8] is out and calls[-1][9:] == (66,)
     finally:
         plan.GatedPlan.workspace = saved
 
@@ -350,10 +360,16 @@ def test_choose_sm90_by_rows(m, n, k, want):
     cfg = hg.choose_sm90(plan.GatedProblem(m, n, k))
     if isinstance(want, str):
         assert type(cfg).__name__ == want
-    else:  # the public call takes two converter warpgroups where the model finds them faster
+    else:  # the A16 width; the public call takes two converter warpgroups where the model finds them faster
         assert hg.A16_PUBLIC_CONVERTERS == 2
-        assert type(cfg).__name__ == "A16Config"
-        assert (cfg.tile_n, cfg.converters, cfg.stages, cfg.mma_converts) == (*want, a16_max_stages(want[0]), False)
+        a16 = hg.choose_a16(m, n, k)
+        assert (a16.tile_n, a16.converters, a16.stages, a16.mma_converts) == (*want, a16_max_stages(want[0]), False)
+        # and the A16 twin is the call's choice unless the W16 route's model is faster
+        w16 = hg.w16_candidate(m, n, k)
+        if w16 is not None and w16[1] < hg.a16_time(m, n, k, a16.tile_n, converters=a16.converters):
+            assert isinstance(cfg, W16Config) and cfg == w16[0]
+        else:
+            assert cfg == a16
 
 
 @pytest.mark.parametrize("m, n, k, want", [

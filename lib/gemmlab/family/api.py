@@ -300,8 +300,10 @@ def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
     16-byte aligned, ``out`` apart from the inputs. Returns ``out``.
 
     On an H100/H200 the kernel follows M (:func:`~gemmlab.family.heuristic_gated.choose_sm90`): the decode twin up to
-    128 rows, the fast twin from 129 to 383, the A16 twin (A converted to FP16 once, in a workspace the call
-    allocates) from 384.
+    128 rows; from 129 the A16 twin (A converted to FP16 once, in a workspace the call allocates) or, where its time
+    model finds it faster (large M: from about 1024 to 2048 rows, by the weights' shape and the GPU's HBM), the W16
+    route (A and the weights converted to FP16 workspaces inside the call, then chapter 07's GEMM with a gated
+    epilogue; nothing is kept between calls).
 
     Bad input raises ``TypeError`` / ``ValueError`` naming the argument, on every machine and before any
     compile or launch; a machine without a Hopper or datacenter Blackwell GPU then raises ``TierError``.

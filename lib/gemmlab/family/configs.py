@@ -80,6 +80,7 @@ class Sm90Config:
     splits: int = 1
     dtype: str = "bfloat16"
     out_dtype: str = "bfloat16"
+    gated: bool = False
 
     def __post_init__(self):
         # Every field is stored as the checked Python value (numpy ints become ints; 128.0 is refused).
@@ -104,6 +105,14 @@ class Sm90Config:
         put("splits", check_int("splits", self.splits, lo=1, hi=64))
         if self.tile_n % self.epi_n:
             raise ValueError(f"epi_n must divide tile_n={self.tile_n}; got epi_n={self.epi_n}")
+        put("gated", check_choice("gated", self.gated, (False, True)))
+        if self.gated:
+            if self.swap_ab or self.splits > 1:
+                raise ValueError(f"gated needs swap_ab False and splits 1 (the epilogue pairs columns of one whole "
+                                 f"tile); got swap_ab={self.swap_ab}, splits={self.splits}")
+            if (self.tile_n // 2) % self.epi_n:
+                raise ValueError(f"gated: epi_n must divide tile_n / 2 = {self.tile_n // 2} (the output tile's "
+                                 f"width); got epi_n={self.epi_n}")
         if self.tile_m == 192 and self.tile_n > MAX_TILE_N_192:
             raise ValueError(f"tile_n must be at most {MAX_TILE_N_192} with tile_m=192: three consumer warpgroups "
                              f"share the registers (152 per thread, tile_n / 2 of them accumulators); got {self.tile_n}")
@@ -137,7 +146,12 @@ class Sm90Config:
         stores of a tile may still be in flight when the next tile's epilogue
         starts. Otherwise the epilogue drains its stores at the end of each tile.
         """
-        return (self.tile_n // self.epi_n) % self.epi_stages == 0
+        return (self.out_tile_n // self.epi_n) % self.epi_stages == 0
+
+    @property
+    def out_tile_n(self) -> int:
+        """Columns of C a tile stores: ``tile_n``, or half of it when ``gated`` (``silu(first half) * second half``)."""
+        return self.tile_n // 2 if self.gated else self.tile_n
 
     # ---- sizes
     def stage_bytes(self) -> int:
@@ -199,7 +213,8 @@ class Sm90Config:
         """A short name: ``128x256 c2x1 m8 s4`` (+ `` swap`` / `` split5``); :meth:`Sm90Config.parse_name` reads it
         back."""
         return (f"{self.tile_m}x{self.tile_n} c{self.cluster[0]}x{self.cluster[1]} {self.raster}{self.group} "
-                f"s{self.stages}" + (" swap" if self.swap_ab else "") + (f" split{self.splits}" if self.split_k else ""))
+                f"s{self.stages}" + (" swap" if self.swap_ab else "") + (f" split{self.splits}" if self.split_k else "")
+                + (" gated" if self.gated else ""))
 
     @staticmethod
     def parse_name(name: str) -> dict:
@@ -213,12 +228,16 @@ class Sm90Config:
             stages = int(parts[3][1:])
             extra = parts[4:]
             splits = [int(p[5:]) for p in extra if p.startswith("split")]
-            if any(p != "swap" and not p.startswith("split") for p in extra) or len(splits) > 1:
+            if any(p not in ("swap", "gated") and not p.startswith("split") for p in extra) or len(splits) > 1:
                 raise ValueError
         except (IndexError, ValueError):
-            raise ValueError(f"name must look like '128x256 c2x1 m8 s4' (+ ' swap', ' split5'); got {name!r}") from None
-        return dict(tile_m=tile_m, tile_n=tile_n, cluster=cluster, raster=raster, group=group, stages=stages,
-                    swap_ab="swap" in extra, splits=splits[0] if splits else 1)
+            raise ValueError(f"name must look like '128x256 c2x1 m8 s4' (+ ' swap', ' split5', ' gated'); "
+                             f"got {name!r}") from None
+        out = dict(tile_m=tile_m, tile_n=tile_n, cluster=cluster, raster=raster, group=group, stages=stages,
+                   swap_ab="swap" in extra, splits=splits[0] if splits else 1)
+        if "gated" in extra:
+            out["gated"] = True
+        return out
 
 
 def split_ranges(k_tiles: int, splits: int) -> list[tuple[int, int]]:
@@ -392,9 +411,9 @@ def check_grouped_config(cfg, dtype: str | None = None) -> Sm90Config:
     if not isinstance(cfg, Sm90Config):
         raise TypeError(f"config must be an Sm90Config (a grouped tile such as configs.LARGE); got "
                         f"{type(cfg).__name__}")
-    if cfg.cluster not in ((1, 1), (2, 1)) or cfg.swap_ab or cfg.split_k or cfg.tile_m == 192:
+    if cfg.cluster not in ((1, 1), (2, 1)) or cfg.swap_ab or cfg.split_k or cfg.tile_m == 192 or cfg.gated:
         raise ValueError(f"cfg: the grouped kernel runs 64- or 128-row tiles in clusters of 1 or 2 CTAs along M "
-                         f"(cluster (1, 1) or (2, 1)), no swap, no split-K; got {cfg.name}")
+                         f"(cluster (1, 1) or (2, 1)), no swap, no split-K, not gated; got {cfg.name}")
     if dtype is not None and (cfg.dtype, cfg.out_dtype) != (dtype, dtype):
         raise ValueError(f"config is for {cfg.dtype} -> {cfg.out_dtype}; the tensors are {dtype} (the grouped GEMM "
                          f"writes its inputs' dtype): pass dataclasses.replace(config, dtype={dtype!r}, "
@@ -796,6 +815,25 @@ class A16Config:
     def smem_bytes(self) -> int:
         """The FP16 B buffers, the FP16 A ring, the packed B ring, alignment and barriers."""
         return a16_smem_bytes(self.tile_n, self.stages, self.cluster_m)
+
+
+@dataclass(frozen=True)
+class W16Config:
+    """The W16 route of the gated NVFP4 GEMM on Hopper (:mod:`gemmlab.kernels.dual_gemm_sm90_w16`): A and the weights
+    converted to FP16 workspaces inside the call, then chapter 07's kernel with the ``gated`` epilogue. ``gemm``: that
+    kernel's :class:`Sm90Config` (``gated``, FP16 in and out, no swap, no split-K); its ``tile_n / 2`` is the block of
+    B1 and B2 rows interleaved in the weight workspace and the width of a tile of C."""
+
+    gemm: Sm90Config
+
+    def __post_init__(self):
+        if not isinstance(self.gemm, Sm90Config):
+            raise TypeError(f"gemm must be an Sm90Config; got {type(self.gemm).__name__}")
+        g = self.gemm
+        if not g.gated or g.dtype != "float16" or g.out_dtype != "float16":
+            raise ValueError(f"gemm must be gated with dtype and out_dtype float16 (the FP16 workspaces hold the NVFP4 "
+                             f"values exactly; C is FP16); got gated={g.gated}, dtype={g.dtype!r}, "
+                             f"out_dtype={g.out_dtype!r}")
 
 
 def a16_buffers(tile_n: int) -> int:

@@ -7,8 +7,14 @@ widest tile whose grid fills the GPU wins (:func:`choose_tile_n`). The decode tw
 (:mod:`gemmlab.kernels.dual_gemm_sm90_decode`, M <= 128) has its own choice (:func:`choose_decode_config`),
 which the public call takes up to :data:`DECODE_UP_TO` rows, from a time model fitted to an H100's timings; the A16
 twin (:mod:`gemmlab.kernels.dual_gemm_sm90_a16`: A converted to FP16 once per call) takes every larger M
-(:data:`A16_FROM`), at the width its own time model picks (:func:`choose_a16`). The fast twin is the chapter's
-step between them and no longer the public call's choice on Hopper. On
+(:data:`A16_FROM`), at the width its own time model picks (:func:`choose_a16`), unless the W16 route
+(:mod:`gemmlab.kernels.dual_gemm_sm90_w16`: the weights converted to FP16 once per call too, then chapter 07's GEMM
+with a gated epilogue) is faster by its model (:func:`w16_candidate`: chapter 07's model of the GEMM plus the two
+conversion passes at HBM speed). Timed beside each other on an H100 and an H200 (2026-11-27,
+``results/<device>/dual_gemm_w16.json`` and, H100, ``dual_gemm_w16_narrow.json``: kernels alone, M = 256 to 4096 on
+seven weight shapes), the choice was the faster of the two on 25 of 27 shapes on the H100 (3 % and 7 % slower on
+the other two) and 18 of 18 on the H200. The fast twin is the chapter's step between them and no longer the public
+call's choice on Hopper. On
 Blackwell the SM100 kernel runs its default :class:`~gemmlab.family.configs.DualSm100Config` (compile-verified
 only: no B200 timed a choice).
 """
@@ -21,7 +27,8 @@ from ..hardware import H100
 from .. import nvfp4 as fp4
 from .configs import (DECODE_MAX_TOKENS, DECODE_MMA_WARPGROUPS, DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, GATED_TILE_M,
                       PIPELINED_TILE_NS, A16_TILE_NS, A16Config, DecodeConfig, DualSm100Config, PipelinedConfig,
-                      a16_max_stages, decode_max_stages)
+                      W16Config, a16_max_stages, decode_max_stages)
+from .heuristic_sm90 import SWAP_ONLY_M
 from .problem import GatedProblem
 
 #: The share of the last wave's SMs a tile width must keep busy to be taken (else the best-filled one).
@@ -46,16 +53,84 @@ def choose_tile_n(m: int, n: int, num_sms: int = H100.sms) -> int:
     return max(sorted(PIPELINED_TILE_NS, reverse=True), key=fill)
 
 
-def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[int, ...] | None = None
-                ) -> PipelinedConfig | DecodeConfig | A16Config:
+def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[int, ...] | None = None,
+                model=None) -> PipelinedConfig | DecodeConfig | A16Config | W16Config:
     """The Hopper configuration for ``problem`` on ``num_sms`` SMs: the decode twin's (:func:`choose_decode_config`,
-    given the GPU's ``clusters`` capacity) up to :data:`DECODE_UP_TO` rows, the A16 twin's (:func:`choose_a16`) from
-    :data:`A16_FROM` rows, else the fast twin's."""
+    given the GPU's ``clusters`` capacity) up to :data:`DECODE_UP_TO` rows; from :data:`A16_FROM` rows the A16 twin's
+    (:func:`choose_a16`) or the W16 route's (:func:`choose_w16`), whichever its model finds faster (:func:`a16_time`,
+    :func:`w16_time`; ``model``: chapter 07's :class:`~gemmlab.family.heuristic_sm90.MachineModel` of the GPU, None:
+    an H100's); else the fast twin's."""
     if problem.m <= DECODE_UP_TO:
         return choose_decode_config(problem.m, problem.n, problem.k, num_sms, clusters)
     if problem.m >= A16_FROM:
-        return choose_a16(problem.m, problem.n, problem.k, num_sms)
+        a16 = choose_a16(problem.m, problem.n, problem.k, num_sms)
+        w16 = w16_candidate(problem.m, problem.n, problem.k, num_sms, model)
+        if w16 is not None and w16[1] < a16_time(problem.m, problem.n, problem.k, a16.tile_n, num_sms,
+                                                 a16.converters):
+            return w16[0]
+        return a16
     return PipelinedConfig(tile_n=choose_tile_n(problem.m, problem.n, num_sms))
+
+
+#: The W16 route's cost beyond its three kernels' modelled times, microseconds: two more launches (the A pre-pass and
+#: the weight pass) and the GEMM's start after them. An estimate (not fitted).
+W16_FIXED_US = 4.0
+
+
+def w16_pass_us(m: int, n: int, k: int, model=None) -> float:
+    """The W16 route's two conversion passes at the model's HBM rate, microseconds: the A pre-pass reads ``M K / 2``
+    packed and ``M K / 16`` scale bytes and writes ``2 M K`` FP16 bytes; the weight pass the same for ``2 N`` rows."""
+    from .heuristic_sm90 import MODEL
+
+    model = MODEL if model is None else model
+    per_value = 0.5 + 1 / 16 + 2  # packed, scale and FP16 bytes per value
+    return (m + 2 * n) * k * per_value / (model.hbm_tbps * model.hbm_efficiency * 1e6)
+
+
+def w16_candidate(m: int, n: int, k: int, num_sms: int = H100.sms, model=None):
+    """``(W16Config, modelled microseconds)`` of the W16 route's best GEMM for M x N x K, or None where chapter 07's
+    heuristic has no candidate for it: the gated epilogue takes no swap and no split-K, a ``tile_n`` that is a multiple
+    of 64 (so the output tile, ``tile_n / 2``, is a multiple of the 32-column epilogue sub-tile) and N a multiple of
+    ``tile_n / 2``. The GEMM is priced as chapter 07's model prices ``M x 2N x K`` in FP16
+    (:func:`~gemmlab.family.heuristic_sm90.candidates`), plus :func:`w16_pass_us` and :data:`W16_FIXED_US`."""
+    m = check_int("m", m, lo=1)
+    n = check_int("n", n, lo=1)
+    k = check_int("k", k, lo=1)
+    num_sms = check_int("num_sms", num_sms, lo=1)
+    return _w16_candidate(m, n, k, num_sms, model)
+
+
+@functools.lru_cache(maxsize=1024)
+def _w16_candidate(m: int, n: int, k: int, num_sms: int, model):
+    from dataclasses import replace
+
+    from .heuristic_sm90 import MODEL, candidates
+    from .problem import GemmProblem
+
+    model = MODEL if model is None else model
+    for c in candidates(GemmProblem(m, 2 * n, k, "float16", "float16"), num_sms, model):
+        g = c.config
+        if g.swap_ab or g.split_k or g.tile_n % 64 or n % (g.tile_n // 2):
+            continue
+        return W16Config(replace(g, gated=True)), c.time_us + w16_pass_us(m, n, k, model) + W16_FIXED_US
+    return None
+
+
+def w16_time(m: int, n: int, k: int, num_sms: int = H100.sms, model=None) -> float:
+    """The W16 route's modelled time (:func:`w16_candidate`), microseconds; a ValueError where it has no candidate."""
+    cand = w16_candidate(m, n, k, num_sms, model)
+    if cand is None:
+        raise ValueError(f"the W16 route has no configuration for M={m}, N={n}, K={k} (it needs M > "
+                         f"{SWAP_ONLY_M}, unswapped tiles, and N a multiple of half a tile of 64 to 256 columns)")
+    return cand[1]
+
+
+def choose_w16(m: int, n: int, k: int, num_sms: int = H100.sms, model=None) -> W16Config:
+    """The W16 route's configuration for M x N x K (:func:`w16_candidate`); a ValueError where it has none."""
+    cand = w16_candidate(m, n, k, num_sms, model)
+    if cand is None:
+        w16_time(m, n, k, num_sms, model)  # raises, naming the rule
+    return cand[0]
 
 
 #: The fewest rows of A for which the public call runs the A16 twin (A converted to FP16 once by a pre-pass, SS WGMMA

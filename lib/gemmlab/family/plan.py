@@ -37,8 +37,8 @@ import time
 from .. import hardware, tiers
 from ..checks import check_int
 from . import heuristic_gated, heuristic_grouped, tune
-from .configs import (DECODE_SPLITS, DESC_WORDS, TABLE_COLUMNS, A16Config, DecodeConfig, PipelinedConfig,
-                      Sm90Config, Sm100Config, effective_splits, slots_per_cta)
+from .configs import (DECODE_SPLITS, DESC_WORDS, TABLE_COLUMNS, A16Config, DecodeConfig, PipelinedConfig, Sm90Config,
+                      Sm100Config, W16Config, effective_splits, slots_per_cta)
 from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
 from .problem import (GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, offs_rule, pad_rows,
                       problem_of)
@@ -278,6 +278,9 @@ def make_plan(problem: GemmProblem, device=None, config=None, tensors=None) -> P
     want = Sm90Config if arch == "sm90" else Sm100Config
     if not isinstance(cfg, want):
         raise TypeError(f"config must be an {want.__name__} on this {arch} machine; got {type(cfg).__name__}")
+    if arch == "sm90" and cfg.gated:
+        raise ValueError(f"config {cfg.name}: a gated config stores silu(first half) * second half of each tile, the "
+                         f"NVFP4 W16 route's epilogue (gemmlab.kernels.dual_gemm_sm90_w16), not a @ b: pass gated=False")
     if arch == "sm90" and (cfg.dtype, cfg.out_dtype) != (problem.dtype, problem.out_dtype):
         raise ValueError(f"config is for {cfg.dtype} -> {cfg.out_dtype}; the problem is "
                          f"{problem.dtype} -> {problem.out_dtype}")
@@ -529,17 +532,21 @@ def sm100_kernels():
         return None
 
 
-def gated_kernel(cfg: PipelinedConfig | DecodeConfig | A16Config, m: int, n: int, k: int,
+def gated_kernel(cfg: PipelinedConfig | DecodeConfig | A16Config | W16Config, m: int, n: int, k: int,
                  out_stride: tuple = None):
     """A Hopper twin compiled for M x N x K (static shapes; cached): the decode twin for a
     :class:`~gemmlab.family.configs.DecodeConfig`, the A16 twin (pre-pass and main kernel; it takes an (M, K) FP16
-    workspace after the inputs) for an :class:`~gemmlab.family.configs.A16Config`, else the fast twin. With TVM-FFI
+    workspace after the inputs) for an :class:`~gemmlab.family.configs.A16Config`, the W16 route (three kernels; it
+    takes the (M, K) and (2 N, K) FP16 workspaces after the inputs and ``max_clusters`` after ``out``) for a
+    :class:`~gemmlab.family.configs.W16Config`, else the fast twin. With TVM-FFI
     the pointer-taking host function the plan calls (:func:`~gemmlab.kernels.dual_gemm_sm90.compile_with_pointers`,
     for an output of strides ``out_stride``), else the tensor-taking one."""
     out_stride = tuple(out_stride) if out_stride is not None else (n, 1, 1)
     decode = isinstance(cfg, DecodeConfig)
     a16 = isinstance(cfg, A16Config)
-    name = "dual_gemm_sm90_decode" if decode else "dual_gemm_sm90_a16" if a16 else "dual_gemm_sm90_pipelined"
+    w16 = isinstance(cfg, W16Config)
+    name = ("dual_gemm_sm90_decode" if decode else "dual_gemm_sm90_a16" if a16 else
+            "dual_gemm_sm90_w16" if w16 else "dual_gemm_sm90_pipelined")
 
     def build():
         if decode:
@@ -550,6 +557,10 @@ def gated_kernel(cfg: PipelinedConfig | DecodeConfig | A16Config, m: int, n: int
             from ..kernels import dual_gemm_sm90_a16 as mod
 
             compile_ptrs, compile_tensors = mod.compile_a16_ptrs, mod.compile_a16
+        elif w16:
+            from ..kernels import dual_gemm_sm90_w16 as mod
+
+            compile_ptrs, compile_tensors = mod.compile_w16_ptrs, mod.compile_w16
         else:
             from ..kernels import dual_gemm_sm90_pipelined as mod
 
@@ -568,19 +579,26 @@ class GatedPlan:
 
     On Hopper a twin's compiled kernel: the decode twin for ``config`` a :class:`~gemmlab.family.configs.DecodeConfig`
     (M <= 128), the A16 twin for an :class:`~gemmlab.family.configs.A16Config` (its FP16 A workspace allocated per
-    call), else the fast twin (a :class:`~gemmlab.family.configs.PipelinedConfig`),
+    call), the W16 route for a :class:`~gemmlab.family.configs.W16Config` (its FP16 A and weight workspaces allocated
+    per call; its GEMM's persistent grid sized for ``num_sms``), else the fast twin (a
+    :class:`~gemmlab.family.configs.PipelinedConfig`),
     called with the inputs' data pointers and ``out`` itself: the signature fixes every layout, so no view is made
     per call (:func:`~gemmlab.kernels.dual_gemm_sm90.pointer_host`). ``out_stride``: the strides
     of the outputs this signature passes (None: the plan allocates compact ones). On Blackwell the SM100 kernel's
     own call (compile-verified only: it permutes the scales on every call).
     """
 
-    __slots__ = ("problem", "config", "arch", "fn", "_pointers", "_workspace")
+    __slots__ = ("problem", "config", "arch", "fn", "_pointers", "_workspace", "_tail")
 
-    def __init__(self, problem: GatedProblem, config, arch: str, out_stride: tuple = None):
+    def __init__(self, problem: GatedProblem, config, arch: str, out_stride: tuple = None, num_sms: int | None = None):
         self.problem, self.config, self.arch = problem, config, arch
         self._pointers = False
-        self._workspace = isinstance(config, A16Config)  # the A16 twin's FP16 A, (M, K): allocated per call
+        # FP16 workspaces allocated per call: the A16 twin's A (M, K); the W16 route's A and weights (2 N, K)
+        self._workspace = isinstance(config, (A16Config, W16Config))
+        self._tail = ()  # arguments after out: the W16 route's persistent grid (clusters)
+        if isinstance(config, W16Config):
+            sms = hardware.sm_count() if num_sms is None else check_int("num_sms", num_sms, lo=1)
+            self._tail = (sms // config.gemm.cluster_size,)
         if arch == "sm100":
             mod = sm100_kernels()
             if mod is None:
@@ -596,23 +614,29 @@ class GatedPlan:
         fn = self.fn
         if self.arch == "sm100":
             return lambda: fn(a, b1, b2, sfa, sfb1, sfb2, out=out)
-        ws = [self.workspace(a)] if self._workspace else []  # one for this prepared launch
+        ws = self.workspace(a) if self._workspace else []  # one set for this prepared launch
+        tail = self._tail
         if self._pointers:
             ptrs = [t.data_ptr() for t in (a, b1, b2, sfa, sfb1, sfb2, *ws)]
-            return lambda: fn(*ptrs, out)
+            return lambda: fn(*ptrs, out, *tail)
         from ..compile import current_stream, to_cute  # pragma: no cover - without apache-tvm-ffi
         from ..kernels.dual_gemm_sm90 import operands_2d  # pragma: no cover
 
         ops = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)  # pragma: no cover
         conv = [to_cute(t) for t in (*ops[:6], *ws, ops[6])]  # pragma: no cover
-        return lambda: fn(*conv, current_stream())  # pragma: no cover
+        return lambda: fn(*conv, *tail, current_stream())  # pragma: no cover
 
-    def workspace(self, a):
-        """The A16 twin's (M, K) FP16 workspace for A converted (from torch's caching allocator, on ``a``'s device and
-        current stream, so calls on other streams never share one)."""
+    def workspace(self, a) -> list:
+        """The FP16 workspaces of one call (from torch's caching allocator, on ``a``'s device and current stream, so
+        calls on other streams never share them): the A16 twin's (M, K) A; the W16 route's A and its (2 N, K)
+        weights."""
         import torch
 
-        return torch.empty((self.problem.m, self.problem.k), dtype=torch.float16, device=a.device)
+        p = self.problem
+        ws = [torch.empty((p.m, p.k), dtype=torch.float16, device=a.device)]
+        if isinstance(self.config, W16Config):
+            ws.append(torch.empty((2 * p.n, p.k), dtype=torch.float16, device=a.device))
+        return ws
 
     def launch(self, ptrs, a, b1, b2, sfa, sfb1, sfb2, out=None):
         """The call with the inputs' data pointers already read (``ptrs``: a, b1, b2, sfa, sfb1, sfb2, as the
@@ -623,7 +647,7 @@ class GatedPlan:
             out = torch.empty((self.problem.m, self.problem.n, 1), dtype=torch.float16, device=a.device)
         if self._pointers:
             if self._workspace:
-                self.fn(*ptrs, self.workspace(a).data_ptr(), out)
+                self.fn(*ptrs, *(t.data_ptr() for t in self.workspace(a)), out, *self._tail)
             else:
                 self.fn(*ptrs, out)
         else:  # pragma: no cover - without apache-tvm-ffi, or the sm100 call
@@ -651,11 +675,14 @@ def decode_clusters(device=None) -> tuple[int, ...]:
     return tuple(hardware.max_active_clusters(s, device) for s in DECODE_SPLITS)
 
 
-def gated_sm90_config(problem: GatedProblem, device) -> PipelinedConfig | DecodeConfig | A16Config:
-    """The heuristic's Hopper configuration on ``device``: its SMs, and for the decode twin its cluster capacity
-    (:func:`decode_clusters`)."""
+def gated_sm90_config(problem: GatedProblem, device) -> PipelinedConfig | DecodeConfig | A16Config | W16Config:
+    """The heuristic's Hopper configuration on ``device``: its SMs, for the decode twin its cluster capacity
+    (:func:`decode_clusters`), for the W16 route chapter 07's model of its datasheet."""
+    from .heuristic_sm90 import model_for
+
     clusters = decode_clusters(device) if problem.m <= heuristic_gated.DECODE_UP_TO else None
-    return heuristic_gated.choose_sm90(problem, hardware.sm_count(device), clusters)
+    return heuristic_gated.choose_sm90(problem, hardware.sm_count(device), clusters,
+                                       model_for(hardware.spec_of(device)))
 
 
 def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
@@ -672,11 +699,13 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
     from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
 
     cfg = config or gated_sm90_config(problem, tensors[0].device)
-    if not isinstance(cfg, (PipelinedConfig, DecodeConfig, A16Config)):
-        raise TypeError(f"cfg must be a PipelinedConfig, a DecodeConfig or an A16Config; got {type(cfg).__name__}")
+    if not isinstance(cfg, (PipelinedConfig, DecodeConfig, A16Config, W16Config)):
+        raise TypeError(f"cfg must be a PipelinedConfig, a DecodeConfig, an A16Config or a W16Config; got "
+                        f"{type(cfg).__name__}")
     check_cuda(*tensors)
     out = tensors[6]
-    return GatedPlan(problem, cfg, "sm90", None if out is None else tuple(out.stride()))
+    return GatedPlan(problem, cfg, "sm90", None if out is None else tuple(out.stride()),
+                     hardware.sm_count(tensors[0].device))
 
 
 def prepare_gated(a, b1, b2, sfa, sfb1, sfb2, out, config=None):
@@ -695,7 +724,8 @@ def prepare_gated(a, b1, b2, sfa, sfb1, sfb2, out, config=None):
         from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
 
         check_cuda(a, b1, b2, sfa, sfb1, sfb2, out)
-        plan = GatedPlan(problem, config or gated_sm90_config(problem, a.device), "sm90", tuple(out.stride()))
+        plan = GatedPlan(problem, config or gated_sm90_config(problem, a.device), "sm90", tuple(out.stride()),
+                         hardware.sm_count(a.device))
         run = plan.bind(a, b1, b2, sfa, sfb1, sfb2, out)
         run.plan = plan
         return run

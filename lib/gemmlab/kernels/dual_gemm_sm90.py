@@ -340,6 +340,19 @@ def dual_host(cfg: DualSm90Config):
     return dual_gemm_sm90_host
 
 
+def pointer_views(m: int, n: int, k: int, pa, pb1, pb2, psfa, psfb1, psfb2, out) -> tuple:
+    """Inside a host function being traced: the seven 2-D views :func:`operands_2d` makes in torch, rebuilt from the
+    six inputs' bare pointers and ``out`` (an (M, N, 1) tensor) for an M x N x K problem (packed rows; row-major)."""
+    kb, ks = k // 2, k // fp4.SF_VEC
+    return (cute.make_tensor(pa, cute.make_layout((m, kb), stride=(kb, 1))),
+            cute.make_tensor(pb1, cute.make_layout((n, kb), stride=(kb, 1))),
+            cute.make_tensor(pb2, cute.make_layout((n, kb), stride=(kb, 1))),
+            cute.make_tensor(psfa, cute.make_layout((m, ks), stride=(ks, 1))),
+            cute.make_tensor(psfb1, cute.make_layout((n, ks), stride=(ks, 1))),
+            cute.make_tensor(psfb2, cute.make_layout((n, ks), stride=(ks, 1))),
+            cute.make_tensor(out.iterator, cute.make_layout((m, n), stride=(n, 1))))
+
+
 @functools.lru_cache(maxsize=None)
 def pointer_host(launch, cfg, m: int, n: int, k: int, workspace: bool = False):
     """A host function for a public call's plan: the six inputs as bare global pointers (16-byte aligned) and ``out``
@@ -353,16 +366,8 @@ def pointer_host(launch, cfg, m: int, n: int, k: int, workspace: bool = False):
     tensor: TVM-FFI takes the stream to launch on from a tensor's device. The kernel is the one the tensor-taking
     host function launches (its PTX is identical).
     """
-    kb, ks = k // 2, k // fp4.SF_VEC
-
     def views(pa, pb1, pb2, psfa, psfb1, psfb2, out):
-        return (cute.make_tensor(pa, cute.make_layout((m, kb), stride=(kb, 1))),
-                cute.make_tensor(pb1, cute.make_layout((n, kb), stride=(kb, 1))),
-                cute.make_tensor(pb2, cute.make_layout((n, kb), stride=(kb, 1))),
-                cute.make_tensor(psfa, cute.make_layout((m, ks), stride=(ks, 1))),
-                cute.make_tensor(psfb1, cute.make_layout((n, ks), stride=(ks, 1))),
-                cute.make_tensor(psfb2, cute.make_layout((n, ks), stride=(ks, 1))),
-                cute.make_tensor(out.iterator, cute.make_layout((m, n), stride=(n, 1))))
+        return pointer_views(m, n, k, pa, pb1, pb2, psfa, psfb1, psfb2, out)
 
     if not workspace:
         @cute.jit

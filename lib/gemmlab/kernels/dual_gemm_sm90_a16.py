@@ -226,17 +226,28 @@ def prepass_kernel(a: cute.Tensor, sfa: cute.Tensor, a16: cute.Tensor, units: cu
     pa = a.iterator
     ps = sfa.iterator
     po = cute.recast_ptr(a16.iterator, dtype=Uint8)
+    for u, ok, w, sw in load_units(pa, ps, first, units):
+        st_global_v4(po + Int64(u) * 16, *convert_loaded(u, w, sw), pred=ok)
+
+
+def load_units(pa, ps, first, units: int) -> list:
+    """A streaming pass's loads, issued before any conversion (traced inline into the kernel that calls it): for each
+    of a thread's :data:`PREPASS_UNITS` units ``u = first + 256 j`` (8 values), ``(u, ok, packed word u, the scale word
+    holding byte u // 2)`` from the flat packed bytes at ``pa`` and scale bytes at ``ps``, predicated on ``u < units``."""
     held = []
-    for j in cutlass.range_constexpr(PREPASS_UNITS):
+    for j in range(PREPASS_UNITS):
         u = first + j * PREPASS_THREADS
         ok = u < units
         w = ld_global_b32(pa + Int64(u) * 4, pred=ok)
         sw = ld_global_b32(ps + Int64(u // 8) * 4, pred=ok)  # the word holding scale byte u // 2
         held.append((u, ok, w, sw))
-    for u, ok, w, sw in held:
-        sc = scale_f16x2(sw >> (((u // 2) % 4) * 8), 0)
-        h = fp4x8_to_f16(w, sc, sc)
-        st_global_v4(po + Int64(u) * 16, *h, pred=ok)
+    return held
+
+
+def convert_loaded(u, w, sw) -> tuple:
+    """Unit ``u``'s 8 values (packed word ``w``; ``sw`` the scale word holding its byte) as four FP16x2 words."""
+    sc = scale_f16x2(sw >> (((u // 2) % 4) * 8), 0)
+    return fp4x8_to_f16(w, sc, sc)
 
 
 @cute.jit

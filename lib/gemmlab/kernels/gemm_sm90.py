@@ -61,6 +61,13 @@ What it adds over chapter 06
       one compiled kernel serves every grid, and which branch a unit takes is
       the whole CTA's, so the protocol's named barriers stay uniform
       (:func:`gemmlab.family.configs.hybrid_tiles` says how many run whole).
+    * **A gated epilogue** (``gated``, for chapter 11's W16 route,
+      :mod:`gemmlab.kernels.dual_gemm_sm90_w16`): B' holds two weight
+      matrices interleaved in blocks of ``tile_n / 2`` rows, so a tile's first
+      half of columns is one GEMM and its second half the other, in the same
+      thread's registers (a sub-tile of 64 x ``epi_n`` and the one
+      ``tile_n / 2`` columns later); the epilogue stores ``silu(first) *
+      second``, a tile of C half as wide. No swap, no split-K.
 
 Roles at a glance (128 threads per warpgroup)::
 
@@ -234,6 +241,13 @@ def epilogue_operands(epi_mma: cute.TiledMma, acc: cute.Tensor, sC: cute.Tensor,
 
 
 @cute.jit
+def gate(x: Float32, y: Float32) -> Float32:
+    """``silu(x) * y`` in FP32: the gated epilogue's value (the NVFP4 twins' :func:`~.dual_gemm_sm90.gate_epilogue`
+    computes the same)."""
+    return x / (Float32(1.0) + cute.math.exp(-x, fastmath=True)) * y
+
+
+@cute.jit
 def store_tile(tma_c: cute.CopyAtom, sC: cute.Tensor, gC_tile: cute.Tensor, r2s: cute.TiledCopy, tRS_acc: cute.Tensor,
                tRS_sC: cute.Tensor, sub_f32: cute.Tensor, sub_out: cute.Tensor, half, store_warp,
                cfg: cutlass.Constexpr, c_type: cutlass.Constexpr, desc=None):
@@ -245,11 +259,16 @@ def store_tile(tma_c: cute.CopyAtom, sC: cute.Tensor, gC_tile: cute.Tensor, r2s:
     sub_size = cute.size(sub_f32)
     gC_epi = cute.zipped_divide(gC_tile, (WG_ROWS, cfg.epi_n))
     bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_epi)
-    epi_count = cfg.tile_n // cfg.epi_n
+    epi_count = cfg.out_tile_n // cfg.epi_n
     for e in cutlass.range_constexpr(epi_count):
         buf = half * cfg.epi_stages + e % cfg.epi_stages
+        # sub-tile e's values; gated: sub-tile e of the tile's first half of columns and sub-tile e of its second
         for v in cutlass.range_constexpr(sub_size):
-            sub_f32[v] = tRS_acc[e * sub_size + v]
+            if cutlass.const_expr(cfg.gated):
+                sub_f32[v] = gate(tRS_acc[e * sub_size + v], tRS_acc[(e + epi_count) * sub_size + v])
+            else:
+                sub_f32[v] = tRS_acc[e * sub_size + v]
+        # to the output type, then stmatrix into the ring buffer
         sub_out.store(sub_f32.load().to(c_type))
         cute.copy(r2s, sub_out, tRS_sC[(None, None, None, buf)])
         # Generic-proxy writes must be visible to the TMA (async proxy) read.
@@ -397,7 +416,7 @@ def gemm_kernel(
         # A warpgroup's accumulator fragment is laid out as in a single 64-row
         # MMA, so the 64-row epi_mma partitions its own slab of the output.
         r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, c_major_m)
-        gC = cute.local_tile(mC, (BM, BN), (None, None))  # (BM, BN, m_tiles, n_tiles)
+        gC = cute.local_tile(mC, (BM, cfg.out_tile_n), (None, None))  # (BM, out_tile_n, m_tiles, n_tiles)
 
         read = DevicePipelineState.consumer(stages)  # next stage to compute on
         release = DevicePipelineState.consumer(stages)  # next stage to hand back
@@ -505,7 +524,7 @@ def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, counters, sp
     rows, cols = cute.size(kC, mode=[0]), cute.size(kC, mode=[1])
     k = cute.size(kA, mode=[1])
     m_ctiles = ((rows + cfg.tile_m - 1) // cfg.tile_m + cm - 1) // cm
-    n_ctiles = ((cols + cfg.tile_n - 1) // cfg.tile_n + cn - 1) // cn
+    n_ctiles = ((cols + cfg.out_tile_n - 1) // cfg.out_tile_n + cn - 1) // cn  # gated: B' has 2 columns of C's
     k_tiles = (k + cfg.tile_k - 1) // cfg.tile_k
     if cutlass.const_expr(not cfg.split_k):
         ws, counters = kC, kC  # unused by the kernel in this mode

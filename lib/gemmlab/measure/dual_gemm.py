@@ -36,7 +36,7 @@ from .. import tiers
 from ..checks import check_choice, check_int
 from ..family.api import gated_dual_gemm
 from ..family.configs import (A16_TILE_NS, DECODE_MAX_TOKENS, GATED_TILE_M as TILE_M, A16Config, DecodeConfig,
-                              PipelinedConfig, a16_max_stages)
+                              PipelinedConfig, W16Config, a16_max_stages)
 from ..family.heuristic_gated import choose_decode_config, choose_tile_n
 from ..family.plan import decode_clusters, prepare_gated
 from ..family.problem import check_gated_arguments, check_gated_output
@@ -508,6 +508,13 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     if not isinstance(chosen, PipelinedConfig):  # the decode or the A16 twin was chosen: the fast twin beside it
         kernels["fast_twin_kernel"] = prepared(PipelinedConfig(tile_n=choose_tile_n(m, n, spec.sms)))
     decode_ok = dec = None
+    alt_ok = alt = None
+    if isinstance(chosen, (A16Config, W16Config)):  # the other large-M form beside: the A16 twin or the W16 route
+        alt = other_large_m_form(chosen, m, n, k, spec)
+        if alt is not None:
+            alt_ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=alt), base, ref)
+            if alt_ok:
+                kernels["other_form_kernel"] = prepared(alt)
     if m <= DECODE_MAX_TOKENS and not isinstance(chosen, DecodeConfig):  # the decode twin beside, checked first
         dec = choose_decode_config(m, n, k, spec.sms, decode_clusters())
         decode_ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=dec), base, ref)
@@ -518,6 +525,7 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
     bound = roofline(m, n, k, spec)  # a Hopper spec: the BF16 peak
     row = dict(m=m, n=n, k=k, sets=nsets, bf16_sets=bsets, ok=res.ok, max_abs_err=res.max_abs_err,
                decode_twin=None if decode_ok is None else dict(config=repr(dec), ok=decode_ok),
+               other_form=None if alt_ok is None else dict(config=repr(alt), ok=alt_ok),
                nvfp4_bytes=bound["bytes"], bf16_weight_bytes=triples[0][1].nbytes,
                fp4_bytes_us=bound["memory_us"], compute_us=bound["compute_us"], config=repr(chosen))
     for name, v in list(t.items()) + list(tk.items()):
@@ -532,7 +540,21 @@ def time_vs_bf16(m: int, n: int, k: int, *, rounds: int = 10, per_round: int = 5
         row["vs_fast_twin_kernel"] = row["fast_twin_kernel_us"] / row["prepared_kernel_us"]
     if "decode_twin_kernel_us" in row:
         row["decode_twin_vs_bf16_path_kernel"] = row["bf16_path_kernel_us"] / row["decode_twin_kernel_us"]
+    if "other_form_kernel_us" in row:
+        row["vs_other_form_kernel"] = row["other_form_kernel_us"] / row["prepared_kernel_us"]
     return row
+
+
+def other_large_m_form(chosen, m: int, n: int, k: int, spec):
+    """Beside the heuristic's A16 twin, the W16 route's best configuration (None where it has none); beside the W16
+    route, the A16 twin's: what the benchmarks time next to the public call's choice."""
+    from ..family.heuristic_gated import choose_a16, w16_candidate
+    from ..family.heuristic_sm90 import model_for
+
+    if isinstance(chosen, W16Config):
+        return choose_a16(m, n, k, spec.sms)
+    cand = w16_candidate(m, n, k, spec.sms, model_for(spec))
+    return None if cand is None else cand[0]
 
 
 #: The decode sweep's shapes: M from one token to the twin's 128 (96: two MMA warpgroups still fit), on three weight
@@ -591,6 +613,43 @@ def sweep_decode(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5,
 #: 4096 x 7168, 3072 x 4096 and 3072 x 7168, and a wide FFN, 14336 x 4096).
 A16_SWEEP_SHAPES = tuple((m, n, k) for n, k in ((4096, 7168), (3072, 4096), (3072, 7168), (14336, 4096))
                          for m in (200, 256, 384, 512, 640, 1024))
+
+
+#: The W16 sweep's shapes: M from 512 to 4096 (768, 1536 and 3072 not powers of two) on three weight shapes (GPU
+#: MODE's 4096 x 7168 and 3072 x 4096, and a wide FFN, 14336 x 4096): where the heuristic chooses between the A16 twin
+#: and the W16 route.
+W16_SWEEP_SHAPES = tuple((m, n, k) for n, k in ((4096, 7168), (3072, 4096), (14336, 4096))
+                         for m in (512, 768, 1024, 1536, 2048, 4096))
+
+
+#: Narrower weights for the same choice (N = 1024 to 2048: where the A16 twin's grid is one thin wave and chapter 07's
+#: model prices small 64-row tiles for the W16 route's GEMM).
+W16_NARROW_SHAPES = ((256, 1024, 7168), (512, 1024, 7168), (1024, 1024, 7168), (2048, 1024, 7168), (256, 2048, 7168),
+                     (1024, 2048, 7168), (2048, 2048, 7168), (256, 1536, 4096), (2048, 1536, 4096))
+
+
+def sweep_w16(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:
+    """The A16 twin's best configuration (:func:`~gemmlab.family.heuristic_gated.choose_a16`) beside the W16 route's
+    (:func:`~gemmlab.family.heuristic_gated.w16_candidate`) and the BF16 path, kernels alone (:func:`_sweep`: each
+    checked on a poisoned output first), with both models' times. Returns ``{"m", "n", "k", "chosen", "sms",
+    "a16_model_us", "w16_model_us", "rows": [...]}``."""
+    from ..family.heuristic_gated import a16_time, choose_a16, choose_sm90, w16_candidate
+    from ..family.heuristic_sm90 import model_for
+    from ..family.problem import GatedProblem
+
+    def configs(spec):
+        out = [choose_a16(m, n, k, spec.sms)]
+        cand = w16_candidate(m, n, k, spec.sms, model_for(spec))
+        return out + ([] if cand is None else [cand[0]])
+
+    m, n, k, rows, spec = _sweep(m, n, k, configs, rounds, per_round, seed, "sweep_w16", stock=True)
+    a16 = choose_a16(m, n, k, spec.sms)
+    cand = w16_candidate(m, n, k, spec.sms, model_for(spec))
+    model = model_for(spec)
+    return dict(m=m, n=n, k=k, sms=spec.sms, rows=rows,
+                chosen=repr(choose_sm90(GatedProblem(m, n, k), spec.sms, None, model)),
+                a16_model_us=a16_time(m, n, k, a16.tile_n, spec.sms, a16.converters),
+                w16_model_us=None if cand is None else cand[1])
 
 
 def sweep_a16(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:

@@ -266,12 +266,13 @@ def a16_sweep_rows(doc: dict) -> list[dict]:
     """Per shape of an A16 sweep (``benchmarks/dual_gemm.py a16``): the BF16 path's and the fast twin's kernel times,
     each A16 width's with one converter warpgroup (``n48`` ... ``n128``), the fastest of those, the configuration
     today's heuristic picks (:func:`~gemmlab.family.heuristic_gated.choose_sm90`, on the run's SM count; ``x2``: two
-    converter warpgroups), its time where the sweep timed it, and the BF16 path's time over the pick's (above 1: ours
-    is faster)."""
+    converter warpgroups; where the call takes the W16 route, the width :func:`~gemmlab.family.heuristic_gated.choose_a16`
+    would take), its time where the sweep timed it, and the BF16 path's time over the pick's (above 1: ours is
+    faster)."""
     import re
 
-    from ..family.configs import PipelinedConfig
-    from ..family.heuristic_gated import choose_sm90
+    from ..family.configs import PipelinedConfig, W16Config
+    from ..family.heuristic_gated import choose_a16, choose_sm90
     from ..family.problem import GatedProblem
 
     out = []
@@ -295,6 +296,8 @@ def a16_sweep_rows(doc: dict) -> list[dict]:
         for tile_n, t in widths.items():
             row[f"n{tile_n}"] = t
         pick = choose_sm90(GatedProblem(shape["m"], shape["n"], shape["k"]), shape.get("sms", 132))
+        if isinstance(pick, W16Config):  # this sweep is about the A16 widths: the width the A16 twin would take
+            pick = choose_a16(shape["m"], shape["n"], shape["k"], shape.get("sms", 132))
         if isinstance(pick, PipelinedConfig):
             row["pick"], pick_us = "fast", row["fast_us"]
         else:  # an A16 form: n<tile_n>, x2 with two converter warpgroups
@@ -318,3 +321,68 @@ def format_a16_sweep(doc: dict) -> str:
                ("all_ok", "all correct", "")])
     failed = [f"{r['shape']}: {r['error'].strip().splitlines()[-1]}" for r in rows_all if "error" in r]
     return format_table(rows, cols) + "".join(f"\nfailed: {f}" for f in failed)
+
+
+def w16_sweep_rows(doc: dict) -> list[dict]:
+    """Per shape of a W16 sweep (``benchmarks/dual_gemm.py w16`` or ``w16_narrow``): the kernel times of the A16
+    twin's configuration, the W16 route's and the BF16 path's (microseconds, kernels alone), both time models, which
+    form the heuristic picked (``pick``: ``A16`` or ``W16``) and whether it is the faster of the two (``right``), the
+    pick's time over the faster one's (``regret``) and the BF16 path's time over the pick's (``x_bf16``; above 1: ours
+    is faster)."""
+    out = []
+    for shape in doc["shapes"]:
+        t = {}
+        for r in shape.get("rows", []):
+            if r.get("ok") and "kernel_us" in r:
+                key = "bf16" if r["config"] == "bf16_path" else "w16" if r["config"].startswith("W16") else "a16"
+                t[key] = r["kernel_us"]
+        if not {"a16", "w16", "bf16"} <= set(t):
+            continue
+        pick = "W16" if str(shape.get("chosen", "")).startswith("W16") else "A16"
+        got = t["w16"] if pick == "W16" else t["a16"]
+        out.append(dict(shape=f"{shape['m']}x{shape['n']}x{shape['k']}", m=shape["m"], n=shape["n"], k=shape["k"],
+                        a16_us=t["a16"], w16_us=t["w16"], bf16_us=t["bf16"], a16_model_us=shape.get("a16_model_us"),
+                        w16_model_us=shape.get("w16_model_us"), pick=pick, right=got == min(t["a16"], t["w16"]),
+                        regret=got / min(t["a16"], t["w16"]), x_bf16=t["bf16"] / got))
+    return out
+
+
+def format_w16_sweep(doc: dict) -> str:
+    """:func:`w16_sweep_rows` as a table, with the count of shapes where the pick was the faster form."""
+    rows = w16_sweep_rows(doc)
+    cols = [("shape", "M x N x K", ""), ("a16_us", "A16 us", ".1f"), ("a16_model_us", "model", ".0f"),
+            ("w16_us", "W16 us", ".1f"), ("w16_model_us", "model", ".0f"), ("bf16_us", "BF16 path", ".1f"),
+            ("pick", "pick", ""), ("regret", "pick/best", ".3f"), ("x_bf16", "x BF16", ".2f")]
+    right = sum(r["right"] for r in rows)
+    return format_table(rows, cols) + f"\nthe pick is the faster form on {right} of {len(rows)} shapes"
+
+
+def draw_w16(docs: list[dict], name: str = "11_w16"):
+    """The BF16 path's kernel time over ours against M, per weight shape: the A16 twin (dashed) and the W16 route
+    (solid), one panel per device (measured, kernels alone; title: device and date). Returns ``(path, data)``."""
+    docs = [d for d in docs if d and w16_sweep_rows(d)]
+    if not docs:
+        raise ValueError("docs must hold at least one W16 sweep with a shape that ran")
+    fig, axes = new_figure(1, len(docs), figsize=(6.0 * len(docs), 4.2), squeeze=False)
+    colours = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+    data = {}
+    for ax, doc in zip(axes[0], docs):
+        rows = w16_sweep_rows(doc)
+        weights = sorted({(r["n"], r["k"]) for r in rows}, key=lambda w: (w[0] * w[1], w))
+        for colour, (n, k) in zip(colours, weights):
+            rs = sorted((r for r in rows if (r["n"], r["k"]) == (n, k)), key=lambda r: r["m"])
+            ms = [r["m"] for r in rs]
+            ax.plot(ms, [r["bf16_us"] / r["a16_us"] for r in rs], "--o", color=colour, ms=3,
+                    label=f"A16 twin, N x K = {n} x {k}")
+            ax.plot(ms, [r["bf16_us"] / r["w16_us"] for r in rs], "-s", color=colour, ms=3,
+                    label=f"W16 route, {n} x {k}")
+        ax.axhline(1.0, color="#999999", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M (rows of A)")
+        ax.set_ylabel("BF16 path's time / ours (kernels; above 1: ours faster)")
+        ax.set_title(f"{doc.get('device', '?')}, {str(doc.get('date', '?'))[:10]}", fontsize=10)
+        ax.legend(fontsize=7)
+        data[doc.get("device", "?")] = rows
+    fig.suptitle("NVFP4 gated dual GEMM, large M: weights converted in the kernel (A16) or once per call (W16)",
+                 fontsize=11)
+    return save(fig, name), data

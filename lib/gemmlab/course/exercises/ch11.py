@@ -186,3 +186,35 @@ def explain_a16_width() -> str:
             f"does not prefer wide tiles for their own sake: among widths with the same number of waves the narrowest "
             f"is shortest, and a wider one wins only where it saves waves (at 640 x 3072 x 7168, 128 columns make "
             f"5 x 24 = 120 CTAs, one wave, where 96 make 160, two).")
+
+
+def check_w16_pass_megabytes(answer) -> bool:
+    """Predict: at 2048 x 4096 x 7168 the W16 route converts B1 and B2 into one FP16 workspace before its GEMM. How
+    many megabytes (1e6 bytes, one decimal) does that weight pass move through HBM at least: packed values and scales
+    read, FP16 written?"""
+    return verdict("megabytes the weight pass moves", answer, solution_w16_pass_megabytes(),
+                   "Two N x K matrices; per value half a byte packed, one sixteenth of a byte of scale (one e4m3 per 16 "
+                   "values) read, and two bytes of FP16 written.", tolerance=0.05)
+
+
+def solution_w16_pass_megabytes():
+    n, k = 4096, 7168
+    return round(2 * n * k * (0.5 + 1 / 16 + 2) / 1e6, 1)  # 150.5
+
+
+def explain_w16_pass_megabytes() -> str:
+    """Why the W16 route wins at 2048 rows and loses at 512, with the model's and the H100's numbers."""
+    from ...family.heuristic_gated import w16_pass_us
+
+    mb = solution_w16_pass_megabytes()
+    return (f"The weight pass moves {mb} MB, and the A pre-pass another 37.6 MB at 2048 rows: at the model's HBM rate "
+            f"(3.35 TB/s x 0.85) both take {w16_pass_us(2048, 4096, 7168):.0f} us, whatever the GEMM does after. The "
+            f"A16 twin instead converts each weight value once per 128-row tile of C, 16 times at M = 2048, in a "
+            f"converter warpgroup that (Nsight Compute, section 12) keeps the tensor pipe 63 % busy; its time grows "
+            f"with M at about 0.20 us a row here, the W16 route's at 0.14 (chapter 07's kernel, nothing to convert). "
+            f"At M = 512 the two passes still take {w16_pass_us(512, 4096, 7168):.0f} us (the weights' part does not "
+            f"shrink) but the GEMM is a quarter of the work, so they are two fifths of the route's time: the H100 "
+            f"timed 139.5 us for the route against 107.0 for the A16 twin there, and 357.1 against 406.8 at 2048 "
+            f"(2026-11-27, kernels alone). The models cross "
+            f"between 1024 and 1536 rows on these weights; on an H200 (4.8 TB/s) the pass is cheaper and they cross "
+            f"below 1024.")
