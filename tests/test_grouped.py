@@ -493,8 +493,10 @@ def test_choose_config_by_tokens_and_experts():
     assert choose(16384, 8, 4096, 7168) is configs.LARGE  # no pairs on GPUs not measured
     narrow = 2048 * 1024
     assert choose(4096, 128, 768, 2048, narrow_up_to=narrow) is configs.SMALL_WIDE  # Qwen3-30B-A3B's experts
-    assert choose(16384, 64, 2048, 1024, narrow_up_to=narrow) is configs.SMALL_WIDE  # OLMoE's: just at the limit
-    assert choose(16384, 64, 2048, 1032, narrow_up_to=narrow) is configs.LARGE  # one k-step of 8 past it
+    assert choose(4096, 64, 2048, 1024, narrow_up_to=narrow) is configs.SMALL_WIDE  # OLMoE's: just at the limit
+    assert choose(4096, 64, 2048, 1032, narrow_up_to=narrow) is configs.LARGE  # one k-step of 8 past it
+    assert choose(8191, 64, 2048, 1024, narrow_up_to=narrow) is configs.SMALL_WIDE  # below the token limit
+    assert choose(8192, 64, 2048, 1024, narrow_up_to=narrow) is configs.LARGE  # from it: 128 x 256 (16384 measured)
     assert choose(1024, 16, 768, 2048, narrow_up_to=narrow) is configs.MEDIUM  # 64 per expert, too few tokens in all
     assert choose(4096, 128, 768, 2048) is configs.LARGE  # not measured: no narrow rule
     assert hg.config_for_gpu("H100", 4096, 128, 768, 2048) is configs.SMALL_WIDE
@@ -855,6 +857,29 @@ def test_compile_rejects_other_targets_and_clusters():
         compile_grouped("sm_90a", Sm90Config(cluster=(1, 2)))
     with pytest.raises(ValueError, match="mode"):
         compile_grouped("sm_90a", configs.SMALL, mode="padded")
+
+
+def test_grouped_smem_counts_what_the_kernel_allocates_beyond_the_dense_slack(no_compile):
+    """128 x 128 with 6 stages fits the dense kernel (Sm90Config accepts it) but not the grouped one with dynamic
+    scheduling and the largest-first order: the H100 refused that launch (cudaErrorInvalidValue) reporting 233,116
+    bytes allocated against 232,448 allowed. The rule names the bytes before anything compiles; without the order
+    tables (by_size False, as the pairs run) it fits."""
+    from gemmlab.family.configs import Sm90Config, grouped_smem_bytes
+    from gemmlab.hardware import SMEM_PER_BLOCK
+
+    cfg = Sm90Config(tile_m=128, tile_n=128, stages=6, cluster=(1, 1))
+    assert cfg.smem_bytes() <= SMEM_PER_BLOCK == 232448
+    assert grouped_smem_bytes(cfg, by_size=True, dynamic=True) == 233116
+    # the order and the sizes it is ranked from: 255 words each fewer; the ring's tile numbers: 5 fewer words
+    assert grouped_smem_bytes(cfg, by_size=False, dynamic=True) == 233116 - 2 * 255 * 4
+    assert grouped_smem_bytes(cfg, by_size=True, dynamic=False) == 233116 - 5 * 4
+    assert grouped_smem_bytes(cfg, by_size=True, dynamic=True, mixed=True) == 233116 + 8
+    with pytest.raises(ValueError, match=r"stages=6 needs 233116 bytes of shared memory in the grouped kernel"):
+        compile_grouped("sm_90a", cfg, dynamic=True)
+    with pytest.raises(AssertionError, match="compiled before"):  # the check passed: the compile was reached
+        compile_grouped("sm_90a", cfg, dynamic=True, by_size=False)
+    for tile in (configs.SMALL, configs.SMALL_WIDE, configs.MEDIUM, configs.LARGE, configs.LARGE_C2):
+        assert grouped_smem_bytes(tile, by_size=True, dynamic=True, mixed=True) <= SMEM_PER_BLOCK, tile.name
 
 
 # ---------------------------------------------------------------- on the GPU

@@ -438,6 +438,48 @@ def ab_slots(cfg: Sm90Config) -> int:
     return cfg.stages + 1
 
 
+def grouped_smem_bytes(cfg: Sm90Config, *, by_size: bool = True, dynamic: bool = False, mixed: bool = False) -> int:
+    """Shared memory the grouped kernel (:mod:`gemmlab.kernels.grouped_sm90`) allocates for ``cfg``, in its allocation
+    order and alignments: the A, B and output rings (1024-aligned), the ring's two mbarrier arrays, the descriptor
+    scratch (A, B and one C per consumer, 128-aligned), the visiting order and the sizes it is ranked from
+    (:data:`ORDER_MAX` words each with ``by_size``, else one), every group's first tile (``ORDER_MAX + 1`` words), the
+    dynamic ring's tile numbers (``stages`` words, else one) and the mixed order's two counters. That is up to about
+    3.6 KiB more than :meth:`Sm90Config.smem_bytes`' slack allows for, so a configuration the dense kernel fits can
+    exceed a block here (128 x 128 with 6 stages, dynamic, largest first: 233,116 bytes, which the H100 refused to
+    launch on 2026-11-27)."""
+    e, o = DTYPE_BITS[cfg.dtype] // 8, DTYPE_BITS[cfg.out_dtype] // 8
+    off = 0
+
+    def put(size: int, align: int) -> None:
+        nonlocal off
+        off = -(-off // align) * align + size
+
+    put(cfg.stages * cfg.tile_m * cfg.tile_k * e, 1024)
+    put(cfg.stages * cfg.tile_n * cfg.tile_k * e, 1024)
+    put(cfg.consumers * cfg.epi_stages * 64 * cfg.epi_n * o, 1024)
+    put(8 * cfg.stages, 8)
+    put(8 * cfg.stages, 8)
+    put(DESC_BYTES * (2 + cfg.consumers), DESC_BYTES)
+    order = ORDER_MAX if by_size else 1
+    put(4 * order, 4)
+    put(4 * order, 4)
+    put(4 * (ORDER_MAX + 1), 4)
+    put(4 * (cfg.stages if dynamic else 1), 4)
+    if mixed:
+        put(8, 4)
+    return off
+
+
+def check_grouped_smem(cfg: Sm90Config, *, by_size: bool, dynamic: bool, mixed: bool) -> None:
+    """A ``ValueError`` naming ``stages`` where :func:`grouped_smem_bytes` exceeds a block's shared memory (before any
+    compile or launch: the driver would refuse the launch with ``cudaErrorInvalidValue``)."""
+    need = grouped_smem_bytes(cfg, by_size=by_size, dynamic=dynamic, mixed=mixed)
+    if need > SMEM_PER_BLOCK:
+        raise ValueError(f"config {cfg.name}: stages={cfg.stages} needs {need} bytes of shared memory in the grouped "
+                         f"kernel (dynamic={dynamic}, by_size={by_size}: its rings plus descriptor scratch and "
+                         f"visiting order); a block has {SMEM_PER_BLOCK}: use fewer stages")
+
+
 def slots_per_cta(cfg: Sm90Config, trace: bool = False, mixed: bool = False) -> int:
     """Slots one CTA owns in the workspace: ``stages + 1`` for A, as many for B (:func:`ab_slots`), 1 per consumer
     warpgroup for C, then one for the tile counters (CTA 0's holds them: :func:`gemmlab.scheduler.claim_tile`).

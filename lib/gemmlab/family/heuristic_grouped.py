@@ -40,13 +40,19 @@ DECODE_TILE = {"H100": SMALL, "H200": SMALL_WIDE}
 #: 2 % faster but spread over 0.89-1.10x. The benchmark's N of 4096 and more: 1.03x faster (``sweep_sched``).
 #: On an H100 (decode tile 64 x 128 at every width) the wide tile is 1.03-1.09x slower at 512, 1536 and 2048.
 DECODE_WIDE_FROM_TILES = 12
-#: Past decode, with at least 2048 tokens, experts of at most this many weights (N x K) run the 64 x 256 tile, by
-#: GPU. Measured on an H100 (``benchmarks/grouped_gemm.py sweep_wide_narrow``: Qwen3-30B-A3B's and OLMoE's expert
-#: GEMMs, 768 x 2048 to 2048 x 1024, 64 and 128 experts, 4096 and 16384 tokens): 64 x 256 was the fastest tile on
-#: 13 of the 16 sets and within 1.05x of it on the rest, up to 1.18x faster than 128 x 256; with 14.7 M weights
-#: and more (DeepSeek-V3, Mixtral: ``sweep_sched``) 128 x 256 wins at every set of 4096 tokens or more, by 1.03x
-#: to 1.49x. Between 2 M and 14.7 M nothing was swept. Other GPUs: never (not measured).
+#: Past decode, from 2048 to fewer than :data:`NARROW_BELOW_TOKENS` tokens, experts of at most this many weights
+#: (N x K) run the 64 x 256 tile, by GPU. Measured on an H100 (``benchmarks/grouped_gemm.py sweep_wide_narrow``:
+#: Qwen3-30B-A3B's and OLMoE's expert GEMMs, 768 x 2048 to 2048 x 1024, 64 and 128 experts, 4096 and 16384 tokens;
+#: ``results/nvidia-h100-80gb-hbm3/grouped_gemm_sweep_wide_narrow.json``, rerun 2026-11-27 on today's kernel): at
+#: 4096 tokens 64 x 256 and 128 x 256 (dynamic) split the 8 sets, within 5 % of each other (64 x 256 1 % faster
+#: summed); at 16384 tokens 128 x 256 was the fastest on all 8, by up to 1.16x (OLMoE, 64 experts: 162 against 188
+#: us). An earlier kernel had 64 x 256 fastest on 13 of the 16. With 14.7 M weights and more (DeepSeek-V3, Mixtral:
+#: ``sweep_sched``) 128 x 256 wins at every set of 4096 tokens or more, by 1.03x to 1.49x. Between 2 M and 14.7 M
+#: nothing was swept. Other GPUs: never (not measured).
 NARROW_UP_TO = {"H100": 2048 * 1024}
+#: The narrow rule's token limit (exclusive): 8192, halfway between the sets where it was measured to pay (4096) and
+#: not to (16384), on a log scale; nothing between was measured.
+NARROW_BELOW_TOKENS = 8192
 
 
 def gpu_of(device) -> str | None:
@@ -87,10 +93,10 @@ def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = 
       rows past a group's end), ``decode`` wide (:data:`DECODE_TILE`) if
       ``n`` gives it :data:`DECODE_WIDE_FROM_TILES` tiles per expert, else 128
       wide (on narrow outputs the narrower tile keeps twice the SMs busy);
-    * at least 2048 tokens, experts of at most ``narrow_up_to`` weights
-      (:data:`NARROW_UP_TO`): 64 x 256, one CTA per tile, dynamic: the
-      experts' GEMMs are short (K or N of 768 to 2048), and twice the tiles of
-      128 x 256 keep more SMs streaming weights;
+    * from 2048 to fewer than :data:`NARROW_BELOW_TOKENS` tokens, experts of at
+      most ``narrow_up_to`` weights (:data:`NARROW_UP_TO`): 64 x 256, one CTA
+      per tile, dynamic: the experts' GEMMs are short (K or N of 768 to 2048),
+      and twice the tiles of 128 x 256 keep more SMs streaming weights;
     * fewer than 2048 tokens in all: 128 x 192 (128 x 256 past 160 per
       expert): the few tiles of 128 x 256 fill the SMs unevenly;
     * more: 128 x 256, in clusters of two CTAs along M that share each weight
@@ -108,7 +114,7 @@ def choose_config(tokens: int, groups: int, n: int, k: int, pairs_from: float = 
     per_expert = tokens / max(groups, 1)
     if per_expert <= 24:
         return decode if n >= DECODE_WIDE_FROM_TILES * decode.tile_n else SMALL
-    if tokens >= 2048 and n * k <= narrow_up_to:
+    if 2048 <= tokens < NARROW_BELOW_TOKENS and n * k <= narrow_up_to:
         return SMALL_WIDE
     if tokens < 2048:
         return MEDIUM if per_expert <= 160 else LARGE

@@ -38,7 +38,7 @@ from .. import hardware, tiers
 from ..checks import check_int
 from . import heuristic_gated, heuristic_grouped, tune
 from .configs import (DECODE_SPLITS, DESC_WORDS, TABLE_COLUMNS, A16Config, DecodeConfig, PipelinedConfig, Sm90Config,
-                      Sm100Config, W16Config, effective_splits, slots_per_cta)
+                      Sm100Config, W16Config, check_grouped_smem, effective_splits, slots_per_cta)
 from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
 from .problem import (GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, offs_rule, pad_rows,
                       problem_of)
@@ -509,6 +509,7 @@ def make_grouped_plan(problem: GroupedProblem, device, config: Sm90Config | None
     else:
         grid = heuristic_grouped.table_grid(cfg, sms, shapes)
     sched = heuristic_grouped.schedule(cfg, problem, **overrides)
+    check_grouped_smem(cfg, by_size=sched.by_size, dynamic=sched.dynamic, mixed=bool(sched.mixed))
     fn = grouped_kernel(cfg, problem.mode, problem.b_major, sched, fences=fences, l2_promotion=l2_promotion)
     offs, table = dummies(device)
     return GroupedPlan(problem, cfg, sched, grid, fn, workspace(device, sms, cfg, mixed=bool(sched.mixed)), offs, table)

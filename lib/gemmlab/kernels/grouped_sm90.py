@@ -85,8 +85,8 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from ..family.configs import (DESC_BYTES, DESC_WORDS, INT32_MAX, L2_PROMOTIONS, ORDER_MAX,  # noqa: F401
-                              TABLE_COLUMNS, Sm90Config, ab_slots, check_grouped_config, light_base, sched_slot,
-                              slots_per_cta)
+                              TABLE_COLUMNS, Sm90Config, ab_slots, check_grouped_config, check_grouped_smem,
+                              light_base, sched_slot, slots_per_cta)
 from .gemm_sm90 import (CONSUMER_REGS, EPI_BARRIER, PRODUCER_REGS, WG_ROWS, epilogue_operands,
                         mma_and_smem_layouts, mma_operands, mma_tile, release_stage, store_tile)
 from ..pipeline import DevicePipelineState
@@ -1122,6 +1122,7 @@ def compile_grouped(target: str = "sm_90a", cfg: Sm90Config | None = None, mode:
         raise ValueError(f"mixed: claiming light experts' tiles among the heavy ones' needs the ragged form, dynamic "
                          f"scheduling, one CTA per tile and largest first; got mode={mode!r}, dynamic={dynamic}, "
                          f"{cfg.name}, by_size={by_size}")
+    check_grouped_smem(cfg, by_size=by_size, dynamic=dynamic, mixed=bool(mixed))
     dt, ct = _CUTLASS_TYPES[cfg.dtype], _CUTLASS_TYPES[cfg.out_dtype]
     t, n, k = cute.sym_int(), cute.sym_int(divisibility=8), cute.sym_int(divisibility=8)
     a = fake_tensor(dt, (t, k), stride_order=(1, 0))
