@@ -8,6 +8,7 @@
     python benchmarks/gemm_family.py tall           # 192-row tiles vs the best 64/128-row ones
     python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
     python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
+    python benchmarks/gemm_family.py l2_shared      # the picks the L2 floor's shared-panel term changes, old vs new
     python benchmarks/gemm_family.py all            # check, host, family
 
 Results go to ``results/<device>/gemm_family*.json`` (``--out DIR`` writes there instead); the
@@ -280,9 +281,37 @@ def wide(out_dir) -> list[dict]:
     return rows
 
 
-def main() -> int:
+def l2_shared(out_dir) -> list[dict]:
+    """Where the L2 floor's shared-panel term (``MachineModel.l2_shared_boost``) changes the pick on this GPU: every
+    family and widened-family shape whose best config differs between the term off (1.0) and the default, both
+    picks timed (prepared launches against torch in the same run, inputs rotated beyond L2)."""
+    from dataclasses import replace
+
+    from gemmlab import hardware
+
+    new = h.model_for(hardware.device_spec(torch.cuda.current_device()))
+    old = replace(new, l2_shared_boost=1.0)
+    rows = []
+    for case in fb.family_cases() + fb.wide_cases():
+        p = GemmProblem(case.m, case.n, case.k, case.dtype, case.dtype, case.b_major)
+        a, b = h.candidates(p, 132, old)[0].config, h.candidates(p, 132, new)[0].config
+        if a == b:
+            continue
+        for which, cfg in (("old", a), ("new", b)):
+            r = fb.time_case(case, rounds=4, per_round=8, config=cfg)
+            r.update(which=which)
+            rows.append(r)
+            print(f"{case.m}x{case.n}x{case.k} {case.dtype[:4]} b{case.b_major} {which} {cfg.name:<34} ours "
+                  f"{r['prepared_us']:8.1f} torch {r['torch_gpu_us']:8.1f} ratio {r['ratio_prepared']:.3f}", flush=True)
+    _write("gemm_family_l2_shared", {"rows": rows, "old": "l2_shared_boost=1.0",
+                                     "new": f"l2_shared_boost={new.l2_shared_boost}"}, out_dir)
+    return rows
+
+
+def main() -> int:def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["check", "host", "sweep", "swap", "tall", "family", "quick", "wide", "all"])
+    p.add_argument("what", choices=["check", "host", "sweep", "swap", "tall", "family", "quick", "wide", "l2_shared",
+                                    "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
     args = p.parse_args()
@@ -307,6 +336,8 @@ def main() -> int:
         family(args.out, quick=True)
     if args.what == "wide":
         wide(args.out)
+    if args.what == "l2_shared":
+        l2_shared(args.out)
     print(f"done in {time.time() - t0:.0f} s")
     return 0
 

@@ -20,9 +20,11 @@ has a reason a reader can check:
 * **L2.** Every CTA reads its own A' and B' blocks out of L2 (a multicast block
   once per cluster), so a tiling moves ``tiles x k-blocks x (tile_m + tile_n)
   x 128`` bytes from L2 to the SMs, and L2 delivers about 7 TB/s to all of them
-  together on an H100. Small tiles re-read the operands more often: this is
-  what makes 128 x 144 tiles lose to cuBLAS at 2048 x 2112 x 7168 (688 MB
-  through L2, 100 us measured).
+  together on an H100. A B' panel that every CTA reads (one tile along N', as a
+  swapped decode batch is) counts half (:attr:`MachineModel.l2_shared_boost`).
+  Small tiles re-read the operands more often: this is what makes 128 x 144
+  tiles lose to cuBLAS at 2048 x 2112 x 7168 (688 MB through L2, 100 us
+  measured).
 * **Split-K** (``splits`` slices of K, each a unit) multiplies the units
   when the output has too few tiles. The slices are added inside the same
   launch (:mod:`gemmlab.splitk`): every unit stores its FP32 partial tile and
@@ -108,6 +110,12 @@ class MachineModel:
     hbm_efficiency: float = 0.85  # fraction of the datasheet bandwidth a streaming kernel reaches
     sm_gbps: float = 90.0  # what one SM's TMA ring pulls from L2/HBM at most, GB/s
     l2_tbps: float = 7.0  # what L2 delivers to all SMs together, TB/s
+    # A B' panel that every CTA reads (one tile along N': a swapped decode batch) crosses L2 this many times faster.
+    # Fitted on the H100's stored sweeps (gemm_family_sweep*.json, gemm_family_swap.json; 2026-11-27): with 1 the
+    # model priced swapped 64-row tiles at M = 200 up to 1.4x slower than they ran (200 x 37888 x 3584: 165 us
+    # predicted, 117 measured); any value from 2 up gives the same picks (regret on the wide sweep 1.037 -> 1.027,
+    # on the swap sweep 1.006 -> 1.000, the other two unchanged).
+    l2_shared_boost: float = 2.0
     mma_efficiency: float = 0.84  # fraction of peak the main loop reaches on a 128 x 256 tile
     intensity_power: float = 0.5  # efficiency ~ (tile intensity / 128x256's) ** power
     epilogue_us: float = 0.6  # a unit's epilogue, not hidden behind the next unit's main loop
@@ -287,7 +295,9 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
     bw = model.hbm_tbps * 1e12 * model.hbm_efficiency
     hbm_bytes = problem.min_bytes()
     # Every CTA reads its A' and B' blocks from L2 (a multicast block once per cluster).
-    per_kblock = cfg.tile_k * 2 * (cfg.tile_m / cfg.cluster[1] + cfg.tile_n / cfg.cluster[0])
+    # A B' panel all CTAs share (one tile along N') counts l2_shared_boost times less.
+    b_share = model.l2_shared_boost if nt == 1 else 1.0
+    per_kblock = cfg.tile_k * 2 * (cfg.tile_m / cfg.cluster[1] + cfg.tile_n / cfg.cluster[0] / b_share)
     l2_bytes = mt * nt * k_tiles * per_kblock
     publish_us = tail_us = fixed_us = 0.0
     if split_units:
