@@ -9,6 +9,7 @@
     python benchmarks/dual_gemm.py a16      # every A16-twin width beside the fast twin and the BF16 path, M >= 200
     python benchmarks/dual_gemm.py w16      # the A16 twin beside the W16 route and the BF16 path, M = 512 to 4096
     python benchmarks/dual_gemm.py w16_narrow  # the same on narrower weights (N = 1024 to 2048)
+    python benchmarks/dual_gemm.py w16_parts   # the W16 route's two passes and the rest, kernels alone
 
 ``check``: every output poisoned with NaN first, rtol = atol = 1e-3 (``gemmlab.nvfp4.check_close``); baseline
 (b) is held to the same check. ``bench``: the public call (Python included), its prepared launch, (a) the
@@ -178,6 +179,25 @@ def bench_w16(out_dir=None, shapes=dg.W16_SWEEP_SHAPES, rounds=5, per_round=5, n
     return _bench_sweep(name, dg.sweep_w16, shapes, 600, out_dir, rounds, per_round)
 
 
+def bench_w16_parts(out_dir=None, shapes=dg.W16_PARTS_SHAPES, rounds=5, per_round=5):
+    rows = []
+    for i, (m, n, k) in enumerate(shapes):
+        try:
+            row = dg.time_w16_parts(m, n, k, rounds=rounds, per_round=per_round, seed=700 + i)
+        except Exception:  # noqa: BLE001 - one failed shape is one failed row
+            row = {"m": m, "n": n, "k": k, "ok": False, "error": traceback.format_exc()[-1500:]}
+        rows.append(row)
+        if "error" in row:
+            print(f"{m} x {n} x {k}: FAILED\n{row['error']}", flush=True)
+        else:
+            print(f"{m:>5}x{n:>5}x{k:>5} ok={row['ok']} W16 {row['w16_us']:7.1f} us = A pass {row['prepass_us']:6.1f} "
+                  f"({row['prepass_tbps']:.2f} TB/s) + weight pass {row['weights_us']:6.1f} ({row['weights_tbps']:.2f} "
+                  f"TB/s) + rest {row['rest_us']:6.1f}; BF16 GEMM alone {row['bf16_gemm_us']:7.1f}", flush=True)
+        torch.cuda.empty_cache()
+    return _write("dual_gemm_w16_parts", {"rows": rows, "clocks": bench.gpu_clocks(), "rounds": rounds,
+                                          "per_round": per_round}, out_dir)
+
+
 def _bench_sweep(name, sweep, shapes, seed, out_dir, rounds, per_round):
     """``sweep`` on every shape, the JSON rewritten after each one (a run cut short keeps the shapes it timed)."""
     docs, path = [], None
@@ -259,7 +279,8 @@ def _write(name, doc, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16", "decode", "a16", "w16", "w16_narrow"))
+    p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16", "decode", "a16", "w16", "w16_narrow",
+                                         "w16_parts"))
     p.add_argument("--out", default=None, help="write the JSON here instead of results/<device>/")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--decode-only", action="store_true", help="bf16: only the shapes with M <= 128")
@@ -283,6 +304,8 @@ def main(argv=None):
         bench_a16(args.out)
     if args.what == "w16":
         bench_w16(args.out)
+    if args.what == "w16_parts":
+        bench_w16_parts(args.out)
     if args.what == "w16_narrow":
         bench_w16(args.out, shapes=dg.W16_NARROW_SHAPES, name="dual_gemm_w16_narrow")
     return 0 if ok else 1

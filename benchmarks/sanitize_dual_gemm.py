@@ -49,7 +49,7 @@ def a16(only: str | None = None):
 def w16():
     """The W16 route: the A pre-pass, the weight pass and the gated GEMM (clusters 1x1, 2x1, 1x2; 64-, 128- and
     192-row tiles): M = 200 and 300 (partial row tiles), N = 192 (3 output tiles of 64 at tile_n 128: the last 1x2
-    cluster's second CTA wholly past N), 6 k-blocks of 256 (the ring wraps)."""
+    cluster's second CTA wholly past N), K = 1536, 24 k-blocks of 64 (the ring wraps)."""
     from gemmlab.family.configs import Sm90Config, W16Config
     from gemmlab.kernels import dual_gemm_sm90_w16
 

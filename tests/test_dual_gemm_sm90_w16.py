@@ -262,3 +262,70 @@ def test_gpu_public_call_takes_w16_at_2048_rows_and_repeats_bitwise():
     assert isinstance(plan.config, W16Config)
     assert torch.equal(first, second)
     assert fp4.check_close(first, fp4.reference(*ops.inputs())).ok
+
+
+def _weights_want(ops, n, k, h):
+    b1, b2 = (fp4.dequantize(b, s)[..., 0].cpu() for b, s in ((ops.b1, ops.sfb1), (ops.b2, ops.sfb2)))
+    return torch.stack([b1.view(n // h, h, k), b2.view(n // h, h, k)], dim=1).reshape(2 * n, k)
+
+
+def test_emulator_weight_pass_alone_writes_every_value_exactly():
+    """The weight pass alone (what the benchmark times apart): 192 rows of each, blocks of 64, K = 512."""
+    n, k, h = 192, 512, 64
+    ops = fp4.generate(8, n, k, seed=1)
+    o = operands_2d(*ops.inputs(), ops.c)
+    ws = torch.full((2 * n, k), float("nan"), dtype=torch.float16)
+    run_on_emulator(w.compile_weights("sm_90a", n, k, h), o[1], o[4], o[2], o[5], ws)
+    assert torch.equal(ws.float(), _weights_want(ops, n, k, h))
+
+
+def test_compile_weights_rejects_bad_arguments(no_compile):
+    with pytest.raises(ValueError, match="N must be a multiple of h = 64"):
+        w.compile_weights("sm_90a", 96, 512, 64)
+    with pytest.raises(ValueError, match="h must be a multiple of 8"):
+        w.compile_weights("sm_90a", 96, 512, 12)
+    with pytest.raises(ValueError, match="needs target sm_90a"):
+        w.compile_weights("sm_100a", 128, 512, 64)
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+@pytest.mark.parametrize("n, k, h", [(192, 768, 64), (4096, 7168, 128)], ids=["192x768-h64", "4096x7168-h128"])
+def test_gpu_weight_pass_is_exact(n, k, h):
+    from gemmlab.compile import launcher
+
+    ops = fp4.generate(8, n, k, seed=n, device="cuda")
+    o = operands_2d(*ops.inputs(), ops.c)
+    ws = torch.full((2 * n, k), float("nan"), dtype=torch.float16, device="cuda")
+    launcher(w.weights_host(h), o[1], o[4], o[2], o[5], ws)()
+    torch.cuda.synchronize()
+    assert torch.equal(ws.float().cpu(), _weights_want(ops, n, k, h))
+
+
+def test_plan_passes_the_persistent_grid_after_out(monkeypatch):
+    """The W16 plan's extra argument: the GPU's SMs over the GEMM's cluster size, at least one cluster."""
+    monkeypatch.setattr(P, "gated_kernel", lambda *a, **k: object())
+    monkeypatch.setattr(P, "raw_function", lambda fn: fn)
+    prob = GatedProblem(2048, 4096, 7168)
+    for cluster, sms, want in (((2, 1), 132, 66), ((1, 2), 132, 66), ((1, 1), 132, 132), ((2, 1), 1, 1)):
+        plan = P.GatedPlan(prob, W16Config(gated(cluster=cluster)), "sm90", None, sms)
+        assert plan._tail == (want,) and plan._workspace
+    assert P.GatedPlan(prob, A16Config(), "sm90", None, 132)._tail == ()
+
+
+def test_dense_compile_and_weight_launch_refuse_what_they_cannot_run(no_compile):
+    import cutlass.cute as cute
+    from cutlass import Float16
+
+    from gemmlab.compile import fake_stream, fake_tensor
+    from gemmlab.kernels import gemm_sm90
+    from gemmlab.kernels.dual_gemm_sm90 import fake_operands
+
+    with pytest.raises(ValueError, match="a gated config reads a B' of 2 N rows"):
+        gemm_sm90.compile_gemm("sm_90a", gated())
+    # below the public checks, the weight pass's own guard, while tracing: N = 96 in blocks of 64 would write B2's
+    # last half block past W's 192 rows
+    ops = fake_operands(8, 96, 512)
+    with pytest.raises(Exception, match="N must be a multiple of h = 64"):
+        cute.compile(w.weights_host(64), ops[1], ops[4], ops[2], ops[5],
+                     fake_tensor(Float16, (192, 512), stride_order=(1, 0)), fake_stream())

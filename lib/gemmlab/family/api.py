@@ -301,8 +301,8 @@ def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
 
     On an H100/H200 the kernel follows M (:func:`~gemmlab.family.heuristic_gated.choose_sm90`): the decode twin up to
     128 rows; from 129 the A16 twin (A converted to FP16 once, in a workspace the call allocates) or, where its time
-    model finds it faster (large M: from about 1024 to 2048 rows, by the weights' shape and the GPU's HBM), the W16
-    route (A and the weights converted to FP16 workspaces inside the call, then chapter 07's GEMM with a gated
+    model finds it faster (large M, from about 768 to 1536 rows by the weights' shape and the GPU's HBM, and narrow
+    weights at smaller M), the W16 route (A and the weights converted to FP16 workspaces inside the call, then chapter 07's GEMM with a gated
     epilogue; nothing is kept between calls).
 
     Bad input raises ``TypeError`` / ``ValueError`` naming the argument, on every machine and before any

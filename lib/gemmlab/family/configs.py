@@ -443,8 +443,8 @@ def grouped_smem_bytes(cfg: Sm90Config, *, by_size: bool = True, dynamic: bool =
     order and alignments: the A, B and output rings (1024-aligned), the ring's two mbarrier arrays, the descriptor
     scratch (A, B and one C per consumer, 128-aligned), the visiting order and the sizes it is ranked from
     (:data:`ORDER_MAX` words each with ``by_size``, else one), every group's first tile (``ORDER_MAX + 1`` words), the
-    dynamic ring's tile numbers (``stages`` words, else one) and the mixed order's two counters. That is up to about
-    3.6 KiB more than :meth:`Sm90Config.smem_bytes`' slack allows for, so a configuration the dense kernel fits can
+    dynamic ring's tile numbers (``stages`` words, else one) and the mixed order's two counters. Those tables take about
+    3.7 KiB, against the 1 KiB of slack :meth:`Sm90Config.smem_bytes` adds, so a configuration the dense kernel fits can
     exceed a block here (128 x 128 with 6 stages, dynamic, largest first: 233,116 bytes, which the H100 refused to
     launch on 2026-11-27)."""
     e, o = DTYPE_BITS[cfg.dtype] // 8, DTYPE_BITS[cfg.out_dtype] // 8

@@ -12,9 +12,9 @@ twin (:mod:`gemmlab.kernels.dual_gemm_sm90_a16`: A converted to FP16 once per ca
 with a gated epilogue) is faster by its model (:func:`w16_candidate`: chapter 07's model of the GEMM plus the two
 conversion passes at HBM speed). Timed beside each other on an H100 and an H200 (2026-11-27,
 ``results/<device>/dual_gemm_w16.json`` and, H100, ``dual_gemm_w16_narrow.json``: kernels alone, M = 256 to 4096 on
-seven weight shapes), the choice was the faster of the two on 25 of 27 shapes on the H100 (3 % and 7 % slower on
-the other two) and 18 of 18 on the H200. The fast twin is the chapter's step between them and no longer the public
-call's choice on Hopper. On
+six weight shapes; on the H200 the main sweep's three, M = 512 to 4096), the choice was the faster of the two on 25
+of 27 shapes on the H100 (3 % and 7 % slower on the other two) and 18 of 18 on the H200. The fast twin is the
+chapter's step between them and no longer the public call's choice on Hopper. On
 Blackwell the SM100 kernel runs its default :class:`~gemmlab.family.configs.DualSm100Config` (compile-verified
 only: no B200 timed a choice).
 """

@@ -599,7 +599,7 @@ class GatedPlan:
         self._tail = ()  # arguments after out: the W16 route's persistent grid (clusters)
         if isinstance(config, W16Config):
             sms = hardware.sm_count() if num_sms is None else check_int("num_sms", num_sms, lo=1)
-            self._tail = (sms // config.gemm.cluster_size,)
+            self._tail = (max(1, sms // config.gemm.cluster_size),)
         if arch == "sm100":
             mod = sm100_kernels()
             if mod is None:

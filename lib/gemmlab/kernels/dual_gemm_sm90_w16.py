@@ -21,10 +21,14 @@ What it teaches
     Nothing stays between calls: both workspaces come from torch's caching allocator per call (the weights stay FP4 in
     memory; a BF16 copy of them would be 3.6 times the bytes).
 
-The price, before any measurement: the weight pass reads ``N K`` packed bytes and ``N K / 8`` scale bytes of B1 and
-B2 and writes ``4 N K`` bytes of FP16, at HBM speed about 44 us for 4096 x 7168 weights on an H100 (3.35 TB/s), and
-the GEMM then streams ``W`` (``4 N K`` bytes) from HBM once per wave of panels. So the route can win only where the
-A16 twin's conversions cost more than that pass: at large M (:func:`~gemmlab.family.heuristic_gated.choose_sm90`).
+The price: the weight pass reads ``N K`` packed bytes and ``N K / 8`` scale bytes of B1 and B2 and writes ``4 N K``
+bytes of FP16 (45 us for 4096 x 7168 weights at an H100's datasheet 3.35 TB/s; measured 56.3 us, 2.67 TB/s, and 42.5
+us on an H200: ``results/<device>/dual_gemm_w16_parts.json``), and the GEMM then streams ``W`` (``4 N K`` bytes)
+from HBM once per wave of panels. So the route wins where the A16 twin's conversions cost more than the passes: at
+large M (on the wide weights measured, from 768 to 1536 rows on, by shape and GPU) and on narrow weights where the A16
+twin's grid is one thin wave (256 x 1024 x 7168: 41.4 against 54.2 us on the H100). The public call decides by the
+two models (:func:`~gemmlab.family.heuristic_gated.choose_sm90`). Measured apart, the route's GEMM (with the launch
+gaps) runs within 1 to 4 % of cuBLAS's BF16 GEMM on the same shape: the passes are its whole cost over the BF16 path.
 """
 from __future__ import annotations
 
@@ -80,6 +84,8 @@ def launch_weights(b1: cute.Tensor, sfb1: cute.Tensor, b2: cute.Tensor, sfb2: cu
     """``b1``/``b2`` (N, K/2) packed bytes, ``sfb1``/``sfb2`` (N, K/16) scale bytes, ``w`` (2 N, K) FP16: row-major."""
     n = cute.size(b1, mode=[0])
     k = cute.size(b1, mode=[1]) * 2
+    if cutlass.const_expr(n % h != 0):  # a partial block of B2 would land past W's 2 N rows
+        raise ValueError(f"N must be a multiple of h = {h} (whole blocks of B1 and B2 rows in W); got N={n}")
     units = n * k // 8
     per_cta = PREPASS_THREADS * PREPASS_UNITS
     weights_kernel(b1, sfb1, b2, sfb2, w, units, k // 8, h).launch(
@@ -151,6 +157,35 @@ def compile_w16(target: str, cfg: W16Config, m: int, n: int, k: int):
     return compile_for(target, w16_tensor_host(cfg), *ops[:6], *ws, ops[6], Int32(1), fake_stream())
 
 
+@functools.lru_cache(maxsize=None)
+def weights_host(h: int):
+    """The weight pass alone for blocks of ``h`` rows (static shapes): :func:`launch_weights`."""
+
+    @cute.jit
+    def dual_gemm_sm90_w16_weights(b1: cute.Tensor, sfb1: cute.Tensor, b2: cute.Tensor, sfb2: cute.Tensor,
+                                   w: cute.Tensor, stream: cuda.CUstream):
+        launch_weights(b1, sfb1, b2, sfb2, w, stream, h)
+
+    return dual_gemm_sm90_w16_weights
+
+
+def compile_weights(target: str, n: int, k: int, h: int):
+    """The weight pass alone compiled for N x K weights and blocks of ``h`` rows, without a GPU:
+    ``(b1, sfb1, b2, sfb2, w, stream)``."""
+    from ..checks import check_int
+    from ..compile import compile_for, fake_stream, fake_tensor
+    from .dual_gemm_sm90 import fake_operands
+
+    check_sm90_target(target)
+    _, n, k = check_gated_sizes(8, n, k)
+    h = check_int("h", h, lo=8, multiple_of=8)
+    if n % h:
+        raise ValueError(f"N must be a multiple of h = {h} (whole blocks of B1 and B2 rows in W); got N={n}")
+    ops = fake_operands(8, n, k)
+    return compile_for(target, weights_host(h), ops[1], ops[4], ops[2], ops[5],
+                       fake_tensor(Float16, (2 * n, k), stride_order=(1, 0)), fake_stream())
+
+
 def check_w16_sizes(cfg: W16Config, m: int, n: int, k: int) -> tuple[int, int, int]:
     """The gated sizes' rules (:func:`~gemmlab.family.problem.check_gated_sizes`), and N a multiple of ``tile_n / 2``
     (whole interleaved blocks of W)."""
@@ -210,15 +245,19 @@ def gated_dual_gemm_w16(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: W16Config | N
 
     m, n, k = check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
     check_compact_out(out, n)
+    if cfg is not None:
+        m, n, k = check_w16_sizes(cfg, m, n, k)  # a forced configuration's rules, before the machine's
     require_tier("sm90", "gemmlab.kernels.dual_gemm_sm90_w16.gated_dual_gemm_w16")
     check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
     sms = hardware.sm_count(a.device)
-    cfg = choose_w16(m, n, k, sms) if cfg is None else cfg
-    m, n, k = check_w16_sizes(cfg, m, n, k)
+    if cfg is None:  # the public call's model of this GPU (its SMs and HBM)
+        from ..family.heuristic_sm90 import model_for
+
+        cfg = choose_w16(m, n, k, sms, model_for(hardware.spec_of(a.device)))
     if out is None:
         out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
     fn = _compiled_ptrs(cfg, m, n, k, tuple(out.stride()))
     a16, w = workspaces(m, n, k, a.device)
     ops = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
-    fn(*(t.data_ptr() for t in ops[:6]), a16.data_ptr(), w.data_ptr(), out, sms // cfg.gemm.cluster_size)
+    fn(*(t.data_ptr() for t in ops[:6]), a16.data_ptr(), w.data_ptr(), out, max(1, sms // cfg.gemm.cluster_size))
     return out

@@ -592,6 +592,9 @@ def compile_gemm(target: str = "sm_90a", cfg: Sm90Config | None = None, b_major:
     cfg = cfg or Sm90Config()
     if not isinstance(cfg, Sm90Config):
         raise TypeError(f"cfg must be an Sm90Config; got {type(cfg).__name__}")
+    if cfg.gated:
+        raise ValueError(f"cfg {cfg.name}: a gated config reads a B' of 2 N rows and stores N columns; it is compiled by "
+                         f"the W16 route (gemmlab.kernels.dual_gemm_sm90_w16), not as c = a @ b: pass gated=False")
     check_choice("b_major", b_major, ("k", "n"))
     if not isinstance(tvm_ffi, bool):
         raise TypeError(f"tvm_ffi must be a bool; got {type(tvm_ffi).__name__}")

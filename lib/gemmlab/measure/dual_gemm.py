@@ -652,6 +652,52 @@ def sweep_w16(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, se
                 w16_model_us=None if cand is None else cand[1])
 
 
+#: Where the W16 route's time goes: GPU MODE's largest shapes and the sweep's crossings.
+W16_PARTS_SHAPES = ((1024, 4096, 7168), (2048, 4096, 7168), (2048, 14336, 4096), (4096, 3072, 4096))
+
+
+def time_w16_parts(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:
+    """The W16 route's pieces at M x N x K, kernels alone (``gpu_only``), on inputs rotated over 4x the L2: A's
+    pre-pass alone, the weight pass alone, the whole route (its three launches), and the BF16 path's GEMM alone
+    (``F.linear`` on BF16 weights made once). Returns microseconds, the two passes' rates (bytes read + written over
+    their time, TB/s) and the route's time less both passes (``rest_us``: its GEMM and the launch gaps; not timed
+    apart)."""
+    import torch
+
+    from . import bench
+    from ..compile import launcher
+    from ..family.heuristic_gated import w16_candidate
+    from ..family.heuristic_sm90 import model_for
+    from ..kernels import dual_gemm_sm90_a16 as a16_mod
+    from ..kernels import dual_gemm_sm90_w16 as w16_mod
+    from ..kernels.dual_gemm_sm90 import operands_2d
+
+    m, n, k, spec, base, sets = _timing_setup(m, n, k, rounds, per_round, seed, "time_w16_parts")
+    cand = w16_candidate(m, n, k, spec.sms, model_for(spec))
+    if cand is None:
+        raise ValueError(f"the W16 route has no configuration for {m} x {n} x {k}")
+    cfg = cand[0]
+    h = cfg.gemm.tile_n // 2
+    ref = fp4.reference(*base.inputs())
+    ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=cfg), base, ref)
+    del ref
+    launches = {"w16": [prepare_gated(*s.inputs(), out=s.c, config=cfg) for s in sets], "prepass": [], "weights": []}
+    for s in sets:
+        ops = operands_2d(*s.inputs(), s.c)
+        a16, w = w16_mod.workspaces(m, n, k, s.c.device)
+        launches["prepass"].append(launcher(a16_mod.prepass_host, ops[0], ops[3], a16))
+        launches["weights"].append(launcher(w16_mod.weights_host(h), ops[1], ops[4], ops[2], ops[5], w))
+    launches["bf16_gemm"] = [lambda x=x, w=w, o=o: torch.nn.functional.linear(x, w, out=o)
+                             for x, w, o in _bf16_path_inputs(base, m, n, k, spec)]
+    t = bench.time_interleaved(launches, rounds=rounds, per_round=per_round, warmup=2, gpu_only=True)
+    us = {name: v["median_ms"] * 1e3 for name, v in t.items()}
+    per_value = 0.5 + 1 / 16 + 2
+    return dict(m=m, n=n, k=k, config=repr(cfg), ok=ok, **{f"{name}_us": v for name, v in us.items()},
+                rest_us=us["w16"] - us["prepass"] - us["weights"],
+                prepass_tbps=m * k * per_value / (us["prepass"] * 1e6),
+                weights_tbps=2 * n * k * per_value / (us["weights"] * 1e6), hbm_tbps=spec.hbm_tbps)
+
+
 def sweep_a16(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:
     """Every A16-twin width (:func:`a16_configs`) at M x N x K beside the fast twin the heuristic would pick and the
     BF16 path, kernels alone (:func:`_sweep`: each checked on a poisoned output first). Returns ``{"m", "n", "k",

@@ -386,3 +386,14 @@ def draw_w16(docs: list[dict], name: str = "11_w16"):
     fig.suptitle("NVFP4 gated dual GEMM, large M: weights converted in the kernel (A16) or once per call (W16)",
                  fontsize=11)
     return save(fig, name), data
+
+
+def format_w16_parts(doc: dict) -> str:
+    """``benchmarks/dual_gemm.py w16_parts``: the W16 route's time split into A's pre-pass, the weight pass (each with
+    its rate, TB/s) and the rest (its gated GEMM and the launch gaps), beside the BF16 path's cuBLAS GEMM alone."""
+    rows = [dict(r, shape=f"{r['m']}x{r['n']}x{r['k']}", rest_vs_bf16=r["rest_us"] / r["bf16_gemm_us"])
+            for r in doc["rows"] if "error" not in r]
+    cols = [("shape", "M x N x K", ""), ("w16_us", "W16 us", ".1f"), ("prepass_us", "A pass", ".1f"),
+            ("prepass_tbps", "TB/s", ".2f"), ("weights_us", "weight pass", ".1f"), ("weights_tbps", "TB/s", ".2f"),
+            ("rest_us", "rest", ".1f"), ("bf16_gemm_us", "BF16 GEMM", ".1f"), ("rest_vs_bf16", "rest/GEMM", ".3f")]
+    return format_table(rows, cols)
