@@ -841,7 +841,7 @@ def _gemm_cases():
                 # The plan's counters are internal: launch the emulator's artifact once more on the GPU, on the
                 # plan's grid with counters of its own, to read them back (zero again), and check its C against
                 # the plan's, bit for bit.
-                grid = max(1, _sms() // cfg.cluster_size)
+                grid = cfg.clusters_on(_sms())
                 o2, ws = fresh(d, device="cuda", clusters=grid)
                 _gpu_compiled(compiled(), args(d, o2, ws, clusters=grid), dynamic=True, aligns={4: 4})
                 outs.update(counters_left=_counters_left(ws[1]), c_artifact=o2)

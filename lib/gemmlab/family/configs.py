@@ -134,6 +134,10 @@ class Sm90Config:
     def cluster_size(self) -> int:
         return self.cluster[0] * self.cluster[1]
 
+    def clusters_on(self, num_sms: int) -> int:
+        """The persistent grid's clusters on ``num_sms`` SMs: one CTA per SM, whole clusters, at least one."""
+        return max(1, num_sms // self.cluster_size)
+
     @property
     def split_k(self) -> bool:
         return self.splits > 1

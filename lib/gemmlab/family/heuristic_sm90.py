@@ -272,7 +272,7 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
     """
     num_sms = _check_args(problem, num_sms, model, cfg)
     m, n, k = problem.m, problem.n, problem.k
-    clusters = max(1, num_sms // cfg.cluster_size)
+    clusters = cfg.clusters_on(num_sms)
     dp, tail = cfg.hybrid(m, n, clusters)
     split_units = tail * cfg.splits
     units = dp + split_units
@@ -399,7 +399,7 @@ def _split_worth_modelling(problem: GemmProblem, cfg: Sm90Config, num_sms: int) 
     384 x 8192 x 28672 263 against 257, 1536 x 3584 x 18944 284 against 281.) Nor is a workspace of 2 GiB or more
     worth it (the kernel's slice offsets are 32-bit).
     """
-    clusters = max(1, num_sms // cfg.cluster_size)
+    clusters = cfg.clusters_on(num_sms)
     dp, tail = cfg.hybrid(problem.m, problem.n, clusters)
     if tail == 0 or (dp and tail * cfg.splits > clusters):
         return False

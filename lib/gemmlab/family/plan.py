@@ -150,7 +150,7 @@ def _bind(fn, problem: GemmProblem, cfg, arch: str, num_sms: int):
             return launch_padded
         return lambda a, b, out: _call(fn, a, b, out)
 
-    max_clusters = max(1, num_sms // cfg.cluster_size)
+    max_clusters = cfg.clusters_on(num_sms)
     if not cfg.split_k:
         return lambda a, b, out: fn(a, b, out, max_clusters)
     import torch
@@ -599,7 +599,7 @@ class GatedPlan:
         self._tail = ()  # arguments after out: the W16 route's persistent grid (clusters)
         if isinstance(config, W16Config):
             sms = hardware.sm_count() if num_sms is None else check_int("num_sms", num_sms, lo=1)
-            self._tail = (max(1, sms // config.gemm.cluster_size),)
+            self._tail = (config.gemm.clusters_on(sms),)
         if arch == "sm100":
             mod = sm100_kernels()
             if mod is None:

@@ -84,8 +84,7 @@ def launch_weights(b1: cute.Tensor, sfb1: cute.Tensor, b2: cute.Tensor, sfb2: cu
     """``b1``/``b2`` (N, K/2) packed bytes, ``sfb1``/``sfb2`` (N, K/16) scale bytes, ``w`` (2 N, K) FP16: row-major."""
     n = cute.size(b1, mode=[0])
     k = cute.size(b1, mode=[1]) * 2
-    if cutlass.const_expr(n % h != 0):  # a partial block of B2 would land past W's 2 N rows
-        raise ValueError(f"N must be a multiple of h = {h} (whole blocks of B1 and B2 rows in W); got N={n}")
+    check_whole_blocks(n, h)  # static shapes: while tracing (a partial block of B2 would land past W's 2 N rows)
     units = n * k // 8
     per_cta = PREPASS_THREADS * PREPASS_UNITS
     weights_kernel(b1, sfb1, b2, sfb2, w, units, k // 8, h).launch(
@@ -101,7 +100,7 @@ def launch_w16(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute.Tenso
     from .gemm_sm90 import launch_gemm
 
     launch_prepass(a, sfa, a16, stream)
-    launch_weights(b1, sfb1, b2, sfb2, w, stream, cfg.gemm.tile_n // 2)
+    launch_weights(b1, sfb1, b2, sfb2, w, stream, cfg.gemm.out_tile_n)
     k = cute.size(w, mode=[1])
     w_kn = cute.make_tensor(w.iterator, cute.make_layout((k, cute.size(w, mode=[0])), stride=(1, k)))  # K x 2N view
     launch_gemm(a16, w_kn, c, None, None, Int32(1), Int32(0), max_clusters, stream, cfg.gemm)
@@ -178,12 +177,17 @@ def compile_weights(target: str, n: int, k: int, h: int):
 
     check_sm90_target(target)
     _, n, k = check_gated_sizes(8, n, k)
-    h = check_int("h", h, lo=8, multiple_of=8)
-    if n % h:
-        raise ValueError(f"N must be a multiple of h = {h} (whole blocks of B1 and B2 rows in W); got N={n}")
+    check_whole_blocks(n, check_int("h", h, lo=8, multiple_of=8))
     ops = fake_operands(8, n, k)
     return compile_for(target, weights_host(h), ops[1], ops[4], ops[2], ops[5],
                        fake_tensor(Float16, (2 * n, k), stride_order=(1, 0)), fake_stream())
+
+
+def check_whole_blocks(n: int, h: int, what: str = "h") -> None:
+    """A ``ValueError`` unless N is a whole number of ``h``-row blocks (``what`` names ``h`` in it): W interleaves B1
+    and B2 in such blocks, and a partial block of B2 would land past W's 2 N rows."""
+    if n % h:
+        raise ValueError(f"N must be a multiple of {what} = {h} (whole blocks of B1 and B2 rows in W); got N={n}")
 
 
 def check_w16_sizes(cfg: W16Config, m: int, n: int, k: int) -> tuple[int, int, int]:
@@ -192,10 +196,7 @@ def check_w16_sizes(cfg: W16Config, m: int, n: int, k: int) -> tuple[int, int, i
     m, n, k = check_gated_sizes(m, n, k)
     if not isinstance(cfg, W16Config):
         raise TypeError(f"cfg must be a W16Config; got {type(cfg).__name__}")
-    h = cfg.gemm.tile_n // 2
-    if n % h:
-        raise ValueError(f"N must be a multiple of tile_n / 2 = {h} for the W16 route (whole blocks of B1 and B2 rows "
-                         f"in W); got N={n}")
+    check_whole_blocks(n, cfg.gemm.out_tile_n, "tile_n / 2")
     return m, n, k
 
 
@@ -259,5 +260,5 @@ def gated_dual_gemm_w16(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: W16Config | N
     fn = _compiled_ptrs(cfg, m, n, k, tuple(out.stride()))
     a16, w = workspaces(m, n, k, a.device)
     ops = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
-    fn(*(t.data_ptr() for t in ops[:6]), a16.data_ptr(), w.data_ptr(), out, max(1, sms // cfg.gemm.cluster_size))
+    fn(*(t.data_ptr() for t in ops[:6]), a16.data_ptr(), w.data_ptr(), out, cfg.gemm.clusters_on(sms))
     return out

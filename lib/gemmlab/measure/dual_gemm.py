@@ -677,7 +677,7 @@ def time_w16_parts(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 
     if cand is None:
         raise ValueError(f"the W16 route has no configuration for {m} x {n} x {k}")
     cfg = cand[0]
-    h = cfg.gemm.tile_n // 2
+    h = cfg.gemm.out_tile_n
     ref = fp4.reference(*base.inputs())
     ok = _ok_on_poisoned(prepare_gated(*base.inputs(), out=base.c, config=cfg), base, ref)
     del ref
