@@ -218,10 +218,7 @@ def test_emulator_matches_reference_and_workspaces_are_exact(m, n, k, g, cluster
     res = fp4.check_close(ops.c, fp4.reference(*ops.inputs()))
     assert res.ok, f"{m}x{n}x{k} {g.name}: {res}"
     assert torch.equal(a16.float(), fp4.dequantize(ops.a, ops.sfa)[..., 0])
-    h = g.tile_n // 2
-    b1, b2 = (fp4.dequantize(b, s)[..., 0] for b, s in ((ops.b1, ops.sfb1), (ops.b2, ops.sfb2)))
-    want = torch.stack([b1.view(n // h, h, k), b2.view(n // h, h, k)], dim=1).reshape(2 * n, k)
-    assert torch.equal(ws.float(), want)  # every weight value exact, in its interleaved row
+    assert torch.equal(ws.float(), _weights_want(ops, n, k, g.out_tile_n))  # every value exact, in its interleaved row
 
 
 # ---------------------------------------------------------------- on an H100 / H200
@@ -240,12 +237,9 @@ def test_gpu_matches_reference_with_poisoned_output(shape, form):
     cfg = None if form == "heuristic" else W16Config(form)
     if cfg is None and hg.w16_candidate(m, n, k) is None:
         pytest.skip("no W16 candidate")
-    ops = fp4.generate(m, n, k, seed=23 + m, device="cuda")
-    out = ops.c
-    assert torch.isnan(out.float()).all()
-    assert w.gated_dual_gemm_w16(*ops.inputs(), out=out, cfg=cfg) is out
-    torch.cuda.synchronize()
-    res = fp4.check_close(out, fp4.reference(*ops.inputs()))
+    out, returned, res = fp4.run_poisoned(lambda *ins, out: w.gated_dual_gemm_w16(*ins, out=out, cfg=cfg), m, n, k,
+                                          seed=23 + m)
+    assert returned is out
     assert res.ok, f"{shape} {cfg}: {res}"
 
 

@@ -379,3 +379,18 @@ def test_every_e4m3_scale_byte_lands_at_its_permuted_offset():
     flat = f.blocked_bytes(f.permute_scales(codes.view(torch.float8_e4m3fn)))
     got = [int(flat[f.permuted_offset(i, j, 200, 12)]) for i in range(200) for j in range(12)]
     assert got == codes.reshape(-1).tolist()
+
+
+def test_run_poisoned_catches_an_unwritten_element_and_passes_the_reference():
+    def right(*ins, out):
+        out.copy_(f.reference(*ins))
+        return out
+
+    def forgets_one(*ins, out):
+        right(*ins, out=out)
+        out[3, 5, 0] = float("nan")
+
+    out, returned, res = f.run_poisoned(right, 64, 96, 256, seed=3, device="cpu")
+    assert returned is out and res.ok and res.total == 64 * 96
+    _, returned, res = f.run_poisoned(forgets_one, 64, 96, 256, seed=3, device="cpu")
+    assert returned is None and not res.ok and res.bad == 1

@@ -562,6 +562,21 @@ def generate(m: int, n: int, k: int, l: int = 1, seed: int = 0, device="cpu") ->
 # --------------------------------------------------------------------------------------
 
 
+def run_poisoned(call, m: int, n: int, k: int, seed: int = 0, device="cuda"):
+    """One call of a kernel, checked as the kernels' tests check it: fresh :func:`generate` operands (seeded), the
+    output poisoned with NaN (an element the kernel forgets to write fails), ``call(a, b1, b2, sfa, sfb1, sfb2,
+    out=c)``, then :func:`check_close` against :func:`reference`. Returns ``(c, what call returned, the check)``."""
+    torch = _torch()
+    ops = generate(m, n, k, seed=seed, device=device)
+    out = ops.c
+    if not torch.isnan(out.float()).all():
+        raise AssertionError("generate's output must start poisoned (all NaN)")
+    returned = call(*ops.inputs(), out=out)
+    if out.is_cuda:
+        torch.cuda.synchronize(out.device)
+    return out, returned, check_close(out, reference(*ops.inputs()))
+
+
 def draw_scale_layout(name: str = "11_scale_layout"):
     """The 128x4 permutation: plain scales of one 128-row, 4-k-block atom (left) and where they sit in its 512 bytes (right).
 
