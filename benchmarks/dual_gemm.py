@@ -175,6 +175,10 @@ def bench_a16(out_dir=None, shapes=dg.A16_SWEEP_SHAPES, rounds=5, per_round=5):
     return path
 
 
+def bench_swap(out_dir=None, shapes=dg.SWAP_SWEEP_SHAPES, rounds=5, per_round=5, name="dual_gemm_swap"):
+    return _bench_sweep(name, dg.sweep_swap, shapes, 800, out_dir, rounds, per_round)
+
+
 def bench_w16(out_dir=None, shapes=dg.W16_SWEEP_SHAPES, rounds=5, per_round=5, name="dual_gemm_w16"):
     return _bench_sweep(name, dg.sweep_w16, shapes, 600, out_dir, rounds, per_round)
 
@@ -280,10 +284,11 @@ def _write(name, doc, out_dir):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("check", "bench", "all", "probe", "bf16", "decode", "a16", "w16", "w16_narrow",
-                                         "w16_parts"))
+                                         "w16_parts", "swap"))
     p.add_argument("--out", default=None, help="write the JSON here instead of results/<device>/")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--decode-only", action="store_true", help="bf16: only the shapes with M <= 128")
+    p.add_argument("--part", default=None, help="swap: shapes i:j of the sweep (a run of one call each)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU (an H100/H200 runs the Hopper twin, a B200 the tcgen05 kernel)")
@@ -304,6 +309,10 @@ def main(argv=None):
         bench_a16(args.out)
     if args.what == "w16":
         bench_w16(args.out)
+    if args.what == "swap":
+        i, j = (int(x) for x in (args.part or f"0:{len(dg.SWAP_SWEEP_SHAPES)}").split(":"))
+        name = "dual_gemm_swap" + (f"_{i}_{j}" if args.part else "")
+        bench_swap(args.out, shapes=dg.SWAP_SWEEP_SHAPES[i:j], name=name)
     if args.what == "w16_parts":
         bench_w16_parts(args.out)
     if args.what == "w16_narrow":

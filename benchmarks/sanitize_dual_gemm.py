@@ -2,9 +2,10 @@
 decode twin with one and two MMA warpgroups and split-K over clusters of 1, 2 and 4 CTAs (``decode``: those alone), and
 the A16 twin at every tile width (``a16``: those alone; ``a16 two``: only its forms with two converter warpgroups;
 ``a16 cluster``: only its cluster forms, two CTAs sharing the converted B through distributed shared memory), and the
-W16 route (``w16``: its three kernels, the gated GEMM in each cluster shape and tile height).
+W16 route (``w16``: its three kernels, the gated GEMM in each cluster shape and tile height), and the swap twin
+(``swap``: one and two MMA warpgroups, split-K over clusters of 1, 2 and 4 CTAs, several token tiles).
 
-    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode | a16 [two | cluster] | w16]
+    compute-sanitizer --tool racecheck python benchmarks/sanitize_dual_gemm.py [decode | a16 [two | cluster] | w16 | swap]
 
 Partial tiles in M and N, several k-blocks (so the TMA ring wraps and every FP16 buffer is reused).
 Prints the check against the FP32 reference per launch; the sanitizer's summary comes after.
@@ -67,12 +68,29 @@ def w16():
     torch.cuda.synchronize()
 
 
+def swap():
+    """The swap twin: M over two and three token tiles (the last partial), N not a multiple of the row block, 8
+    k-blocks (the two-stage ring wraps four times), every split and both warpgroup counts."""
+    from gemmlab.family.configs import SwapConfig, swap_max_stages
+    from gemmlab.kernels import dual_gemm_sm90_swap
+
+    for m, (tokens, wgs, split) in ((200, (128, 2, 1)), (200, (112, 1, 2)), (300, (128, 2, 2)), (100, (64, 1, 4)),
+                                    (1, (32, 2, 4)), (64, (128, 2, 1))):
+        cfg = SwapConfig(tokens, wgs, split, swap_max_stages(tokens, wgs))
+        ops = fp4.generate(m, 136, 2048, seed=m, device="cuda")
+        dual_gemm_sm90_swap.gated_dual_gemm_swap(*ops.inputs(), out=ops.c, cfg=cfg)
+        print(f"swap M={m} {cfg}: {fp4.check_close(ops.c, fp4.reference(*ops.inputs()))}", flush=True)
+    torch.cuda.synchronize()
+
+
 def main():
     if sys.argv[1:] == ["w16"]:
         return w16()
+    if sys.argv[1:] == ["swap"]:
+        return swap()
     if sys.argv[1:2] == ["a16"]:
         if sys.argv[2:] not in ([], ["two"], ["cluster"]):
-            sys.exit(f"usage: sanitize_dual_gemm.py [decode | a16 [two | cluster] | w16]; got "
+            sys.exit(f"usage: sanitize_dual_gemm.py [decode | a16 [two | cluster] | w16 | swap]; got "
                      f"{' '.join(sys.argv[1:])!r}")
         return a16(only=sys.argv[2] if sys.argv[2:] else None)
     # the decode twin: M not a multiple of 16, N not a multiple of the row block, 8 k-blocks (the ring wraps)

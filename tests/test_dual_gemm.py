@@ -278,13 +278,15 @@ def test_gated_key_tells_apart_what_a_plan_depends_on(small):
 def test_the_decode_twin_takes_decode_rows_and_the_plan_compiles_it():
     pytest.importorskip("tvm_ffi")
     from gemmlab.family import heuristic_gated as hg
-    from gemmlab.family.configs import A16Config, DecodeConfig
+    from gemmlab.family.configs import A16Config, DecodeConfig, SwapConfig
 
-    # the public call takes the decode twin for every M it handles (timed faster on an H100), the A16 twin above
-    assert hg.DECODE_UP_TO == 128 and hg.A16_FROM == hg.DECODE_UP_TO + 1
-    for m in (1, 40, 64, 65, 100, 128, 129, 383):
+    # the public call takes the decode twin below SWAP_FROM rows, the swap twin from there to DECODE_UP_TO (timed
+    # faster than the decode twin on an H100), and above it the fastest by the models
+    assert hg.DECODE_UP_TO == 128 and hg.A16_FROM == hg.DECODE_UP_TO + 1 and hg.SWAP_FROM == 64
+    for m in (1, 40, 63, 64, 65, 100, 128):
         cfg = hg.choose_sm90(plan.GatedProblem(m, 4096, 7168))
-        assert isinstance(cfg, DecodeConfig if m <= 128 else A16Config)
+        assert isinstance(cfg, DecodeConfig if m < 64 else SwapConfig)
+    assert isinstance(hg.choose_sm90(plan.GatedProblem(383, 4096, 7168)), A16Config)
     for m in (1, 40, 64, 100, 128):
         cfg = hg.choose_decode_config(m, 4096, 7168)
         assert cfg.tokens >= m and cfg.tokens - m < 16
@@ -342,7 +344,7 @@ def test_the_a16_pointer_host_compiles_the_same_kernels():
 
 
 @pytest.mark.parametrize("m, n, k, want", [
-    (64, 4096, 7168, "DecodeConfig"), (128, 4096, 7168, "DecodeConfig"),
+    (40, 4096, 7168, "DecodeConfig"), (64, 4096, 7168, "SwapConfig"), (128, 4096, 7168, "SwapConfig"),
     # 2 x 64 = 128 CTAs of 64 columns: one wave, 7 x (2.94 + 11.89 / 2) + 4.26 = 66.5 us; 48 takes 2 x 86 = 172: two
     # (x 0.843 with two converter warpgroups = 56.0)
     (129, 4096, 7168, (64, 2)),
@@ -364,12 +366,15 @@ def test_choose_sm90_by_rows(m, n, k, want):
         assert hg.A16_PUBLIC_CONVERTERS == 2
         a16 = hg.choose_a16(m, n, k)
         assert (a16.tile_n, a16.converters, a16.stages, a16.mma_converts) == (*want, a16_max_stages(want[0]), False)
-        # and the A16 twin is the call's choice unless the W16 route's model is faster
+        # and the A16 twin is the call's choice unless the W16 route's or the swap twin's model is faster
+        times = {a16: hg.a16_time(m, n, k, a16.tile_n, converters=a16.converters)}
         w16 = hg.w16_candidate(m, n, k)
-        if w16 is not None and w16[1] < hg.a16_time(m, n, k, a16.tile_n, converters=a16.converters):
-            assert isinstance(cfg, W16Config) and cfg == w16[0]
-        else:
-            assert cfg == a16
+        if w16 is not None:
+            times[w16[0]] = w16[1]
+        swap = hg.choose_swap(m, n, k) if m <= hg.SWAP_UP_TO else None
+        if swap is not None:
+            times[swap] = hg.swap_time(swap, m, n, k)
+        assert cfg == min(times, key=times.get)
 
 
 @pytest.mark.parametrize("m, n, k, want", [
@@ -668,7 +673,7 @@ def test_baselines_on_the_gpu(shape):
 
 
 def test_the_gated_plan_asks_the_device_for_its_cluster_capacity(monkeypatch):
-    """Up to DECODE_UP_TO rows the plan's choice uses the clusters the driver says fit (a GPU whose pairs are scarce
+    """Up to SWAP_UP_TO rows the plan's choice uses the clusters the driver says fit (a GPU whose pairs are scarce
     gets no split), above it none are asked for."""
     from gemmlab.family.configs import DecodeConfig
 
@@ -687,6 +692,9 @@ def test_the_gated_plan_asks_the_device_for_its_cluster_capacity(monkeypatch):
     asked.clear()
     monkeypatch.setattr(plan.hardware, "max_active_clusters", clusters)
     plan.gated_sm90_config(plan.GatedProblem(512, 4096, 7168), "cuda:0")
+    assert asked == [1, 2, 4]
+    asked.clear()
+    plan.gated_sm90_config(plan.GatedProblem(1025, 4096, 7168), "cuda:0")
     assert asked == []
 
 

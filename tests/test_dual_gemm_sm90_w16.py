@@ -100,9 +100,9 @@ def test_choice_follows_the_models_between_a16_and_w16():
     """At large M the A16 twin converts each weight element M / 128 times and its model grows with the waves; the W16
     route pays one pass: the model switches between 1024 and 2048 rows on 4096 x 7168 weights (H100's SMs)."""
     for m, n, k in [(512, 4096, 7168), (256, 3072, 4096), (1024, 4096, 7168)]:
-        a16 = hg.choose_sm90(GatedProblem(m, n, k))
-        assert isinstance(a16, A16Config)
+        a16 = hg.choose_a16(m, n, k)
         assert hg.w16_time(m, n, k) >= hg.a16_time(m, n, k, a16.tile_n, converters=a16.converters)
+        assert not isinstance(hg.choose_sm90(GatedProblem(m, n, k)), W16Config)
     for m, n, k in [(2048, 4096, 7168), (2048, 14336, 4096)]:
         cfg = hg.choose_sm90(GatedProblem(m, n, k))
         assert isinstance(cfg, W16Config) and cfg == hg.choose_w16(m, n, k)

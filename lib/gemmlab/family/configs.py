@@ -773,6 +773,80 @@ def decode_max_stages(tokens: int, mma_warpgroups: int, split: int = 1, cap: int
     return best
 
 
+# --- chapter 11, Hopper: the swap twin (the decode twin's weights in registers, the A16 twin's FP16 tokens) ---
+
+
+
+@dataclass(frozen=True)
+class SwapConfig:
+    """The swap twin: ``tokens`` T (WGMMA's N: a tile of T rows of A, the grid's y covering M; a multiple of 16 up to
+    128, as the decode twin's), ``mma_warpgroups`` (1 or 2: 64 or 128 weight rows of each GEMM per CTA), ``split``
+    (1, 2 or 4 CTAs along K, one cluster; ``tokens`` a multiple of 8 x split), ``stages`` (k-blocks in flight, >= 2:
+    packed W1, W2, their scales and four FP16 token slices each)."""
+
+    tokens: int = 128
+    mma_warpgroups: int = 2
+    split: int = 1
+    stages: int = 2
+
+    def __post_init__(self):
+        check_int("tokens", self.tokens, lo=DECODE_TOKEN_MULTIPLE, hi=DECODE_MAX_TOKENS,
+                  multiple_of=DECODE_TOKEN_MULTIPLE)
+        check_choice("mma_warpgroups", self.mma_warpgroups, DECODE_MMA_WARPGROUPS)
+        check_choice("split", self.split, DECODE_SPLITS)
+        check_int("stages", self.stages, lo=2)
+        if self.tokens % (8 * self.split):
+            raise ValueError(f"tokens must be a multiple of 8 x split ({8 * self.split}: each CTA of a split stores "
+                             f"whole 8-column groups of the token tile); got tokens={self.tokens}, split={self.split}")
+        if self.smem_bytes() > SMEM_PER_BLOCK:
+            raise ValueError(f"stages must be at most {swap_max_stages(self.tokens, self.mma_warpgroups)} for "
+                             f"tokens={self.tokens} and mma_warpgroups={self.mma_warpgroups}: stages={self.stages} "
+                             f"needs {self.smem_bytes()} bytes of shared memory; a block has {SMEM_PER_BLOCK}")
+
+    @property
+    def rows(self) -> int:
+        """Weight rows of each GEMM per CTA (WGMMA's M over the MMA warpgroups)."""
+        return DECODE_WG_ROWS * self.mma_warpgroups
+
+    @property
+    def threads(self) -> int:
+        """The load warpgroup (its warp 0 issues every TMA load) and the MMA warpgroups."""
+        return 128 * (1 + self.mma_warpgroups)
+
+    def token_bytes(self) -> int:
+        """The FP16 token slices of one k-block: ``SLICES`` of ``tokens`` x 64 values."""
+        return SLICES * self.tokens * SLICE_K * 2
+
+    def stage_bytes(self) -> int:
+        """Bytes TMA writes per k-block: packed W1 and W2, their scales, and the FP16 token slices."""
+        return 2 * self.rows * (KB_BYTES + SF_BYTES) + self.token_bytes()
+
+    def partial_bytes(self) -> int:
+        """Split-K: both FP32 partial accumulators of the CTA (they reuse the ring's space)."""
+        return 0 if self.split == 1 else 2 * self.rows * self.tokens * 4
+
+    def epilogue_bytes(self) -> int:
+        """The epilogue's use of the ring's space: the partials (split-K), then the FP16 tile of C it stages."""
+        return self.partial_bytes() + self.rows * self.tokens * 2
+
+    def ring_bytes(self) -> int:
+        """The ring's space: ``stages`` k-blocks, or what the epilogue puts there, if more."""
+        return max(self.stages * self.stage_bytes(), self.epilogue_bytes())
+
+    def smem_bytes(self) -> int:
+        """The ring's space (:meth:`ring_bytes`), alignment and barriers."""
+        return self.ring_bytes() + 1024 + 256
+
+
+def swap_max_stages(tokens: int, mma_warpgroups: int, cap: int = 6) -> int:
+    """The swap twin's deepest ring (at most ``cap``) that fits in shared memory (2 at 128 tokens and two MMA
+    warpgroups; the split-K partials always fit where two stages do)."""
+    s = 2
+    while s < cap and SwapConfig(tokens, mma_warpgroups, 1, 2).stage_bytes() * (s + 1) + 1024 + 256 <= SMEM_PER_BLOCK:
+        s += 1
+    return s
+
+
 # --- chapter 11, Hopper: the A16 twin (A converted to FP16 once by a pre-pass; SS WGMMA over stacked [B1; B2]) ---
 
 A16_TILE_NS = (48, 64, 80, 96, 112, 128)  #: the A16 twin: N of each GEMM per CTA (WGMMA's N is twice that: B1 and B2

@@ -3,20 +3,22 @@
 On Hopper the fast twin (:mod:`gemmlab.kernels.dual_gemm_sm90_pipelined`) has one decision: the
 width of its tile, ``tile_n`` (32, 48 or 64 columns of each GEMM). Narrow tiles cost more
 dequantization per MMA (each CTA converts its own B rows and all 128 of its A rows), so the
-widest tile whose grid fills the GPU wins (:func:`choose_tile_n`). The decode twin
-(:mod:`gemmlab.kernels.dual_gemm_sm90_decode`, M <= 128) has its own choice (:func:`choose_decode_config`),
-which the public call takes up to :data:`DECODE_UP_TO` rows, from a time model fitted to an H100's timings; the A16
-twin (:mod:`gemmlab.kernels.dual_gemm_sm90_a16`: A converted to FP16 once per call) takes every larger M
-(:data:`A16_FROM`), at the width its own time model picks (:func:`choose_a16`), unless the W16 route
+widest tile whose grid fills the GPU wins (:func:`choose_tile_n`). The public call no longer takes it: each
+of the other twins has a time model, and :func:`choose_sm90` takes the one of least modelled time among those that
+serve M. The decode twin (:mod:`gemmlab.kernels.dual_gemm_sm90_decode`, :func:`choose_decode_config`) serves M up to
+:data:`DECODE_UP_TO`; the A16 twin (:mod:`gemmlab.kernels.dual_gemm_sm90_a16`: A converted to FP16 once per call, SS
+WGMMA over stacked [B1; B2] converted in shared memory; :func:`choose_a16`) and the W16 route
 (:mod:`gemmlab.kernels.dual_gemm_sm90_w16`: the weights converted to FP16 once per call too, then chapter 07's GEMM
-with a gated epilogue) is faster by its model (:func:`w16_candidate`: chapter 07's model of the GEMM plus the two
-conversion passes at HBM speed). Timed beside each other on an H100 and an H200 (2026-11-27,
-``results/<device>/dual_gemm_w16.json`` and, H100, ``dual_gemm_w16_narrow.json``: kernels alone, M = 256 to 4096 on
-six weight shapes; on the H200 the main sweep's three, M = 512 to 4096), the choice was the faster of the two on 25
-of 27 shapes on the H100 (3 % and 7 % slower on the other two) and 18 of 18 on the H200. The fast twin is the
-chapter's step between them and no longer the public call's choice on Hopper. On
-Blackwell the SM100 kernel runs its default :class:`~gemmlab.family.configs.DualSm100Config` (compile-verified
-only: no B200 timed a choice).
+with a gated epilogue; :func:`w16_candidate`) every M from :data:`A16_FROM`; the swap twin
+(:mod:`gemmlab.kernels.dual_gemm_sm90_swap`: the A16 twin's FP16 A read by TMA, the weights converted in the MMA
+threads' registers as in the decode twin; :func:`choose_swap`) M from :data:`SWAP_FROM` to :data:`SWAP_UP_TO`, and it
+takes M from :data:`SWAP_FROM` to :data:`DECODE_UP_TO` outright. Timed beside each other on an H100 (2026-11-27,
+``results/nvidia-h100-80gb-hbm3/dual_gemm_swap.json``: 24 shapes, M = 64 to 1024, kernels alone; the data the swap
+model was fitted to), the choice was within 4 % of the fastest configuration timed on all 24, and faster than the
+choice without the swap twin on 15 of them (1.04x to 1.36x, none slower); the A16 against
+W16 choice was the faster of the two on 25 of 27 shapes on the H100 and 18 of 18 on the H200
+(``results/<device>/dual_gemm_w16.json``). On Blackwell the SM100 kernel runs its default
+:class:`~gemmlab.family.configs.DualSm100Config` (compile-verified only: no B200 timed a choice).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from ..hardware import H100
 from .. import nvfp4 as fp4
 from .configs import (DECODE_MAX_TOKENS, DECODE_MMA_WARPGROUPS, DECODE_SPLITS, DECODE_TOKEN_MULTIPLE, GATED_TILE_M,
                       PIPELINED_TILE_NS, A16_TILE_NS, A16Config, DecodeConfig, DualSm100Config, PipelinedConfig,
-                      W16Config, a16_max_stages, decode_max_stages)
+                      SwapConfig, W16Config, a16_max_stages, decode_max_stages, swap_max_stages)
 from .heuristic_sm90 import SWAP_ONLY_M
 from .problem import GatedProblem
 
@@ -54,22 +56,35 @@ def choose_tile_n(m: int, n: int, num_sms: int = H100.sms) -> int:
 
 
 def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[int, ...] | None = None,
-                model=None) -> PipelinedConfig | DecodeConfig | A16Config | W16Config:
-    """The Hopper configuration for ``problem`` on ``num_sms`` SMs: the decode twin's (:func:`choose_decode_config`,
-    given the GPU's ``clusters`` capacity) up to :data:`DECODE_UP_TO` rows; from :data:`A16_FROM` rows the A16 twin's
-    (:func:`choose_a16`) or the W16 route's (:func:`choose_w16`), whichever its model finds faster (:func:`a16_time`,
-    :func:`w16_time`; ``model``: chapter 07's :class:`~gemmlab.family.heuristic_sm90.MachineModel` of the GPU, None:
-    an H100's); else the fast twin's."""
-    if problem.m <= DECODE_UP_TO:
-        return choose_decode_config(problem.m, problem.n, problem.k, num_sms, clusters)
-    if problem.m >= A16_FROM:
-        a16 = choose_a16(problem.m, problem.n, problem.k, num_sms)
-        w16 = w16_candidate(problem.m, problem.n, problem.k, num_sms, model)
-        if w16 is not None and w16[1] < a16_time(problem.m, problem.n, problem.k, a16.tile_n, num_sms,
-                                                 a16.converters):
-            return w16[0]
-        return a16
-    return PipelinedConfig(tile_n=choose_tile_n(problem.m, problem.n, num_sms))
+                model=None) -> PipelinedConfig | DecodeConfig | A16Config | SwapConfig | W16Config:
+    """The Hopper configuration for ``problem`` on ``num_sms`` SMs. From :data:`SWAP_FROM` to :data:`DECODE_UP_TO`
+    rows the swap twin's (:func:`choose_swap`) where it has one; below, the decode twin's
+    (:func:`choose_decode_config`). From :data:`A16_FROM` rows the one of least modelled time among the A16 twin's
+    (:func:`choose_a16`, :func:`a16_time`), the W16 route's (:func:`choose_w16`, :func:`w16_time`; ``model``: chapter
+    07's :class:`~gemmlab.family.heuristic_sm90.MachineModel` of the GPU, None: an H100's) and, up to
+    :data:`SWAP_UP_TO` rows, the swap twin's (:func:`swap_time`). ``clusters``: how many clusters of 1, 2 and 4 CTAs
+    the GPU runs at once (the plan asks the driver; None: an H100's scaled to ``num_sms``)."""
+    m, n, k = problem.m, problem.n, problem.k
+    if clusters is None:
+        clusters = tuple(max(1, c * num_sms // H100.sms) for c in H100_CLUSTERS)
+    options = []
+    swap = choose_swap(m, n, k, num_sms, clusters) if SWAP_FROM <= m <= SWAP_UP_TO else None
+    if m <= DECODE_UP_TO:
+        if swap is not None:  # timed faster than the decode twin's pick wherever both ran (SWAP_FROM)
+            return swap
+        dec = choose_decode_config(m, n, k, num_sms, clusters)
+        options.append((decode_cost(dec, n, k, clusters), dec))
+    if m >= A16_FROM:
+        a16 = choose_a16(m, n, k, num_sms)
+        options.append((a16_time(m, n, k, a16.tile_n, num_sms, a16.converters), a16))
+        w16 = w16_candidate(m, n, k, num_sms, model)
+        if w16 is not None:
+            options.append((w16[1], w16[0]))
+    if swap is not None:
+        options.append((swap_time(swap, m, n, k, clusters), swap))
+    if not options:
+        return PipelinedConfig(tile_n=choose_tile_n(m, n, num_sms))  # not reached on Hopper: A16 takes every M > 128
+    return min(options, key=lambda o: o[0])[1]
 
 
 #: The W16 route's cost beyond its three kernels' modelled times, microseconds: two more launches (the A pre-pass and
@@ -133,8 +148,8 @@ def choose_w16(m: int, n: int, k: int, num_sms: int = H100.sms, model=None) -> W
     return cand[0]
 
 
-#: The fewest rows of A for which the public call runs the A16 twin (A converted to FP16 once by a pre-pass, SS WGMMA
-#: over stacked [B1; B2]): every M the decode twin does not take. On an H100 (2026-11-27, ``benchmarks/dual_gemm.py a16``,
+#: The fewest rows of A for which the public call considers the A16 twin (A converted to FP16 once by a pre-pass, SS
+#: WGMMA over stacked [B1; B2]): every M the decode twin does not take. On an H100 (2026-11-27, ``benchmarks/dual_gemm.py a16``,
 #: kernels alone) its best width beat the fast twin on all 24 shapes of :data:`~gemmlab.measure.dual_gemm.A16_SWEEP_SHAPES`,
 #: M = 200 to 1024: by 1.06x (256 x 3072 x 4096, 36.5 against 38.8 us) to 1.63x (640 x 4096 x 7168). From 129 to 256
 #: rows both kernels run two 128-row tiles, as at M = 200 and 256.
@@ -275,6 +290,79 @@ def choose_decode_config(m: int, n: int, k: int, num_sms: int = H100.sms,
 @functools.lru_cache(maxsize=1024)
 def _choose_decode_config(m: int, n: int, k: int, clusters: tuple[int, ...]) -> DecodeConfig:
     return min(decode_candidates(m, k), key=lambda c: (decode_cost(c, n, k, clusters), c.mma_warpgroups, c.split))
+
+
+#: The swap twin's grids the candidates keep: at least this share of one wave of CTAs, at most this many waves.
+SWAP_GRID = (0.45, 2.1)
+
+
+def swap_candidates(m: int, n: int, k: int, num_sms: int = H100.sms) -> list[SwapConfig]:
+    """The swap twin's configurations worth timing or modelling for M x N x K: token tiles that cover M in the fewest
+    tiles of at most 128 rows, or (M > 128) one more (``tokens`` M / tiles rounded up to 16), one or two MMA
+    warpgroups, split 1, 2 or 4 (M > 128: 1 or 2; no more than the k-blocks; ``tokens`` a multiple of 8 x split), the
+    deepest ring; only grids of :data:`SWAP_GRID` waves, except the fewest tiles with two MMA warpgroups unsplit."""
+    m = check_int("m", m, lo=1)
+    n = check_int("n", n, lo=1)
+    k = check_int("k", k, lo=1)
+    num_sms = check_int("num_sms", num_sms, lo=1)
+    fewest = -(-m // DECODE_MAX_TOKENS)
+    out = []
+    for tiles in (fewest, fewest + 1) if m > DECODE_MAX_TOKENS else (fewest,):
+        tokens = -(-(-(-m // tiles)) // DECODE_TOKEN_MULTIPLE) * DECODE_TOKEN_MULTIPLE
+        if tiles > fewest and -(-m // tokens) == fewest:
+            continue
+        for wgs in DECODE_MMA_WARPGROUPS:
+            for split in DECODE_SPLITS if m <= DECODE_MAX_TOKENS else DECODE_SPLITS[:2]:
+                if split > k // fp4.K_MULTIPLE or tokens % (8 * split):
+                    continue
+                ctas = -(-n // (64 * wgs)) * -(-m // tokens) * split
+                widest = tiles == fewest and wgs == 2 and split == 1  # kept at any size: many waves fill well
+                if ctas < SWAP_GRID[0] * num_sms or (ctas > SWAP_GRID[1] * num_sms and not widest):
+                    continue
+                cfg = SwapConfig(tokens, wgs, split, swap_max_stages(tokens, wgs))
+                if cfg not in out:
+                    out.append(cfg)
+    return out
+
+
+#: The rows of A for which the public call considers the swap twin: the M its time model (:data:`SWAP_COST`) was
+#: fitted to. Up to :data:`DECODE_UP_TO` rows it takes the swap twin outright: on the H100 sweep its pick beat the
+#: decode twin's on all six shapes with M = 64 and 128 (1.04x at 64 x 14336 x 4096 to 1.36x at 128 x 14336 x 4096,
+#: kernels alone), where the decode twin's model (:data:`DECODE_COST`) priced the decode twin up to 10 % below its time.
+SWAP_FROM = 64
+SWAP_UP_TO = 1024
+
+#: The swap twin's time model, microseconds: ``fixed + waves x kpc x (per_kb[w] + per_kb_tok[w] x tokens / 64) +
+#: per_wave x waves + split x (split > 1) + prepass x M K / 10^6``, ``w`` the MMA warpgroups (index 0: one, 1: two),
+#: ``kpc`` the k-blocks per CTA (ceil(K / 256 / split)), ``waves`` the rounds of clusters of ``split`` CTAs the GPU runs
+#: at once over ``ceil(N / rows) x ceil(M / tokens)`` of them. Least squares on the 84 timings of the H100 sweep
+#: (2026-11-27, ``results/nvidia-h100-80gb-hbm3/dual_gemm_swap.json``, 24 shapes, M = 64 to 1024, kernels alone):
+#: 3.0 us rms (5.5 % relative), and its pick is within 1.3 % of the sweep's fastest swap configuration on all 24.
+SWAP_COST = dict(fixed=3.141, per_kb=(0.482, 1.722), per_kb_tok=(0.680, 0.656), per_wave=4.799, split=7.199,
+                 prepass=0.399)
+
+
+def swap_time(cfg: SwapConfig, m: int, n: int, k: int, clusters: tuple[int, ...] = H100_CLUSTERS) -> float:
+    """:data:`SWAP_COST`'s time (microseconds) of the swap twin's ``cfg`` on an M x N x K problem, on a GPU running
+    ``clusters[i]`` clusters of ``DECODE_SPLITS[i]`` CTAs at once."""
+    c = SWAP_COST
+    w = cfg.mma_warpgroups - 1
+    waves = -(-(-(-n // cfg.rows) * -(-m // cfg.tokens)) // clusters[DECODE_SPLITS.index(cfg.split)])
+    kpc = -(-(k // fp4.K_MULTIPLE) // cfg.split)
+    return (c["fixed"] + waves * kpc * (c["per_kb"][w] + c["per_kb_tok"][w] * cfg.tokens / 64)
+            + c["per_wave"] * waves + c["split"] * (cfg.split > 1) + c["prepass"] * m * k / 1e6)
+
+
+def choose_swap(m: int, n: int, k: int, num_sms: int = H100.sms, clusters: tuple[int, ...] | None = None
+                ) -> SwapConfig | None:
+    """The swap twin's candidate (:func:`swap_candidates`) of least modelled time (:func:`swap_time`), None where it
+    has none; the fewer MMA warpgroups and the smaller split on a tie."""
+    if clusters is None:
+        clusters = tuple(max(1, c * num_sms // H100.sms) for c in H100_CLUSTERS)
+    cands = swap_candidates(m, n, k, num_sms)
+    if not cands:
+        return None
+    return min(cands, key=lambda c: (swap_time(c, m, n, k, clusters), c.mma_warpgroups, c.split))
 
 
 def choose_sm100(problem: GatedProblem, num_sms: int | None = None) -> DualSm100Config:

@@ -38,7 +38,7 @@ from .. import hardware, tiers
 from ..checks import check_int
 from . import heuristic_gated, heuristic_grouped, tune
 from .configs import (DECODE_SPLITS, DESC_WORDS, TABLE_COLUMNS, A16Config, DecodeConfig, PipelinedConfig, Sm90Config,
-                      Sm100Config, W16Config, check_grouped_smem, effective_splits, slots_per_cta)
+                      Sm100Config, SwapConfig, W16Config, check_grouped_smem, effective_splits, slots_per_cta)
 from .heuristic_grouped import L2_PROMOTION, GroupedSchedule
 from .problem import (GatedProblem, GemmProblem, GroupedProblem, canonical_operands, check_devices, offs_rule, pad_rows,
                       problem_of)
@@ -533,11 +533,12 @@ def sm100_kernels():
         return None
 
 
-def gated_kernel(cfg: PipelinedConfig | DecodeConfig | A16Config | W16Config, m: int, n: int, k: int,
+def gated_kernel(cfg: PipelinedConfig | DecodeConfig | A16Config | SwapConfig | W16Config, m: int, n: int, k: int,
                  out_stride: tuple = None):
     """A Hopper twin compiled for M x N x K (static shapes; cached): the decode twin for a
     :class:`~gemmlab.family.configs.DecodeConfig`, the A16 twin (pre-pass and main kernel; it takes an (M, K) FP16
-    workspace after the inputs) for an :class:`~gemmlab.family.configs.A16Config`, the W16 route (three kernels; it
+    workspace after the inputs) for an :class:`~gemmlab.family.configs.A16Config`, the swap twin (the same pre-pass,
+    the same workspace) for a :class:`~gemmlab.family.configs.SwapConfig`, the W16 route (three kernels; it
     takes the (M, K) and (2 N, K) FP16 workspaces after the inputs and ``max_clusters`` after ``out``) for a
     :class:`~gemmlab.family.configs.W16Config`, else the fast twin. With TVM-FFI
     the pointer-taking host function the plan calls (:func:`~gemmlab.kernels.dual_gemm_sm90.compile_with_pointers`,
@@ -545,9 +546,10 @@ def gated_kernel(cfg: PipelinedConfig | DecodeConfig | A16Config | W16Config, m:
     out_stride = tuple(out_stride) if out_stride is not None else (n, 1, 1)
     decode = isinstance(cfg, DecodeConfig)
     a16 = isinstance(cfg, A16Config)
+    swap = isinstance(cfg, SwapConfig)
     w16 = isinstance(cfg, W16Config)
-    name = ("dual_gemm_sm90_decode" if decode else "dual_gemm_sm90_a16" if a16 else
-            "dual_gemm_sm90_w16" if w16 else "dual_gemm_sm90_pipelined")
+    name = ("dual_gemm_sm90_decode" if decode else "dual_gemm_sm90_a16" if a16 else "dual_gemm_sm90_swap" if swap
+            else "dual_gemm_sm90_w16" if w16 else "dual_gemm_sm90_pipelined")
 
     def build():
         if decode:
@@ -558,6 +560,10 @@ def gated_kernel(cfg: PipelinedConfig | DecodeConfig | A16Config | W16Config, m:
             from ..kernels import dual_gemm_sm90_a16 as mod
 
             compile_ptrs, compile_tensors = mod.compile_a16_ptrs, mod.compile_a16
+        elif swap:
+            from ..kernels import dual_gemm_sm90_swap as mod
+
+            compile_ptrs, compile_tensors = mod.compile_swap_ptrs, mod.compile_swap
         elif w16:
             from ..kernels import dual_gemm_sm90_w16 as mod
 
@@ -579,8 +585,8 @@ class GatedPlan:
     """``gated_dual_gemm`` for one call signature: ``plan(a, b1, b2, sfa, sfb1, sfb2, out)`` returns ``out``.
 
     On Hopper a twin's compiled kernel: the decode twin for ``config`` a :class:`~gemmlab.family.configs.DecodeConfig`
-    (M <= 128), the A16 twin for an :class:`~gemmlab.family.configs.A16Config` (its FP16 A workspace allocated per
-    call), the W16 route for a :class:`~gemmlab.family.configs.W16Config` (its FP16 A and weight workspaces allocated
+    (M <= 128), the A16 twin for an :class:`~gemmlab.family.configs.A16Config` and the swap twin for a
+    :class:`~gemmlab.family.configs.SwapConfig` (their FP16 A workspace allocated per call), the W16 route for a :class:`~gemmlab.family.configs.W16Config` (its FP16 A and weight workspaces allocated
     per call; its GEMM's persistent grid sized for ``num_sms``), else the fast twin (a
     :class:`~gemmlab.family.configs.PipelinedConfig`),
     called with the inputs' data pointers and ``out`` itself: the signature fixes every layout, so no view is made
@@ -594,8 +600,8 @@ class GatedPlan:
     def __init__(self, problem: GatedProblem, config, arch: str, out_stride: tuple = None, num_sms: int | None = None):
         self.problem, self.config, self.arch = problem, config, arch
         self._pointers = False
-        # FP16 workspaces allocated per call: the A16 twin's A (M, K); the W16 route's A and weights (2 N, K)
-        self._workspace = isinstance(config, (A16Config, W16Config))
+        # FP16 workspaces allocated per call: the A16 and swap twins' A (M, K); the W16 route's A and weights (2 N, K)
+        self._workspace = isinstance(config, (A16Config, SwapConfig, W16Config))
         self._tail = ()  # arguments after out: the W16 route's persistent grid (clusters)
         if isinstance(config, W16Config):
             sms = hardware.sm_count() if num_sms is None else check_int("num_sms", num_sms, lo=1)
@@ -629,7 +635,7 @@ class GatedPlan:
 
     def workspace(self, a) -> list:
         """The FP16 workspaces of one call (from torch's caching allocator, on ``a``'s device and current stream, so
-        calls on other streams never share them): the A16 twin's (M, K) A; the W16 route's A and its (2 N, K)
+        calls on other streams never share them): the A16 and swap twins' (M, K) A; the W16 route's A and its (2 N, K)
         weights."""
         import torch
 
@@ -676,12 +682,13 @@ def decode_clusters(device=None) -> tuple[int, ...]:
     return tuple(hardware.max_active_clusters(s, device) for s in DECODE_SPLITS)
 
 
-def gated_sm90_config(problem: GatedProblem, device) -> PipelinedConfig | DecodeConfig | A16Config | W16Config:
-    """The heuristic's Hopper configuration on ``device``: its SMs, for the decode twin its cluster capacity
+def gated_sm90_config(problem: GatedProblem, device
+                      ) -> PipelinedConfig | DecodeConfig | A16Config | SwapConfig | W16Config:
+    """The heuristic's Hopper configuration on ``device``: its SMs, for the decode and swap twins its cluster capacity
     (:func:`decode_clusters`), for the W16 route chapter 07's model of its datasheet."""
     from .heuristic_sm90 import model_for
 
-    clusters = decode_clusters(device) if problem.m <= heuristic_gated.DECODE_UP_TO else None
+    clusters = decode_clusters(device) if problem.m <= heuristic_gated.SWAP_UP_TO else None
     return heuristic_gated.choose_sm90(problem, hardware.sm_count(device), clusters,
                                        model_for(hardware.spec_of(device)))
 
@@ -700,9 +707,9 @@ def make_gated_plan(problem: GatedProblem, tensors, config=None) -> GatedPlan:
     from ..kernels.dual_gemm_sm90 import check_devices as check_cuda
 
     cfg = config or gated_sm90_config(problem, tensors[0].device)
-    if not isinstance(cfg, (PipelinedConfig, DecodeConfig, A16Config, W16Config)):
-        raise TypeError(f"cfg must be a PipelinedConfig, a DecodeConfig, an A16Config or a W16Config; got "
-                        f"{type(cfg).__name__}")
+    if not isinstance(cfg, (PipelinedConfig, DecodeConfig, A16Config, SwapConfig, W16Config)):
+        raise TypeError(f"cfg must be a PipelinedConfig, a DecodeConfig, an A16Config, a SwapConfig or a W16Config; "
+                        f"got {type(cfg).__name__}")
     check_cuda(*tensors)
     out = tensors[6]
     return GatedPlan(problem, cfg, "sm90", None if out is None else tuple(out.stride()),

@@ -615,6 +615,12 @@ A16_SWEEP_SHAPES = tuple((m, n, k) for n, k in ((4096, 7168), (3072, 4096), (307
                          for m in (200, 256, 384, 512, 640, 1024))
 
 
+#: The swap twin's sweep shapes: M from 64 to 1024 (200, 384 and 640 not powers of two) on three weight shapes (GPU
+#: MODE's 4096 x 7168 and 3072 x 4096, and a wide FFN, 14336 x 4096).
+SWAP_SWEEP_SHAPES = tuple((m, n, k) for n, k in ((4096, 7168), (3072, 4096), (14336, 4096))
+                          for m in (64, 128, 200, 256, 384, 512, 640, 1024))
+
+
 #: The W16 sweep's shapes: M from 512 to 4096 (768, 1536 and 3072 not powers of two) on three weight shapes (GPU
 #: MODE's 4096 x 7168 and 3072 x 4096, and a wide FFN, 14336 x 4096): where the heuristic chooses between the A16 twin
 #: and the W16 route.
@@ -696,6 +702,29 @@ def time_w16_parts(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 
                 rest_us=us["w16"] - us["prepass"] - us["weights"],
                 prepass_tbps=m * k * per_value / (us["prepass"] * 1e6),
                 weights_tbps=2 * n * k * per_value / (us["weights"] * 1e6), hbm_tbps=spec.hbm_tbps)
+
+
+def sweep_swap(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:
+    """Every swap-twin candidate at M x N x K (:func:`~gemmlab.family.heuristic_gated.swap_candidates`) beside the
+    public call's configuration and, where the public call takes another twin for M, that twin's best (the A16 twin's
+    from 129 rows, the decode twin's to 128), and the BF16 path, kernels alone (:func:`_sweep`: each checked on a
+    poisoned output first). Returns ``{"m", "n", "k", "chosen", "sms", "rows": [...]}``."""
+    from ..family.heuristic_gated import (A16_FROM, DECODE_UP_TO, choose_a16, choose_decode_config, choose_sm90,
+                                          swap_candidates)
+    from ..family.problem import GatedProblem
+
+    def configs(spec):
+        chosen = choose_sm90(GatedProblem(m, n, k), spec.sms, decode_clusters())
+        out = [chosen]
+        other = (choose_decode_config(m, n, k, spec.sms, decode_clusters()) if m <= DECODE_UP_TO else
+                 choose_a16(m, n, k, spec.sms) if m >= A16_FROM else None)
+        if other is not None and other != chosen:
+            out.append(other)
+        return out + swap_candidates(m, n, k, spec.sms)
+
+    m, n, k, rows, spec = _sweep(m, n, k, configs, rounds, per_round, seed, "sweep_swap", stock=True)
+    return dict(m=m, n=n, k=k, sms=spec.sms, rows=rows,
+                chosen=repr(choose_sm90(GatedProblem(m, n, k), spec.sms, decode_clusters())))
 
 
 def sweep_a16(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:

@@ -271,7 +271,7 @@ def a16_sweep_rows(doc: dict) -> list[dict]:
     faster)."""
     import re
 
-    from ..family.configs import PipelinedConfig, W16Config
+    from ..family.configs import A16Config, PipelinedConfig
     from ..family.heuristic_gated import choose_a16, choose_sm90
     from ..family.problem import GatedProblem
 
@@ -296,8 +296,8 @@ def a16_sweep_rows(doc: dict) -> list[dict]:
         for tile_n, t in widths.items():
             row[f"n{tile_n}"] = t
         pick = choose_sm90(GatedProblem(shape["m"], shape["n"], shape["k"]), shape.get("sms", 132))
-        if isinstance(pick, W16Config):  # this sweep is about the A16 widths: the width the A16 twin would take
-            pick = choose_a16(shape["m"], shape["n"], shape["k"], shape.get("sms", 132))
+        if not isinstance(pick, (A16Config, PipelinedConfig)):  # this sweep is about the A16 widths: the width the
+            pick = choose_a16(shape["m"], shape["n"], shape["k"], shape.get("sms", 132))  # A16 twin would take
         if isinstance(pick, PipelinedConfig):
             row["pick"], pick_us = "fast", row["fast_us"]
         else:  # an A16 form: n<tile_n>, x2 with two converter warpgroups

@@ -180,8 +180,9 @@ def _dual_gemm_bf16_section(doc: dict) -> str:
             f"Its time over ours on GPU MODE's four shapes: {s['gpu_mode_call_geomean']:.2f}× as called, "
             f"**{s['gpu_mode_kernel_geomean']:.2f}×** kernels alone; {s['correct']} of {s['shapes']} shapes correct "
             "(poisoned outputs). The kernel each call ran is named by its configuration: `DecodeConfig` the decode "
-            "twin, `PipelinedConfig` the fast twin, `A16Config` the A16 twin, `W16Config` the W16 route (weights "
-            "converted to FP16 in the call, then chapter 07's GEMM gated).")
+            "twin, `PipelinedConfig` the fast twin, `A16Config` the A16 twin, `SwapConfig` the swap twin (A converted "
+            "to FP16 in the call, the weights converted in the MMA threads' registers), `W16Config` the W16 route "
+            "(weights converted to FP16 in the call, then chapter 07's GEMM gated).")
     rows = [[f"{r['m']}×{r['n']}×{r['k']}", r["config"].split("(")[0], f"{r['gemmlab_us']:.1f}",
              f"{r['bf16_path_us']:.1f}", f"{r['prepared_kernel_us']:.1f}", f"{r['bf16_path_kernel_us']:.1f}",
              f"{r['vs_bf16_path']:.2f}", f"{r['vs_bf16_path_kernel']:.2f}"] for r in doc["rows"] if r.get("ok")]

@@ -1,0 +1,397 @@
+"""Chapter 11 on Hopper, the swap twin: the decode twin's weights in registers, the A16 twin's FP16 tokens, any M.
+
+What it teaches
+    The A16 twin (:mod:`gemmlab.kernels.dual_gemm_sm90_a16`) converts [B1; B2] into FP16 in shared memory, and its
+    WGMMAs read it back from there (the SS form). On an H100 (2026-11-27, ``benchmarks/dual_gemm.py probe``) taking
+    the conversion's arithmetic out of that kernel altogether (the converter storing the packed words unconverted)
+    made it only 4 to 5 % faster: its pace is set by shared memory's traffic (the converter's FP16 stores on top of
+    the traffic of a plain GEMM's SS WGMMAs and TMA loads), not by the conversion. This twin keeps the converted
+    weights out of shared memory:
+
+    * **Weights on WGMMA's M side, in registers** (as the decode twin, :mod:`gemmlab.kernels.dual_gemm_sm90_decode`):
+      each MMA thread converts exactly its RS fragment of W1 and of W2 from the packed bytes TMA brought, and the
+      WGMMAs read them from its registers (the RS form). A CTA computes ``D^T`` for ``rows`` weight rows of both GEMMs
+      (64 per MMA warpgroup, two accumulators each) and one tile of ``tokens`` rows of A.
+    * **Tokens as FP16 by TMA**: A is converted once per call by the A16 twin's pre-pass
+      (:func:`~gemmlab.kernels.dual_gemm_sm90_a16.launch_prepass`) into an (M, K) FP16 workspace; each k-block's four
+      token slices (``tokens`` x 64 values, WGMMA's 128B-swizzled K-major B layout) arrive by TMA in the same ring
+      stage as the packed weights, so no warp converts tokens and no mbarrier but the ring's is needed. Rows past M
+      arrive as zeros (TMA fills a box past the tensor's end with zeros) and no store reads them.
+    * **Any M**: the grid's y covers M in tiles of ``tokens`` rows; its x the weight rows; its z the ``split``-K
+      CTAs of a cluster, reduced through distributed shared memory as in the decode twin.
+
+Roles (128 threads per warpgroup)::
+
+    warpgroup 0     warp 0: per k-block kb: wait empty[kb % S]; expect_tx(full[kb % S]); 8 TMA boxes (W1, W2 packed,
+                    their scales, 4 FP16 token slices). Warps 1-3 only take part in the split's barriers.
+    warpgroups 1-2  per k-block: wait full[s]; per slice j: convert W1(j) and W2(j) into registers (the next slice's
+                    bytes loading meanwhile); wgmma.fence; 4 x (acc1 += W1 A^T, acc2 += W2 A^T); commit;
+                    slice 1: wgmma.wait_group 1 shows k-block kb - 1's last slice read -> arrive empty[(kb - 1) % S]
+                    epilogue as the decode twin's (split 1: silu(acc1) * acc2 -> FP16 -> C^T, predicated)
+"""
+from __future__ import annotations
+
+import functools
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+import cuda.bindings.driver as cuda
+from cutlass import Float16, Float32, Int32, Int64, Uint8
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.memory import SmemAllocator
+from cutlass.tensor_utils import LayoutEnum
+
+from ..async_copy import mapa_shared_cluster
+from ..family.configs import DECODE_WG_ROWS as WG_ROWS, KB_BYTES, SF_BYTES, SLICE_K, SLICES, SwapConfig
+from ..family.problem import check_gated_sizes
+from .dual_gemm_sm90 import check_sm90_target, compile_with_pointers, fake_operands, with_runtime_rows
+from .dual_gemm_sm90_a16 import _fake_a16, launch_prepass
+from ..ldst import ld_shared_v4, st_global_v4
+from .dual_gemm_sm90_decode import SLICE_BYTES, gate, ld_shared_cluster_f32, load_w, st_shared_f32
+from .dual_gemm_sm90_pipelined import convert_a
+
+#: setmaxnreg per role, by MMA warpgroups: (load warpgroup, MMA). 128 x (load + w x MMA) must not exceed the threads x
+#: the registers at entry (256 x 255 alone; 384 x 168 = 64,512 beside a second MMA warpgroup).
+REGS = {1: (96, 256), 2: (40, 224)}
+
+
+@cute.kernel
+def swap_kernel(
+    tma_w1: cute.CopyAtom, mW1: cute.Tensor, tma_w2: cute.CopyAtom, mW2: cute.Tensor,
+    tma_sw1: cute.CopyAtom, mSW1: cute.Tensor, tma_sw2: cute.CopyAtom, mSW2: cute.Tensor,
+    tma_x: cute.CopyAtom, mX: cute.Tensor, mCt: cute.Tensor, tiled_mma: cute.TiledMma,
+    pw_layout: cute.Layout, sw_layout: cute.Layout, fx_layout: cute.ComposedLayout, k_blocks: Int32,
+    cfg: cutlass.Constexpr,
+):
+    R = cfg.rows
+    T = cfg.tokens
+    S = cfg.stages
+    SPLIT = cfg.split
+    MT = cfg.mma_warpgroups * 128  # MMA threads
+    tidx, _, _ = cute.arch.thread_idx()
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    wg = warp // 4
+    n_blk, m_blk, kz = cute.arch.block_idx()
+    kb0 = (kz * k_blocks) // SPLIT  # this CTA's k-blocks: [kb0, kb0 + nkb)
+    nkb = ((kz + 1) * k_blocks) // SPLIT - kb0
+
+    smem = SmemAllocator()
+    raw = smem.allocate_tensor(Uint8, cute.make_layout(cfg.ring_bytes()), byte_alignment=1024)
+    full = smem.allocate_array(Int64, S, byte_alignment=8)
+    empty = smem.allocate_array(Int64, S, byte_alignment=8)
+
+    # the ring: FP16 token slices (S x SLICES buffers of T rows x 128 bytes), packed W1 then W2, their scales
+    fRaw = raw.iterator
+    pWRaw = fRaw + S * cfg.token_bytes()
+    sWRaw = pWRaw + S * 2 * R * KB_BYTES
+    pW1 = cute.make_tensor(pWRaw, pw_layout)
+    pW2 = cute.make_tensor(pWRaw + R * KB_BYTES, pw_layout)
+    sW1 = cute.make_tensor(sWRaw, sw_layout)
+    sW2 = cute.make_tensor(sWRaw + R * SF_BYTES, sw_layout)
+    fX = cute.make_tensor(cute.recast_ptr(fRaw, fx_layout.inner, Float16), fx_layout.outer)  # (T, 64, S x SLICES)
+
+    if warp == 0:
+        for atom in (tma_w1, tma_w2, tma_sw1, tma_sw2, tma_x):
+            cpasync.prefetch_descriptor(atom)
+        with cute.arch.elect_one():
+            for s in cutlass.range_constexpr(S):
+                cute.arch.mbarrier_init(full + s, 1)
+                cute.arch.mbarrier_init(empty + s, 4 * cfg.mma_warpgroups)  # every MMA warp
+            cute.arch.mbarrier_init_fence()
+    cute.arch.sync_threads()
+
+    if wg == 0:
+        # ============================================================ loads
+        cute.arch.warpgroup_reg_dealloc(REGS[cfg.mma_warpgroups][0])
+        if warp == 0:
+            w_copies = []
+            for atom, gl, s, width in ((tma_w1, mW1, pW1, KB_BYTES), (tma_w2, mW2, pW2, KB_BYTES),
+                                       (tma_sw1, mSW1, sW1, SF_BYTES), (tma_sw2, mSW2, sW2, SF_BYTES)):
+                tiles = cute.local_tile(gl, (R, width), (None, None))
+                dst, src = cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(s, 0, 2),
+                                                 cute.group_modes(tiles, 0, 2))
+                w_copies.append((atom, src, dst))
+            gX = cute.local_tile(mX, (T, SLICE_K), (None, None))
+            tXs, tXg = cpasync.tma_partition(tma_x, 0, cute.make_layout(1), cute.group_modes(fX, 0, 2),
+                                             cute.group_modes(gX, 0, 2))
+            for kb in cutlass.range(nkb, unroll=1):
+                stage = kb % S
+                cute.arch.mbarrier_wait(empty + stage, ((kb // S) & 1) ^ 1)
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(full + stage, cfg.stage_bytes())
+                for atom, src, dst in w_copies:
+                    cute.copy(atom, src[(None, n_blk, kb0 + kb)], dst[(None, stage)], tma_bar_ptr=full + stage)
+                for sl in cutlass.range_constexpr(SLICES):
+                    cute.copy(tma_x, tXg[(None, m_blk, (kb0 + kb) * SLICES + sl)], tXs[(None, stage * SLICES + sl)],
+                              tma_bar_ptr=full + stage)
+        if cutlass.const_expr(SPLIT > 1):
+            # the MMA warpgroups' CTA barrier before their partials, and both cluster barriers, count every thread
+            cute.arch.sync_threads()
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+    else:
+        # ============================================================ MMA warpgroups: weights into registers
+        cute.arch.warpgroup_reg_alloc(REGS[cfg.mma_warpgroups][1])
+        ctid = tidx - 128
+        lane = cute.arch.lane_idx()
+        g = lane // 4
+        t = lane % 4
+        selector = t | ((t + 4) << 4)
+        row0 = (warp - 4) * 16 + g  # rows g and g + 8 of this warp's 16 of the CTA's R weight rows
+        thr_mma = tiled_mma.get_slice(ctid)
+        tCrX = tiled_mma.make_fragment_B(thr_mma.partition_B(fX))  # (MMA, MMA_N, MMA_K, S x SLICES)
+        frag1 = [tiled_mma.make_fragment_A(thr_mma.partition_shape_A((R, SLICE_K))) for _ in range(2)]
+        frag2 = [tiled_mma.make_fragment_A(thr_mma.partition_shape_A((R, SLICE_K))) for _ in range(2)]
+        fw1 = [cute.recast_tensor(f, cutlass.Uint32) for f in frag1]
+        fw2 = [cute.recast_tensor(f, cutlass.Uint32) for f in frag2]
+        acc1 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((R, T)), Float32)
+        acc2 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((R, T)), Float32)
+        acc1.fill(0.0)
+        acc2.fill(0.0)
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        k_steps = cute.size(frag1[0], mode=[2])
+
+        for kb in cutlass.range(nkb, unroll=1):
+            stage = kb % S
+            cute.arch.mbarrier_wait(full + stage, (kb // S) & 1)
+            stage_w = pWRaw + stage * (2 * R * KB_BYTES)
+            stage_sw = sWRaw + stage * (2 * R * SF_BYTES)
+            # half-slice pipeline: W1(j) converts while W2(j) loads, W2(j) while W1(j + 1) loads
+            cur = (load_w(stage_w, stage_sw, row0, 0, R), load_w(stage_w, stage_sw, row0 + 8, 0, R))
+            for sl in cutlass.range_constexpr(SLICES):
+                # this warpgroup's WGMMAs of slice j - 2 are done: fragments j % 2 are free again
+                if cutlass.const_expr(sl >= 2):
+                    warpgroup.wait_group(1)
+                elif cutlass.const_expr(sl == 1):
+                    warpgroup.wait_group(1)  # the previous k-block's last slice is read: its stage is free
+                    if kb > 0:
+                        if lane == 0:
+                            cute.arch.mbarrier_arrive(empty + (kb + S - 1) % S)
+                w2 = stage_w + R * KB_BYTES
+                s2 = stage_sw + R * SF_BYTES
+                nxt = (load_w(w2, s2, row0, sl, R), load_w(w2, s2, row0 + 8, sl, R))
+                convert_a(fw1[sl % 2], cur[0], selector, 0)
+                convert_a(fw1[sl % 2], cur[1], selector, 1)
+                cur = nxt
+                if cutlass.const_expr(sl + 1 < SLICES):
+                    nxt = (load_w(stage_w, stage_sw, row0, sl + 1, R), load_w(stage_w, stage_sw, row0 + 8, sl + 1, R))
+                convert_a(fw2[sl % 2], cur[0], selector, 0)
+                convert_a(fw2[sl % 2], cur[1], selector, 1)
+                cur = nxt
+                warpgroup.fence()
+                for ks in cutlass.range_constexpr(k_steps):
+                    x = tCrX[(None, None, ks, stage * SLICES + sl)]
+                    cute.gemm(tiled_mma, acc1, frag1[sl % 2][(None, None, ks)], x, acc1)
+                    cute.gemm(tiled_mma, acc2, frag2[sl % 2][(None, None, ks)], x, acc2)
+                warpgroup.commit_group()
+            # slice 2's WGMMAs are done (fragments 0 free for the next k-block's slice 0). Waiting inside the loop
+            # body, not at the top of the next k-block, keeps ptxas from serializing every WGMMA (C7513; see the
+            # decode twin)
+            warpgroup.wait_group(1)
+        warpgroup.wait_group(0)
+
+        # ---- epilogue: accumulator row r, column c is C[m = m_blk T + c, n = n_blk R + r]. The gate's FP16 values
+        # go to a (T, R) tile in shared memory (row-major, as C), then out in 16-byte chunks of C's rows
+        tCsC = None
+        c0 = 0  # the first token column of the tile this CTA stores (split: its share of the columns)
+        if cutlass.const_expr(SPLIT == 1):
+            # the other MMA warpgroup's last WGMMAs may still read the ring, where the tile goes
+            cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=MT)
+            tCsC = thr_mma.partition_C(c_tile(fRaw, R, T))
+            for i in cutlass.range(cute.size(acc1), unroll_full=True):
+                tCsC[i] = gate(acc1[i], acc2[i]).to(Float16)
+        else:
+            V = cute.size(acc1)  # values per thread and accumulator
+            # the whole CTA: every TMA write into the ring was waited for (full) and every WGMMA read of it is
+            # complete (wait_group 0) before the partials overwrite it
+            cute.arch.sync_threads()
+            part = cute.recast_ptr(fRaw, dtype=Float32)
+            for j in cutlass.range(V, unroll_full=True):  # fragment order: value j of thread i at word j MT + i
+                st_shared_f32(part + (j * MT + ctid), acc1[j])
+                st_shared_f32(part + ((V + j) * MT + ctid), acc2[j])
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+            # value j of a thread's fragment lies in token column group j // 4 (8 columns each): our share of the
+            # values, ranks in order, is token columns [rank T / SPLIT, (rank + 1) T / SPLIT) of every weight row
+            share = V // SPLIT
+            rank = cute.arch.block_idx_in_cluster()
+            c0 = rank * (T // SPLIT)
+            tCsC = thr_mma.partition_C(c_tile(fRaw + cfg.partial_bytes(), R, T))  # past the partials the peers read
+            peers = [mapa_shared_cluster(part + ctid, r) for r in range(SPLIT)]
+            for jj in cutlass.range_constexpr(share):
+                j = rank * share + jj
+                x = Float32(0.0)
+                y = Float32(0.0)
+                for r in cutlass.range_constexpr(SPLIT):
+                    x = x + ld_shared_cluster_f32(peers[r] + j * (MT * 4))
+                    y = y + ld_shared_cluster_f32(peers[r] + (V + j) * (MT * 4))
+                tCsC[j] = gate(x, y).to(Float16)
+        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=MT)
+        tile = fRaw if cutlass.const_expr(SPLIT == 1) else fRaw + cfg.partial_bytes()
+        store_rows(tile, mCt, n_blk, m_blk, c0, ctid, R, T, T // SPLIT, MT)
+        if cutlass.const_expr(SPLIT > 1):
+            # our shared memory must outlive the peers' reads of it
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+
+
+#: The named barrier of the MMA warpgroups' epilogue (0 is the CTA's).
+EPILOGUE_BARRIER = 1
+
+
+@cute.jit
+def c_tile(base, rows: cutlass.Constexpr, tokens: cutlass.Constexpr) -> cute.Tensor:
+    """The (rows, tokens) accumulator view of a tile of C staged in shared memory at ``base``: weight row r, token
+    column c at FP16 element ``c rows + r`` (row-major in C's sense: a token's ``rows`` outputs are contiguous)."""
+    return cute.make_tensor(cute.recast_ptr(base, dtype=Float16), cute.make_layout((rows, tokens), stride=(1, rows)))
+
+
+@cute.jit
+def store_rows(tile, mCt: cute.Tensor, n_blk, m_blk, c0, ctid, rows: cutlass.Constexpr, tokens: cutlass.Constexpr,
+               count: cutlass.Constexpr, threads: cutlass.Constexpr):
+    """Token columns ``[c0, c0 + count)`` of the staged tile (:func:`c_tile`) to C in 16-byte chunks (8 outputs of
+    one token), thread ``ctid`` of ``threads`` taking chunks ``ctid``, ``ctid + threads``, ...; each predicated on
+    its token row m < M and its first column n < N (N is a multiple of 8, so a chunk lies wholly inside or out)."""
+    n_size = cute.size(mCt, mode=[0])
+    m_size = cute.size(mCt, mode=[1])
+    per_row = rows // 8
+    chunks = count * per_row
+    gC = cute.recast_ptr(mCt.iterator, dtype=Uint8)
+    for i in cutlass.range_constexpr((chunks + threads - 1) // threads):
+        if cutlass.const_expr((i * threads) // per_row >= m_size):
+            # every row of this round lies past M whatever the block and thread (M < tokens): LLVM folds the predicate
+            # to a constant, which the predicated store's PTX cannot take ("@0"), so the round is left out
+            continue
+        idx = ctid + i * threads
+        row = c0 + idx // per_row
+        ch = idx % per_row
+        m = m_blk * tokens + row
+        n = n_blk * rows + ch * 8
+        ok = (m < m_size) & (n < n_size)
+        if cutlass.const_expr((i + 1) * threads > chunks):
+            ok = ok & (idx < chunks)
+        w0, w1, w2, w3 = ld_shared_v4(tile + (row * rows + ch * 8) * 2)
+        st_global_v4(gC + (Int64(m) * n_size + n) * 2, w0, w1, w2, w3, pred=ok)
+
+
+# --------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------
+
+
+def smem_layouts(cfg: SwapConfig):
+    """Per-stage layouts of the ring: packed weights slice-major (W2 after W1), scales row-major, and the FP16 token
+    slices (WGMMA's 128B-swizzled K-major B, ``SLICES`` a stage)."""
+    R, T, S = cfg.rows, cfg.tokens, cfg.stages
+    pw = cute.make_layout((R, (SLICE_BYTES, SLICES), S), stride=(SLICE_BYTES, (1, R * SLICE_BYTES), 2 * R * KB_BYTES))
+    sw = cute.make_layout((R, SF_BYTES, S), stride=(SF_BYTES, 1, 2 * R * SF_BYTES))
+    fx = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (R, T, SLICE_K), Float16, S * SLICES)
+    return pw, sw, fx
+
+
+@cute.jit
+def launch_swap(a16: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfb1: cute.Tensor, sfb2: cute.Tensor,
+                c: cute.Tensor, stream: cuda.CUstream, cfg: cutlass.Constexpr):
+    """The main kernel: ``a16`` (M, K) FP16 row-major (the pre-pass's output), ``b1``/``b2`` (N, K/2) packed bytes,
+    ``sfb1``/``sfb2`` (N, K/16) scale bytes, ``c`` (M, N) FP16."""
+    R, T = cfg.rows, cfg.tokens
+    tiled_mma = sm90_utils.make_trivial_tiled_mma(Float16, Float16, OperandMajorMode.K, OperandMajorMode.K, Float32,
+                                                  (cfg.mma_warpgroups, 1, 1), tiler_mn=(WG_ROWS, T),
+                                                  a_source=warpgroup.OperandSource.RMEM)
+    pw, sw, fx = smem_layouts(cfg)
+    g2s = cpasync.CopyBulkTensorTileG2SOp()
+    m = cute.size(c, mode=[0])
+    n = cute.size(c, mode=[1])
+    a16 = with_runtime_rows(a16, m)  # M = 1 would lose the row coordinate of the token copies
+    tma_w1, tW1 = cpasync.make_tiled_tma_atom(g2s, b1, cute.slice_(pw, (None, None, 0)), (R, KB_BYTES))
+    tma_w2, tW2 = cpasync.make_tiled_tma_atom(g2s, b2, cute.slice_(pw, (None, None, 0)), (R, KB_BYTES))
+    tma_sw1, tSW1 = cpasync.make_tiled_tma_atom(g2s, sfb1, cute.slice_(sw, (None, None, 0)), (R, SF_BYTES))
+    tma_sw2, tSW2 = cpasync.make_tiled_tma_atom(g2s, sfb2, cute.slice_(sw, (None, None, 0)), (R, SF_BYTES))
+    tma_x, tX = cpasync.make_tiled_tma_atom(g2s, a16, cute.slice_(fx, (None, None, 0)), (T, SLICE_K))
+    ct = cute.make_tensor(c.iterator, cute.make_layout((n, m), stride=(1, n)))  # C^T: the accumulators' view
+    k_blocks = cute.size(b1, mode=[1]) // KB_BYTES
+    kernel = swap_kernel(tma_w1, tW1, tma_w2, tW2, tma_sw1, tSW1, tma_sw2, tSW2, tma_x, tX, ct, tiled_mma,
+                         pw, sw, fx, k_blocks, cfg)
+    grid = ((n + R - 1) // R, (m + T - 1) // T, cfg.split)
+    # one CTA per SM (.minnctapersm 1): ptxas then knows the register count at entry and honours setmaxnreg
+    if cutlass.const_expr(cfg.split == 1):
+        kernel.launch(grid=grid, block=(cfg.threads, 1, 1), min_blocks_per_mp=1, stream=stream)
+    else:
+        kernel.launch(grid=grid, block=(cfg.threads, 1, 1), cluster=(1, 1, cfg.split), min_blocks_per_mp=1,
+                      stream=stream)
+
+
+@cute.jit
+def launch_both(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute.Tensor, sfb1: cute.Tensor,
+                sfb2: cute.Tensor, a16: cute.Tensor, c: cute.Tensor, stream: cuda.CUstream, cfg: cutlass.Constexpr):
+    """The A16 twin's pre-pass into ``a16`` (the FP16 A workspace), then the swap kernel, on one stream."""
+    launch_prepass(a, sfa, a16, stream)
+    launch_swap(a16, b1, b2, sfb1, sfb2, c, stream, cfg)
+
+
+@functools.lru_cache(maxsize=None)
+def swap_host(cfg: SwapConfig):
+    """The ``@cute.jit`` host function of ``cfg``: :func:`launch_both` (static shapes: one compile per problem size)."""
+
+    @cute.jit
+    def dual_gemm_sm90_swap_host(a: cute.Tensor, b1: cute.Tensor, b2: cute.Tensor, sfa: cute.Tensor,
+                                 sfb1: cute.Tensor, sfb2: cute.Tensor, a16: cute.Tensor, c: cute.Tensor,
+                                 stream: cuda.CUstream):
+        launch_both(a, b1, b2, sfa, sfb1, sfb2, a16, c, stream, cfg)
+
+    return dual_gemm_sm90_swap_host
+
+
+def _config(cfg):
+    cfg = SwapConfig() if cfg is None else cfg
+    if not isinstance(cfg, SwapConfig):
+        raise TypeError(f"cfg must be a SwapConfig; got {type(cfg).__name__}")
+    return cfg
+
+
+def compile_swap(target: str, cfg: SwapConfig | None, m: int, n: int, k: int):
+    """Compile the swap twin of ``cfg`` (None: the default :class:`SwapConfig`), pre-pass and main kernel in one host
+    function, for an M x N x K problem without a GPU (static shapes); arguments as
+    :func:`~gemmlab.kernels.dual_gemm_sm90_a16.compile_a16`'s. Every argument is checked before the DSL sees it."""
+    from ..compile import compile_for, fake_stream
+
+    check_sm90_target(target)
+    m, n, k = check_gated_sizes(m, n, k)
+    cfg = _config(cfg)
+    ops = fake_operands(m, n, k)
+    return compile_for(target, swap_host(cfg), *ops[:6], _fake_a16(m, k), ops[6], fake_stream())
+
+
+def compile_swap_ptrs(target: str, cfg: SwapConfig | None, m: int, n: int, k: int, out_stride: tuple = None):
+    """The swap twin compiled through TVM-FFI with the inputs and the FP16 A workspace as bare pointers: what the
+    public call's plan launches, as ``fn(a, b1, b2, sfa, sfb1, sfb2, a16 workspace pointers, out)``."""
+    check_sm90_target(target)
+    m, n, k = check_gated_sizes(m, n, k)
+    return compile_with_pointers(target, launch_both, _config(cfg), m, n, k, out_stride, workspace=True)
+
+
+def gated_dual_gemm_swap(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: SwapConfig | None = None):
+    """``silu(A B1^T) * (A B2^T)`` in FP16 on an H100/H200 with the swap twin (arguments as the simple twin's;
+    ``cfg`` forced or the default), its FP16 A workspace allocated per call, launched through
+    :func:`gemmlab.compile.launcher`."""
+    import torch
+
+    from ..compile import launcher
+    from ..tiers import require_tier
+    from .dual_gemm_sm90 import check_devices, check_twin_arguments, operands_2d
+    from .dual_gemm_sm90_pipelined import check_compact_out
+
+    m, n, k = check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
+    check_compact_out(out, n)
+    cfg = _config(cfg)
+    require_tier("sm90", "gemmlab.kernels.dual_gemm_sm90_swap.gated_dual_gemm_swap")
+    check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
+    if out is None:
+        out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
+    a16 = torch.empty((m, k), dtype=torch.float16, device=a.device)
+    ops = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
+    launcher(swap_host(cfg), *ops[:6], a16, ops[6])()
+    return out
