@@ -713,8 +713,27 @@ DECODE_MMA_WARPGROUPS = (1, 2)
 DECODE_LOAD_LAG = 2
 
 
+class _WeightsOnM:
+    """What the decode and swap twins share: ``mma_warpgroups`` MMA warpgroups of 64 weight rows each beside one
+    warpgroup that loads (and, in the decode twin, converts the tokens), two FP32 accumulators of ``tokens`` columns."""
+
+    @property
+    def rows(self) -> int:
+        """Weight rows of each GEMM per CTA (WGMMA's M over the MMA warpgroups)."""
+        return DECODE_WG_ROWS * self.mma_warpgroups
+
+    @property
+    def threads(self) -> int:
+        """The first warpgroup (its warp 0 issues every TMA load) and the MMA warpgroups."""
+        return 128 * (1 + self.mma_warpgroups)
+
+    def partial_bytes(self) -> int:
+        """Split-K: both FP32 partial accumulators of the CTA (they reuse the ring's space)."""
+        return 0 if self.split == 1 else 2 * self.rows * self.tokens * 4
+
+
 @dataclass(frozen=True)
-class DecodeConfig:
+class DecodeConfig(_WeightsOnM):
     """The decode twin: ``tokens`` T (WGMMA's N: M padded, a multiple of 16 up to 128), ``mma_warpgroups``
     (1 or 2: 64 or 128 weight rows of each GEMM per CTA), ``split`` (1, 2 or 4 CTAs along K, one cluster),
     ``stages`` (packed k-blocks in flight, >= 3: the converter loads two k-blocks ahead of the one it converts)."""
@@ -735,15 +754,6 @@ class DecodeConfig:
                              f"{self.mma_warpgroups} needs {self.smem_bytes()} bytes of shared memory; a block has "
                              f"{SMEM_PER_BLOCK}")
 
-    @property
-    def rows(self) -> int:
-        """Weight rows of each GEMM per CTA (WGMMA's M over the MMA warpgroups)."""
-        return DECODE_WG_ROWS * self.mma_warpgroups
-
-    @property
-    def threads(self) -> int:
-        return 128 * (1 + self.mma_warpgroups)
-
     def stage_bytes(self) -> int:
         """Bytes TMA writes per k-block: packed W1, W2, A and their scales (A's box is ``tokens`` rows)."""
         return (2 * self.rows + self.tokens) * (KB_BYTES + SF_BYTES)
@@ -751,10 +761,6 @@ class DecodeConfig:
     def buffer_bytes(self) -> int:
         """The four FP16 token buffers (one slice each: ``tokens`` x 64 values)."""
         return SLICES * self.tokens * SLICE_K * 2
-
-    def partial_bytes(self) -> int:
-        """Split-K: both FP32 partial accumulators of the CTA (they reuse the buffers' and the ring's space)."""
-        return 0 if self.split == 1 else 2 * self.rows * self.tokens * 4
 
     def smem_bytes(self) -> int:
         """The FP16 buffers and the ring (or the partials, if larger), alignment and barriers."""
@@ -778,7 +784,7 @@ def decode_max_stages(tokens: int, mma_warpgroups: int, split: int = 1, cap: int
 
 
 @dataclass(frozen=True)
-class SwapConfig:
+class SwapConfig(_WeightsOnM):
     """The swap twin: ``tokens`` T (WGMMA's N: a tile of T rows of A, the grid's y covering M; a multiple of 16 up to
     128, as the decode twin's), ``mma_warpgroups`` (1 or 2: 64 or 128 weight rows of each GEMM per CTA), ``split``
     (1, 2 or 4 CTAs along K, one cluster; ``tokens`` a multiple of 8 x split), ``stages`` (k-blocks in flight, >= 2:
@@ -803,16 +809,6 @@ class SwapConfig:
                              f"tokens={self.tokens} and mma_warpgroups={self.mma_warpgroups}: stages={self.stages} "
                              f"needs {self.smem_bytes()} bytes of shared memory; a block has {SMEM_PER_BLOCK}")
 
-    @property
-    def rows(self) -> int:
-        """Weight rows of each GEMM per CTA (WGMMA's M over the MMA warpgroups)."""
-        return DECODE_WG_ROWS * self.mma_warpgroups
-
-    @property
-    def threads(self) -> int:
-        """The load warpgroup (its warp 0 issues every TMA load) and the MMA warpgroups."""
-        return 128 * (1 + self.mma_warpgroups)
-
     def token_bytes(self) -> int:
         """The FP16 token slices of one k-block: ``SLICES`` of ``tokens`` x 64 values."""
         return SLICES * self.tokens * SLICE_K * 2
@@ -820,10 +816,6 @@ class SwapConfig:
     def stage_bytes(self) -> int:
         """Bytes TMA writes per k-block: packed W1 and W2, their scales, and the FP16 token slices."""
         return 2 * self.rows * (KB_BYTES + SF_BYTES) + self.token_bytes()
-
-    def partial_bytes(self) -> int:
-        """Split-K: both FP32 partial accumulators of the CTA (they reuse the ring's space)."""
-        return 0 if self.split == 1 else 2 * self.rows * self.tokens * 4
 
     def epilogue_bytes(self) -> int:
         """The epilogue's use of the ring's space: the partials (split-K), then the FP16 tile of C it stages."""

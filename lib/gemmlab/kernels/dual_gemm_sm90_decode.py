@@ -185,6 +185,94 @@ def gate(x: Float32, y: Float32) -> Float32:
     return x / (Float32(1.0) + cute.math.exp(-x, fastmath=True)) * y
 
 
+@cute.jit
+def mma_thread(tiled_mma, ctid, warp, rows: cutlass.Constexpr, tokens: cutlass.Constexpr):
+    """An MMA thread's state: its MMA slice, the selector and first weight row its fragments load with (rows ``g``
+    and ``g + 8`` of its warp's 16; ``warp`` counts from the first MMA warp's 4), two slices' W1 and W2 fragments
+    (and their 32-bit views, which the conversion writes) and both accumulators, zeroed, with ACCUMULATE set.
+    Returns ``(thr_mma, selector, row0, frag1, frag2, fw1, fw2, acc1, acc2, k_steps)``."""
+    lane = cute.arch.lane_idx()
+    g = lane // 4
+    t = lane % 4
+    selector = t | ((t + 4) << 4)
+    row0 = (warp - 4) * 16 + g
+    thr_mma = tiled_mma.get_slice(ctid)
+    frag1 = [tiled_mma.make_fragment_A(thr_mma.partition_shape_A((rows, SLICE_K))) for _ in range(2)]
+    frag2 = [tiled_mma.make_fragment_A(thr_mma.partition_shape_A((rows, SLICE_K))) for _ in range(2)]
+    fw1 = [cute.recast_tensor(f, Uint32) for f in frag1]
+    fw2 = [cute.recast_tensor(f, Uint32) for f in frag2]
+    acc1 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((rows, tokens)), Float32)
+    acc2 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((rows, tokens)), Float32)
+    acc1.fill(0.0)
+    acc2.fill(0.0)
+    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+    return thr_mma, selector, row0, frag1, frag2, fw1, fw2, acc1, acc2, cute.size(frag1[0], mode=[2])
+
+
+@cute.jit
+def convert_slice(fw1, fw2, cur, stage_w, stage_sw, row0, selector, sl: cutlass.Constexpr, rows: cutlass.Constexpr):
+    """An MMA thread's W1 and W2 fragments of slice ``sl`` (rows ``row0`` and ``row0 + 8``) from ring stage
+    ``stage_w`` / ``stage_sw``, half a slice ahead: W1(j) converts while W2(j) loads, W2(j) while W1(j + 1) loads.
+    ``cur``: W1(j)'s loads; returns W1(j + 1)'s (on the last slice, W2(j)'s, unused). Into fragments ``j % 2``."""
+    w2 = stage_w + rows * KB_BYTES
+    s2 = stage_sw + rows * SF_BYTES
+    nxt = (load_w(w2, s2, row0, sl, rows), load_w(w2, s2, row0 + 8, sl, rows))
+    convert_a(fw1[sl % 2], cur[0], selector, 0)
+    convert_a(fw1[sl % 2], cur[1], selector, 1)
+    cur = nxt
+    if cutlass.const_expr(sl + 1 < SLICES):
+        nxt = (load_w(stage_w, stage_sw, row0, sl + 1, rows), load_w(stage_w, stage_sw, row0 + 8, sl + 1, rows))
+    convert_a(fw2[sl % 2], cur[0], selector, 0)
+    convert_a(fw2[sl % 2], cur[1], selector, 1)
+    return nxt
+
+
+@cute.jit
+def mma_slice(tiled_mma, acc1, acc2, frag1, frag2, tCrX, buf, k_steps: cutlass.Constexpr):
+    """One slice's WGMMAs: ``acc1 += W1 x A^T``, ``acc2 += W2 x A^T`` over its ``k_steps`` K16 steps, A^T being token
+    buffer ``buf`` of ``tCrX``."""
+    for ks in cutlass.range_constexpr(k_steps):
+        cute.gemm(tiled_mma, acc1, frag1[(None, None, ks)], tCrX[(None, None, ks, buf)], acc1)
+        cute.gemm(tiled_mma, acc2, frag2[(None, None, ks)], tCrX[(None, None, ks, buf)], acc2)
+
+
+@cute.jit
+def store_partials(part, acc1, acc2, ctid, threads: cutlass.Constexpr):
+    """Split-K: both accumulators' FP32 values into our shared memory at ``part``, in fragment order (value j of MMA
+    thread i at word ``j threads + i``; acc2's after acc1's)."""
+    V = cute.size(acc1)
+    for j in cutlass.range(V, unroll_full=True):
+        st_shared_f32(part + (j * threads + ctid), acc1[j])
+        st_shared_f32(part + ((V + j) * threads + ctid), acc2[j])
+
+
+@cute.jit
+def exchange_partials(base, acc1, acc2, ctid, threads: cutlass.Constexpr, split: cutlass.Constexpr):
+    """Split-K, after the main loop: a CTA barrier (every write into the ring and every WGMMA read of it done), both
+    accumulators into our shared memory at ``base`` (:func:`store_partials`), a cluster barrier (every CTA's too).
+    Returns ``(rank, share, peers)``: our rank in the cluster, the fragment values each CTA reduces, and every CTA's
+    partials for this thread as ``shared::cluster`` addresses (for :func:`reduce_value`)."""
+    cute.arch.sync_threads()
+    part = cute.recast_ptr(base, dtype=Float32)
+    store_partials(part, acc1, acc2, ctid, threads)
+    cute.arch.cluster_arrive()
+    cute.arch.cluster_wait()
+    rank = cute.arch.block_idx_in_cluster()
+    return rank, cute.size(acc1) // split, [mapa_shared_cluster(part + ctid, r) for r in range(split)]
+
+
+@cute.jit
+def reduce_value(peers, j, values: cutlass.Constexpr, threads: cutlass.Constexpr, split: cutlass.Constexpr):
+    """Split-K: value ``j`` of both accumulators summed over the cluster's CTAs (``peers``: each CTA's ``part + ctid``
+    as a ``shared::cluster`` address; ``values`` per thread and accumulator)."""
+    x = Float32(0.0)
+    y = Float32(0.0)
+    for r in cutlass.range_constexpr(split):
+        x = x + ld_shared_cluster_f32(peers[r] + j * (threads * 4))
+        y = y + ld_shared_cluster_f32(peers[r] + (values + j) * (threads * 4))
+    return x, y
+
+
 # --------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------
@@ -304,23 +392,9 @@ def decode_kernel(
         cute.arch.warpgroup_reg_alloc(REGS[cfg.mma_warpgroups][1])
         ctid = tidx - CONVERTER_THREADS
         lane = cute.arch.lane_idx()
-        g = lane // 4
-        t = lane % 4
-        selector = t | ((t + 4) << 4)
-        row0 = (warp - 4) * 16 + g  # rows g and g + 8 of this warp's 16 of the CTA's R weight rows
-        thr_mma = tiled_mma.get_slice(ctid)
+        thr_mma, selector, row0, frag1, frag2, fw1, fw2, acc1, acc2, k_steps = mma_thread(tiled_mma, ctid, warp, R, T)
         fX = cute.make_tensor(cute.recast_ptr(fRaw, fx_layout.inner, Float16), fx_layout.outer)
         tCrX = tiled_mma.make_fragment_B(thr_mma.partition_B(fX))
-        frag1 = [tiled_mma.make_fragment_A(thr_mma.partition_shape_A((R, SLICE_K))) for _ in range(2)]
-        frag2 = [tiled_mma.make_fragment_A(thr_mma.partition_shape_A((R, SLICE_K))) for _ in range(2)]
-        fw1 = [cute.recast_tensor(f, Uint32) for f in frag1]
-        fw2 = [cute.recast_tensor(f, Uint32) for f in frag2]
-        acc1 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((R, T)), Float32)
-        acc2 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((R, T)), Float32)
-        acc1.fill(0.0)
-        acc2.fill(0.0)
-        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-        k_steps = cute.size(frag1[0], mode=[2])
 
         for kb in cutlass.range(nkb, unroll=1):
             stage = kb % S
@@ -341,26 +415,14 @@ def decode_kernel(
                     if kb > 0:
                         if lane == 0:
                             cute.arch.mbarrier_arrive(bempty + 3)
-                w2 = stage_w + R * KB_BYTES
-                s2 = stage_sw + R * SF_BYTES
-                nxt = (load_w(w2, s2, row0, sl, R), load_w(w2, s2, row0 + 8, sl, R))
-                convert_a(fw1[sl % 2], cur[0], selector, 0)
-                convert_a(fw1[sl % 2], cur[1], selector, 1)
-                cur = nxt
-                if cutlass.const_expr(sl + 1 < SLICES):
-                    nxt = (load_w(stage_w, stage_sw, row0, sl + 1, R), load_w(stage_w, stage_sw, row0 + 8, sl + 1, R))
-                convert_a(fw2[sl % 2], cur[0], selector, 0)
-                convert_a(fw2[sl % 2], cur[1], selector, 1)
-                cur = nxt
+                cur = convert_slice(fw1, fw2, cur, stage_w, stage_sw, row0, selector, sl, R)
                 if cutlass.const_expr(sl == SLICES - 1):
                     cute.arch.sync_warp()
                     if lane == 0:
                         cute.arch.mbarrier_arrive(empty + stage)  # this warp has read stage s's weights
                 cute.arch.mbarrier_wait(bfull + sl, kb & 1)
                 warpgroup.fence()
-                for ks in cutlass.range_constexpr(k_steps):
-                    cute.gemm(tiled_mma, acc1, frag1[sl % 2][(None, None, ks)], tCrX[(None, None, ks, sl)], acc1)
-                    cute.gemm(tiled_mma, acc2, frag2[sl % 2][(None, None, ks)], tCrX[(None, None, ks, sl)], acc2)
+                mma_slice(tiled_mma, acc1, acc2, frag1[sl % 2], frag2[sl % 2], tCrX, sl, k_steps)
                 warpgroup.commit_group()
             # slice 2's WGMMAs are done: buffer 2 free, fragments 0 free for the next k-block's slice 0. Waiting here,
             # inside the loop body, and not at the top of the next k-block keeps ptxas from serializing every WGMMA
@@ -379,26 +441,12 @@ def decode_kernel(
                 if cute.elem_less(tCcC[i], shape):
                     tCgC[i] = gate(acc1[i], acc2[i]).to(Float16)
         else:
-            V = cute.size(acc1)  # values per thread and accumulator
-            # the whole CTA: the converter's last FP16 writes and the other MMA warpgroup's last reads of the ring and
-            # the buffers come before the partials overwrite them
-            cute.arch.sync_threads()
-            part = cute.recast_ptr(fRaw, dtype=Float32)
-            for j in cutlass.range(V, unroll_full=True):  # fragment order: value j of thread i at word j MT + i
-                st_shared_f32(part + (j * MT + ctid), acc1[j])
-                st_shared_f32(part + ((V + j) * MT + ctid), acc2[j])
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-            share = V // SPLIT
-            rank = cute.arch.block_idx_in_cluster()
-            peers = [mapa_shared_cluster(part + ctid, r) for r in range(SPLIT)]
+            # the CTA barrier first: the converter's last FP16 writes and the other MMA warpgroup's last reads of the
+            # ring and the buffers come before the partials overwrite them
+            rank, share, peers = exchange_partials(fRaw, acc1, acc2, ctid, MT, SPLIT)
             for jj in cutlass.range_constexpr(share):
                 j = rank * share + jj
-                x = Float32(0.0)
-                y = Float32(0.0)
-                for r in cutlass.range_constexpr(SPLIT):
-                    x = x + ld_shared_cluster_f32(peers[r] + j * (MT * 4))
-                    y = y + ld_shared_cluster_f32(peers[r] + (V + j) * (MT * 4))
+                x, y = reduce_value(peers, j, cute.size(acc1), MT, SPLIT)
                 if cute.elem_less(tCcC[j], shape):
                     tCgC[j] = gate(x, y).to(Float16)
             # our shared memory must outlive the peers' reads of it

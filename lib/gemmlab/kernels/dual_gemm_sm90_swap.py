@@ -2,11 +2,12 @@
 
 What it teaches
     The A16 twin (:mod:`gemmlab.kernels.dual_gemm_sm90_a16`) converts [B1; B2] into FP16 in shared memory, and its
-    WGMMAs read it back from there (the SS form). On an H100 (2026-11-27, ``benchmarks/dual_gemm.py probe``) taking
-    the conversion's arithmetic out of that kernel altogether (the converter storing the packed words unconverted)
-    made it only 4 to 5 % faster: its pace is set by shared memory's traffic (the converter's FP16 stores on top of
-    the traffic of a plain GEMM's SS WGMMAs and TMA loads), not by the conversion. This twin keeps the converted
-    weights out of shared memory:
+    WGMMAs read it back from there (the SS form). On an H100 (2026-11-27, ``benchmarks/conversion_probe.py``,
+    ``results/nvidia-h100-80gb-hbm3/dual_gemm_conversion_probe.txt``) taking the conversion's arithmetic out of that
+    kernel altogether (the converter storing the packed words unconverted) made it only 4 to 5 % faster (512 x 4096 x
+    7168: 107.5 against 103.2 us): the conversion is not what sets its pace. What the probe leaves in place does: the
+    FP16 [B1; B2] slices stored into shared memory and read back by both MMA warpgroups' SS WGMMAs, on top of a plain
+    GEMM's TMA and WGMMA traffic (not profiled further). This twin keeps the converted weights out of shared memory:
 
     * **Weights on WGMMA's M side, in registers** (as the decode twin, :mod:`gemmlab.kernels.dual_gemm_sm90_decode`):
       each MMA thread converts exactly its RS fragment of W1 and of W2 from the packed bytes TMA brought, and the
@@ -19,6 +20,16 @@ What it teaches
       arrive as zeros (TMA fills a box past the tensor's end with zeros) and no store reads them.
     * **Any M**: the grid's y covers M in tiles of ``tokens`` rows; its x the weight rows; its z the ``split``-K
       CTAs of a cluster, reduced through distributed shared memory as in the decode twin.
+
+Measured (H100, 2026-11-27, kernels alone, ``results/nvidia-h100-80gb-hbm3/dual_gemm_swap.json``: 84 configurations on
+24 shapes, M = 64 to 1024). Its best form beat the A16 twin's pick at 512 x 4096 x 7168 (95.6 against 106.1 us), 1024
+x 4096 x 7168 (182.3 against 206.0) and 640 x 3072 x 4096 (58.8 against 70.3), and the decode twin's pick on all six
+shapes with M = 64 and 128 (128 x 14336 x 4096: 61.5 against 83.7 us). It lost where its grid fills the GPU badly:
+384 x 4096 x 7168 (86.8 against 83.6) and 640 x 4096 x 7168 (172 against 145: 160 or 192 CTAs of 132). Nsight
+Compute at 512 x 4096 x 7168, ``(128, 2, 1)`` (before the staged epilogue; ``dual_gemm_swap_ncu.txt``): the tensor
+pipe busy 69.9 % of the elapsed cycles, the SMs active 93 % of them (128 CTAs on 132 SMs), 0.56 eligible warps per
+scheduler, L2 39 % of its throughput. Each weight element is still converted once per token tile (M / tokens times),
+but in registers, where the A16 twin stored and reread it.
 
 Roles (128 threads per warpgroup)::
 
@@ -42,14 +53,13 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
-from ..async_copy import mapa_shared_cluster
 from ..family.configs import DECODE_WG_ROWS as WG_ROWS, KB_BYTES, SF_BYTES, SLICE_K, SLICES, SwapConfig
 from ..family.problem import check_gated_sizes
+from ..ldst import ld_shared_v4, st_global_v4
 from .dual_gemm_sm90 import check_sm90_target, compile_with_pointers, fake_operands, with_runtime_rows
 from .dual_gemm_sm90_a16 import _fake_a16, launch_prepass
-from ..ldst import ld_shared_v4, st_global_v4
-from .dual_gemm_sm90_decode import SLICE_BYTES, gate, ld_shared_cluster_f32, load_w, st_shared_f32
-from .dual_gemm_sm90_pipelined import convert_a
+from .dual_gemm_sm90_decode import (SLICE_BYTES, convert_slice, exchange_partials, gate, load_w, mma_slice,
+                                    mma_thread, reduce_value)
 
 #: setmaxnreg per role, by MMA warpgroups: (load warpgroup, MMA). 128 x (load + w x MMA) must not exceed the threads x
 #: the registers at entry (256 x 255 alone; 384 x 168 = 64,512 beside a second MMA warpgroup).
@@ -137,22 +147,8 @@ def swap_kernel(
         cute.arch.warpgroup_reg_alloc(REGS[cfg.mma_warpgroups][1])
         ctid = tidx - 128
         lane = cute.arch.lane_idx()
-        g = lane // 4
-        t = lane % 4
-        selector = t | ((t + 4) << 4)
-        row0 = (warp - 4) * 16 + g  # rows g and g + 8 of this warp's 16 of the CTA's R weight rows
-        thr_mma = tiled_mma.get_slice(ctid)
+        thr_mma, selector, row0, frag1, frag2, fw1, fw2, acc1, acc2, k_steps = mma_thread(tiled_mma, ctid, warp, R, T)
         tCrX = tiled_mma.make_fragment_B(thr_mma.partition_B(fX))  # (MMA, MMA_N, MMA_K, S x SLICES)
-        frag1 = [tiled_mma.make_fragment_A(thr_mma.partition_shape_A((R, SLICE_K))) for _ in range(2)]
-        frag2 = [tiled_mma.make_fragment_A(thr_mma.partition_shape_A((R, SLICE_K))) for _ in range(2)]
-        fw1 = [cute.recast_tensor(f, cutlass.Uint32) for f in frag1]
-        fw2 = [cute.recast_tensor(f, cutlass.Uint32) for f in frag2]
-        acc1 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((R, T)), Float32)
-        acc2 = cute.make_rmem_tensor(tiled_mma.partition_shape_C((R, T)), Float32)
-        acc1.fill(0.0)
-        acc2.fill(0.0)
-        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-        k_steps = cute.size(frag1[0], mode=[2])
 
         for kb in cutlass.range(nkb, unroll=1):
             stage = kb % S
@@ -170,22 +166,9 @@ def swap_kernel(
                     if kb > 0:
                         if lane == 0:
                             cute.arch.mbarrier_arrive(empty + (kb + S - 1) % S)
-                w2 = stage_w + R * KB_BYTES
-                s2 = stage_sw + R * SF_BYTES
-                nxt = (load_w(w2, s2, row0, sl, R), load_w(w2, s2, row0 + 8, sl, R))
-                convert_a(fw1[sl % 2], cur[0], selector, 0)
-                convert_a(fw1[sl % 2], cur[1], selector, 1)
-                cur = nxt
-                if cutlass.const_expr(sl + 1 < SLICES):
-                    nxt = (load_w(stage_w, stage_sw, row0, sl + 1, R), load_w(stage_w, stage_sw, row0 + 8, sl + 1, R))
-                convert_a(fw2[sl % 2], cur[0], selector, 0)
-                convert_a(fw2[sl % 2], cur[1], selector, 1)
-                cur = nxt
+                cur = convert_slice(fw1, fw2, cur, stage_w, stage_sw, row0, selector, sl, R)
                 warpgroup.fence()
-                for ks in cutlass.range_constexpr(k_steps):
-                    x = tCrX[(None, None, ks, stage * SLICES + sl)]
-                    cute.gemm(tiled_mma, acc1, frag1[sl % 2][(None, None, ks)], x, acc1)
-                    cute.gemm(tiled_mma, acc2, frag2[sl % 2][(None, None, ks)], x, acc2)
+                mma_slice(tiled_mma, acc1, acc2, frag1[sl % 2], frag2[sl % 2], tCrX, stage * SLICES + sl, k_steps)
                 warpgroup.commit_group()
             # slice 2's WGMMAs are done (fragments 0 free for the next k-block's slice 0). Waiting inside the loop
             # body, not at the top of the next k-block, keeps ptxas from serializing every WGMMA (C7513; see the
@@ -204,30 +187,16 @@ def swap_kernel(
             for i in cutlass.range(cute.size(acc1), unroll_full=True):
                 tCsC[i] = gate(acc1[i], acc2[i]).to(Float16)
         else:
-            V = cute.size(acc1)  # values per thread and accumulator
-            # the whole CTA: every TMA write into the ring was waited for (full) and every WGMMA read of it is
+            # the CTA barrier first: every TMA write into the ring was waited for (full) and every WGMMA read of it is
             # complete (wait_group 0) before the partials overwrite it
-            cute.arch.sync_threads()
-            part = cute.recast_ptr(fRaw, dtype=Float32)
-            for j in cutlass.range(V, unroll_full=True):  # fragment order: value j of thread i at word j MT + i
-                st_shared_f32(part + (j * MT + ctid), acc1[j])
-                st_shared_f32(part + ((V + j) * MT + ctid), acc2[j])
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
+            rank, share, peers = exchange_partials(fRaw, acc1, acc2, ctid, MT, SPLIT)
             # value j of a thread's fragment lies in token column group j // 4 (8 columns each): our share of the
             # values, ranks in order, is token columns [rank T / SPLIT, (rank + 1) T / SPLIT) of every weight row
-            share = V // SPLIT
-            rank = cute.arch.block_idx_in_cluster()
             c0 = rank * (T // SPLIT)
             tCsC = thr_mma.partition_C(c_tile(fRaw + cfg.partial_bytes(), R, T))  # past the partials the peers read
-            peers = [mapa_shared_cluster(part + ctid, r) for r in range(SPLIT)]
             for jj in cutlass.range_constexpr(share):
                 j = rank * share + jj
-                x = Float32(0.0)
-                y = Float32(0.0)
-                for r in cutlass.range_constexpr(SPLIT):
-                    x = x + ld_shared_cluster_f32(peers[r] + j * (MT * 4))
-                    y = y + ld_shared_cluster_f32(peers[r] + (V + j) * (MT * 4))
+                x, y = reduce_value(peers, j, cute.size(acc1), MT, SPLIT)
                 tCsC[j] = gate(x, y).to(Float16)
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=MT)
         tile = fRaw if cutlass.const_expr(SPLIT == 1) else fRaw + cfg.partial_bytes()

@@ -357,6 +357,56 @@ def format_w16_sweep(doc: dict) -> str:
     return format_table(rows, cols) + f"\nthe pick is the faster form on {right} of {len(rows)} shapes"
 
 
+def swap_sweep_rows(doc: dict) -> list[dict]:
+    """One row per shape of a swap-twin sweep (``benchmarks/dual_gemm.py swap``): the configuration the public call
+    chose when the sweep ran (``before``) and its time, the swap twin's model pick and the fastest swap form timed, the
+    public call's choice today (``now``) and its time where the sweep timed it, and the BF16 path's kernels over it."""
+    from ..family.heuristic_gated import choose_sm90, choose_swap
+    from ..family.problem import GatedProblem
+
+    out = []
+    for shape in doc["shapes"]:
+        m, n, k = shape["m"], shape["n"], shape["k"]
+        times = {r["config"]: r["kernel_us"] for r in shape.get("rows", []) if r.get("ok") and "kernel_us" in r}
+        swaps = {c: t for c, t in times.items() if c.startswith("SwapConfig")}
+        if not swaps or "bf16_path" not in times:
+            continue
+        pick = choose_swap(m, n, k, shape.get("sms", 132))
+        now = repr(choose_sm90(GatedProblem(m, n, k), shape.get("sms", 132)))
+        before = shape.get("chosen")
+        best = min(swaps, key=swaps.get)
+        row = dict(shape=f"{m}x{n}x{k}", m=m, n=n, k=k, before=before.split("(")[0] if before else None,
+                   before_us=times.get(before), pick=_swap_label(repr(pick)) if pick else None,
+                   pick_us=swaps.get(repr(pick)) if pick else None, best=_swap_label(best), best_us=swaps[best],
+                   now=now.split("(")[0], now_us=times.get(now), bf16_us=times["bf16_path"])
+        row["gain"] = row["before_us"] / row["now_us"] if row["before_us"] and row["now_us"] else None
+        row["x_bf16"] = row["bf16_us"] / row["now_us"] if row["now_us"] else None
+        out.append(row)
+    return out
+
+
+def _swap_label(config: str) -> str:
+    """``SwapConfig(tokens=128, mma_warpgroups=2, split=1, ...)`` as ``T128 w2 s1``."""
+    import re
+
+    t, w, sp = re.search(r"tokens=(\d+), mma_warpgroups=(\d+), split=(\d+)", config).groups()
+    return f"T{t} w{w} s{sp}"
+
+
+def format_swap_sweep(doc: dict) -> str:
+    """:func:`swap_sweep_rows` as a table, with the geometric mean of the old choice's time over the new one's."""
+    rows = swap_sweep_rows(doc)
+    cols = [("shape", "M x N x K", ""), ("before", "before", ""), ("before_us", "us", ".1f"),
+            ("pick", "swap pick", ""), ("pick_us", "us", ".1f"), ("best", "swap best", ""), ("best_us", "us", ".1f"),
+            ("now", "now", ""), ("now_us", "us", ".1f"), ("gain", "before/now", ".3f"),
+            ("bf16_us", "BF16 path", ".1f"), ("x_bf16", "x BF16", ".2f")]
+    gains = [r["gain"] for r in rows if r["gain"]]
+    geo = math.exp(sum(math.log(g) for g in gains) / len(gains)) if gains else float("nan")
+    faster = sum(g > 1.005 for g in gains)
+    return (format_table(rows, cols) + f"\nthe choice now against the choice before the swap twin: {geo:.3f}x "
+            f"geomean, faster on {faster} of {len(gains)} shapes")
+
+
 def draw_w16(docs: list[dict], name: str = "11_w16"):
     """The BF16 path's kernel time over ours against M, per weight shape: the A16 twin (dashed) and the W16 route
     (solid), one panel per device (measured, kernels alone; title: device and date). Returns ``(path, data)``."""

@@ -218,3 +218,37 @@ def explain_w16_pass_megabytes() -> str:
             f"(2026-11-27, kernels alone). The models cross "
             f"between 1024 and 1536 rows on these weights; on an H200 (4.8 TB/s) the pass is cheaper and they cross "
             f"below 1024.")
+
+
+def check_swap_grid(answer) -> bool:
+    """Predict: at 640 x 4096 x 7168 the swap twin with 128 tokens and two MMA warpgroups (128 weight rows of each
+    GEMM per CTA, no split): how many CTAs, and how many waves on an H100's 132 SMs (one CTA per SM)? A tuple
+    ``(ctas, waves)``."""
+    return verdict("the swap twin's grid and waves", answer, solution_swap_grid(),
+                   "The grid's x covers N in blocks of 64 weight rows per MMA warpgroup; its y covers M in token tiles.")
+
+
+def solution_swap_grid():
+    m, n, tokens, rows = 640, 4096, 128, 128
+    ctas = -(-n // rows) * -(-m // tokens)  # 32 x 5 = 160
+    return ctas, -(-ctas // 132)  # (160, 2)
+
+
+def explain_swap_grid() -> str:
+    """Why the swap twin loses at 640 x 4096 x 7168 and wins at 512 x 4096 x 7168, with the H100 sweep's numbers."""
+    from ...family.configs import SwapConfig
+    from ...family.heuristic_gated import swap_time
+
+    t512 = swap_time(SwapConfig(128, 2, 1, 2), 512, 4096, 7168)
+    t640 = swap_time(SwapConfig(128, 2, 1, 2), 640, 4096, 7168)
+    return (f"At 512 rows the grid is 32 x 4 = 128 CTAs: one wave on 132 SMs, each CTA streaming 28 k-blocks; the "
+            f"model says {t512:.0f} us and the H100 timed 95.6, where the A16 twin's pick took 106.1. At 640 rows it is "
+            f"32 x 5 = 160 CTAs: a full wave and a second of 28 CTAs, and every CTA is as long as before, so the time "
+            f"almost doubles (model {t640:.0f} us; timed 179.8, and 172.1 with 112-token tiles, 6 x 32 = 192 CTAs). The "
+            f"A16 twin's 80-column tiles make 5 x 52 = 260 CTAs, two fuller waves, in 145.2 us. So the choice between "
+            f"the twins is mostly a choice of grids: the swap twin's CTA computes a 128 x 128 tile of C (256 weight "
+            f"rows, both GEMMs) over the whole K, and a shape whose CTA count sits just above a multiple of 132 pays "
+            f"for an almost empty wave. On the same grid (128 CTAs at 512 rows, one wave for both) it is the faster "
+            f"kernel; the design difference is that its converted weights never touch shared memory (each MMA "
+            f"thread converts its own RS fragment), while the A16 twin stores 2 tile_n x 64 FP16 values per slice "
+            f"and both MMA warpgroups read them back.")
