@@ -299,11 +299,12 @@ def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
     16 K values, row-major; K a multiple of 256, N of 8; ``out`` (M, N, 1) FP16, compact, or None; every tensor
     16-byte aligned, ``out`` apart from the inputs. Returns ``out``.
 
-    On an H100/H200 the kernel follows M (:func:`~gemmlab.family.heuristic_gated.choose_sm90`): the decode twin up to
-    128 rows; from 129 the A16 twin (A converted to FP16 once, in a workspace the call allocates) or, where its time
-    model finds it faster (large M, from about 768 to 1536 rows by the weights' shape and the GPU's HBM, and narrow
-    weights at smaller M), the W16 route (A and the weights converted to FP16 workspaces inside the call, then chapter 07's GEMM with a gated
-    epilogue; nothing is kept between calls).
+    On an H100/H200 the kernel follows M and the time models (:func:`~gemmlab.family.heuristic_gated.choose_sm90`):
+    the decode twin below 64 rows; the swap twin from 64 to 128 (A converted to FP16 once, in a workspace the call
+    allocates; the weights converted in the MMA threads' registers); from 129 whichever of the A16 twin (the same
+    workspace; the weights converted into shared memory), the swap twin (up to 1024 rows) and the W16 route (A and the
+    weights converted to FP16 workspaces inside the call, then chapter 07's GEMM with a gated epilogue) its model finds
+    fastest. Nothing is kept between calls.
 
     Bad input raises ``TypeError`` / ``ValueError`` naming the argument, on every machine and before any
     compile or launch; a machine without a Hopper or datacenter Blackwell GPU then raises ``TierError``.
