@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import traceback
 
@@ -290,6 +291,9 @@ def main(argv=None):
     p.add_argument("--decode-only", action="store_true", help="bf16: only the shapes with M <= 128")
     p.add_argument("--part", default=None, help="swap: shapes i:j of the sweep (a run of one call each)")
     args = p.parse_args(argv)
+    if args.part is not None and not re.fullmatch(r"\d+:\d+", args.part):
+        p.error(f"--part must be i:j (shapes i to j - 1 of the swap sweep's {len(dg.SWAP_SWEEP_SHAPES)}); "
+                f"got {args.part!r}")
     if not torch.cuda.is_available():
         print("needs a CUDA GPU (an H100/H200 runs the Hopper twin, a B200 the tcgen05 kernel)")
         return 2

@@ -69,8 +69,9 @@ def w16():
 
 
 def swap():
-    """The swap twin: M over two and three token tiles (the last partial), N not a multiple of the row block, 8
-    k-blocks (the two-stage ring wraps four times), every split and both warpgroup counts."""
+    """The swap twin: M over one to three token tiles (the last partial; at M = 64 the tile overhangs M), N not a
+    multiple of the row block, 8 k-blocks (the ring wraps: 8 / split k-blocks a CTA over 2 to 4 stages), every split
+    and both warpgroup counts."""
     from gemmlab.family.configs import SwapConfig, swap_max_stages
     from gemmlab.kernels import dual_gemm_sm90_swap
 

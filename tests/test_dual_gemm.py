@@ -345,6 +345,9 @@ def test_the_a16_pointer_host_compiles_the_same_kernels():
 
 @pytest.mark.parametrize("m, n, k, want", [
     (40, 4096, 7168, "DecodeConfig"), (64, 4096, 7168, "SwapConfig"), (128, 4096, 7168, "SwapConfig"),
+    # the decisions the H100 swap sweep timed: the swap twin where its grid is one full wave, the A16 twin where the
+    # swap twin's 160 CTAs leave a second wave nearly empty (results/nvidia-h100-80gb-hbm3/dual_gemm_swap.json)
+    (512, 4096, 7168, "SwapConfig"), (640, 4096, 7168, "A16Config"), (1024, 4096, 7168, "SwapConfig"),
     # 2 x 64 = 128 CTAs of 64 columns: one wave, 7 x (2.94 + 11.89 / 2) + 4.26 = 66.5 us; 48 takes 2 x 86 = 172: two
     # (x 0.843 with two converter warpgroups = 56.0)
     (129, 4096, 7168, (64, 2)),

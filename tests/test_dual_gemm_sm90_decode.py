@@ -107,7 +107,9 @@ def test_decode_cost_worked_example():
 
 def test_decode_choice_against_the_h100_sweep():
     """On every shape the H100 sweep timed, the model's pick (on that GPU's cluster capacity, from the driver) ran
-    within 25 % of the sweep's fastest configuration, and it beat the fast twin wherever the public call takes it."""
+    within 25 % of the sweep's fastest configuration, and it beat the fast twin at every M the decode twin takes (up to
+    DECODE_UP_TO: the public call runs it below SWAP_FROM rows, and up to DECODE_UP_TO where the swap twin has no
+    configuration)."""
     import json
     from pathlib import Path
 

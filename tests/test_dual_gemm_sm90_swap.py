@@ -76,6 +76,7 @@ def test_max_stages(tokens, wgs, want):
     (dict(stages=1), "stages must be >= 2"),
     (dict(stages=3), "stages must be at most 2 for tokens=128"),
     (dict(tokens=112, split=4), r"tokens must be a multiple of 8 x split \(32"),
+    (dict(tokens=16, mma_warpgroups=1, stages=9), "stages must be at most 8 for tokens=16"),  # past the 6 the cap takes
 ])
 def test_config_rejects_bad_fields(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -106,6 +107,27 @@ def test_swap_time_worked_example():
     assert got2 == pytest.approx(want2)
 
 
+def test_model_and_choice_check_their_arguments():
+    import numpy as np
+
+    with pytest.raises(ValueError, match=r"clusters\[0\] must be >= 1"):
+        hg.swap_time(SwapConfig(), 512, 4096, 7168, clusters=(0, 0, 0))
+    with pytest.raises(ValueError, match="clusters must be a tuple of 3 counts"):
+        hg.choose_swap(512, 4096, 7168, clusters=(132, 66))
+    with pytest.raises(TypeError, match="cfg must be a SwapConfig"):
+        hg.swap_time((128, 2, 1, 2), 512, 4096, 7168)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        hg.swap_time(SwapConfig(), 512, 4096, 0)
+    with pytest.raises(ValueError, match=r"clusters\[2\] must be >= 1"):  # the driver's counts, before any model
+        hg.choose_sm90(hg.GatedProblem(512, 4096, 7168), clusters=(132, 66, 0))
+    # numpy and torch integers are numbers: the same config, the same hash and repr (caches keyed on either)
+    for t in (np.int64(64), torch.tensor(64)):
+        cfg = SwapConfig(t, 2, 1, 3)
+        assert cfg == SwapConfig(64, 2, 1, 3) and hash(cfg) == hash(SwapConfig(64, 2, 1, 3))
+        assert repr(cfg) == "SwapConfig(tokens=64, mma_warpgroups=2, split=1, stages=3)"
+    assert hg.swap_time(SwapConfig(), np.int64(512), 4096, 7168) == hg.swap_time(SwapConfig(), 512, 4096, 7168)
+
+
 def test_swap_candidates_cover_m_and_fill_the_gpu():
     for m, n, k in [(64, 4096, 7168), (200, 3072, 4096), (512, 4096, 7168), (1024, 14336, 4096)]:
         cands = hg.swap_candidates(m, n, k)
@@ -134,7 +156,7 @@ def test_swap_model_picks_within_the_sweeps_fastest():
         times = {r["config"]: r["kernel_us"] for r in shape["rows"] if r["ok"] and "kernel_us" in r}
         swaps = {c: t for c, t in times.items() if c.startswith("SwapConfig")}
         pick = repr(hg.choose_swap(m, n, k))
-        assert swaps[pick] <= 1.03 * min(swaps.values()), (m, n, k, pick)
+        assert swaps[pick] <= 1.015 * min(swaps.values()), (m, n, k, pick)  # 1.3 % at worst (in sample)
         chosen = repr(hg.choose_sm90(hg.GatedProblem(m, n, k)))
         best = min(t for c, t in times.items() if c != "bf16_path")
         assert times[chosen] <= 1.04 * best, (m, n, k, chosen)
@@ -244,6 +266,7 @@ EMULATED = [  # (m, n, k, (tokens, mma_warpgroups, split, stages), seeds)
     (1, 64, 1024, (64, 1, 4, 4), [3]),           # a cluster of four
     (77, 72, 1024, (96, 2, 4, 2), [1]),          # 96 tokens over four CTAs: 24 columns each
     (64, 64, 256, (64, 2, 2, 3), [0]),           # K = 256 split 2: one CTA of the cluster has no k-block
+    (64, 128, 512, (128, 2, 1, 2), [2]),         # M < tokens: the store rounds past M are left out at trace time
 ]
 
 

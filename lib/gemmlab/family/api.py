@@ -301,7 +301,8 @@ def gated_dual_gemm(a, b1, b2, sfa, sfb1, sfb2, out=None):
 
     On an H100/H200 the kernel follows M and the time models (:func:`~gemmlab.family.heuristic_gated.choose_sm90`):
     the decode twin below 64 rows; the swap twin from 64 to 128 (A converted to FP16 once, in a workspace the call
-    allocates; the weights converted in the MMA threads' registers); from 129 whichever of the A16 twin (the same
+    allocates; the weights converted in the MMA threads' registers), or the decode twin where no swap configuration
+    fills the GPU (small N); from 129 whichever of the A16 twin (the same
     workspace; the weights converted into shared memory), the swap twin (up to 1024 rows) and the W16 route (A and the
     weights converted to FP16 workspaces inside the call, then chapter 07's GEMM with a gated epilogue) its model finds
     fastest. Nothing is kept between calls.

@@ -717,6 +717,16 @@ class _WeightsOnM:
     """What the decode and swap twins share: ``mma_warpgroups`` MMA warpgroups of 64 weight rows each beside one
     warpgroup that loads (and, in the decode twin, converts the tokens), two FP32 accumulators of ``tokens`` columns."""
 
+    def _check_shared_fields(self, min_stages: int) -> None:
+        """``tokens`` (a multiple of 16 up to 128), ``mma_warpgroups``, ``split`` and ``stages`` checked and stored
+        as plain ints (numpy and torch integers are numbers; a config's repr and hash must not depend on their type)."""
+        object.__setattr__(self, "tokens", check_int("tokens", self.tokens, lo=DECODE_TOKEN_MULTIPLE,
+                                                     hi=DECODE_MAX_TOKENS, multiple_of=DECODE_TOKEN_MULTIPLE))
+        object.__setattr__(self, "mma_warpgroups", check_choice("mma_warpgroups", self.mma_warpgroups,
+                                                                DECODE_MMA_WARPGROUPS))
+        object.__setattr__(self, "split", check_choice("split", self.split, DECODE_SPLITS))
+        object.__setattr__(self, "stages", check_int("stages", self.stages, lo=min_stages))
+
     @property
     def rows(self) -> int:
         """Weight rows of each GEMM per CTA (WGMMA's M over the MMA warpgroups)."""
@@ -744,11 +754,7 @@ class DecodeConfig(_WeightsOnM):
     stages: int = 4
 
     def __post_init__(self):
-        check_int("tokens", self.tokens, lo=DECODE_TOKEN_MULTIPLE, hi=DECODE_MAX_TOKENS,
-                  multiple_of=DECODE_TOKEN_MULTIPLE)
-        check_choice("mma_warpgroups", self.mma_warpgroups, DECODE_MMA_WARPGROUPS)
-        check_choice("split", self.split, DECODE_SPLITS)
-        check_int("stages", self.stages, lo=DECODE_LOAD_LAG + 1)
+        self._check_shared_fields(DECODE_LOAD_LAG + 1)
         if self.smem_bytes() > SMEM_PER_BLOCK:
             raise ValueError(f"stages={self.stages} with tokens={self.tokens} and mma_warpgroups="
                              f"{self.mma_warpgroups} needs {self.smem_bytes()} bytes of shared memory; a block has "
@@ -796,18 +802,15 @@ class SwapConfig(_WeightsOnM):
     stages: int = 2
 
     def __post_init__(self):
-        check_int("tokens", self.tokens, lo=DECODE_TOKEN_MULTIPLE, hi=DECODE_MAX_TOKENS,
-                  multiple_of=DECODE_TOKEN_MULTIPLE)
-        check_choice("mma_warpgroups", self.mma_warpgroups, DECODE_MMA_WARPGROUPS)
-        check_choice("split", self.split, DECODE_SPLITS)
-        check_int("stages", self.stages, lo=2)
+        self._check_shared_fields(2)
         if self.tokens % (8 * self.split):
             raise ValueError(f"tokens must be a multiple of 8 x split ({8 * self.split}: each CTA of a split stores "
                              f"whole 8-column groups of the token tile); got tokens={self.tokens}, split={self.split}")
         if self.smem_bytes() > SMEM_PER_BLOCK:
-            raise ValueError(f"stages must be at most {swap_max_stages(self.tokens, self.mma_warpgroups)} for "
-                             f"tokens={self.tokens} and mma_warpgroups={self.mma_warpgroups}: stages={self.stages} "
-                             f"needs {self.smem_bytes()} bytes of shared memory; a block has {SMEM_PER_BLOCK}")
+            most = swap_max_stages(self.tokens, self.mma_warpgroups, cap=None)
+            raise ValueError(f"stages must be at most {most} for tokens={self.tokens} and mma_warpgroups="
+                             f"{self.mma_warpgroups}: stages={self.stages} needs {self.smem_bytes()} bytes of shared "
+                             f"memory; a block has {SMEM_PER_BLOCK}")
 
     def token_bytes(self) -> int:
         """The FP16 token slices of one k-block: ``SLICES`` of ``tokens`` x 64 values."""
@@ -830,11 +833,12 @@ class SwapConfig(_WeightsOnM):
         return self.ring_bytes() + 1024 + 256
 
 
-def swap_max_stages(tokens: int, mma_warpgroups: int, cap: int = 6) -> int:
-    """The swap twin's deepest ring (at most ``cap``) that fits in shared memory (2 at 128 tokens and two MMA
-    warpgroups; the split-K partials always fit where two stages do)."""
+def swap_max_stages(tokens: int, mma_warpgroups: int, cap: int | None = 6) -> int:
+    """The swap twin's deepest ring (at most ``cap``; None: no cap) that fits in shared memory (2 at 128 tokens and two
+    MMA warpgroups; the split-K partials always fit where two stages do)."""
+    stage = SwapConfig(tokens, mma_warpgroups, 1, 2).stage_bytes()
     s = 2
-    while s < cap and SwapConfig(tokens, mma_warpgroups, 1, 2).stage_bytes() * (s + 1) + 1024 + 256 <= SMEM_PER_BLOCK:
+    while (cap is None or s < cap) and stage * (s + 1) + 1024 + 256 <= SMEM_PER_BLOCK:
         s += 1
     return s
 

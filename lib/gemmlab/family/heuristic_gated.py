@@ -56,19 +56,21 @@ def choose_tile_n(m: int, n: int, num_sms: int = H100.sms) -> int:
 
 
 def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[int, ...] | None = None,
-                model=None) -> PipelinedConfig | DecodeConfig | A16Config | SwapConfig | W16Config:
+                model=None, swap: bool = True) -> PipelinedConfig | DecodeConfig | A16Config | SwapConfig | W16Config:
     """The Hopper configuration for ``problem`` on ``num_sms`` SMs. From :data:`SWAP_FROM` to :data:`DECODE_UP_TO`
     rows the swap twin's (:func:`choose_swap`) where it has one; below, the decode twin's
     (:func:`choose_decode_config`). From :data:`A16_FROM` rows the one of least modelled time among the A16 twin's
     (:func:`choose_a16`, :func:`a16_time`), the W16 route's (:func:`choose_w16`, :func:`w16_time`; ``model``: chapter
     07's :class:`~gemmlab.family.heuristic_sm90.MachineModel` of the GPU, None: an H100's) and, up to
     :data:`SWAP_UP_TO` rows, the swap twin's (:func:`swap_time`). ``clusters``: how many clusters of 1, 2 and 4 CTAs
-    the GPU runs at once (the plan asks the driver; None: an H100's scaled to ``num_sms``)."""
+    the GPU runs at once (the plan asks the driver; None: an H100's scaled to ``num_sms``). ``swap`` False: the choice
+    without the swap twin (what the public call took before it; the sweeps time it beside)."""
     m, n, k = problem.m, problem.n, problem.k
-    if clusters is None:
-        clusters = tuple(max(1, c * num_sms // H100.sms) for c in H100_CLUSTERS)
+    clusters = check_clusters(clusters, num_sms)
     options = []
-    swap = choose_swap(m, n, k, num_sms, clusters) if SWAP_FROM <= m <= SWAP_UP_TO else None
+    if not isinstance(swap, bool):
+        raise TypeError(f"swap must be a bool; got {type(swap).__name__}")
+    swap = choose_swap(m, n, k, num_sms, clusters) if swap and SWAP_FROM <= m <= SWAP_UP_TO else None
     if m <= DECODE_UP_TO:
         if swap is not None:  # timed faster than the decode twin's pick wherever both ran (SWAP_FROM)
             return swap
@@ -82,8 +84,8 @@ def choose_sm90(problem: GatedProblem, num_sms: int = H100.sms, clusters: tuple[
             options.append((w16[1], w16[0]))
     if swap is not None:
         options.append((swap_time(swap, m, n, k, clusters), swap))
-    if not options:
-        return PipelinedConfig(tile_n=choose_tile_n(m, n, num_sms))  # not reached on Hopper: A16 takes every M > 128
+    if not options:  # not reached: the decode twin serves every M up to 128, the A16 twin every M above
+        return PipelinedConfig(tile_n=choose_tile_n(m, n, num_sms))
     return min(options, key=lambda o: o[0])[1]
 
 
@@ -149,7 +151,7 @@ def choose_w16(m: int, n: int, k: int, num_sms: int = H100.sms, model=None) -> W
 
 
 #: The fewest rows of A for which the public call considers the A16 twin (A converted to FP16 once by a pre-pass, SS
-#: WGMMA over stacked [B1; B2]): every M the decode twin does not take. On an H100 (2026-11-27, ``benchmarks/dual_gemm.py a16``,
+#: WGMMA over stacked [B1; B2]): the first M the decode twin does not take. On an H100 (2026-11-27, ``benchmarks/dual_gemm.py a16``,
 #: kernels alone) its best width beat the fast twin on all 24 shapes of :data:`~gemmlab.measure.dual_gemm.A16_SWEEP_SHAPES`,
 #: M = 200 to 1024: by 1.06x (256 x 3072 x 4096, 36.5 against 38.8 us) to 1.63x (640 x 4096 x 7168). From 129 to 256
 #: rows both kernels run two 128-row tiles, as at M = 200 and 256.
@@ -222,8 +224,9 @@ def choose_a16(m: int, n: int, k: int, num_sms: int = H100.sms, max_converters: 
     return A16Config(tile_n, a16_max_stages(tile_n), converters=converters)
 
 
-#: The most rows of A for which the public call runs the decode twin: all it takes. Timed on an H100 (2026-11-27,
-#: ``benchmarks/dual_gemm.py decode``, kernels alone) at M = 1, 32, 64, 96 and 128 on 4096 x 7168, 3072 x 4096 and
+#: The most rows of A the decode twin takes (its one token tile); the public call runs it below :data:`SWAP_FROM`
+#: rows, and from there to this many where the swap twin has no configuration that fills the GPU. Timed on an H100
+#: (2026-11-27, ``benchmarks/dual_gemm.py decode``, kernels alone) at M = 1, 32, 64, 96 and 128 on 4096 x 7168, 3072 x 4096 and
 #: 14336 x 4096 weights, the configuration :func:`choose_decode_config` picks ran 1.03x (128 x 3072 x 4096) to 2.6x
 #: (1 x 4096 x 7168) faster than the fast twin; correct there in every form (one or two MMA warpgroups, split 1, 2, 4).
 DECODE_UP_TO = DECODE_MAX_TOKENS
@@ -277,14 +280,18 @@ def choose_decode_config(m: int, n: int, k: int, num_sms: int = H100.sms,
     """
     m = check_int("m", m, lo=1, hi=DECODE_MAX_TOKENS)
     n, k, num_sms = (check_int(name, v, lo=1) for name, v in (("n", n), ("k", k), ("num_sms", num_sms)))
+    return _choose_decode_config(m, n, k, check_clusters(clusters, num_sms))
+
+
+def check_clusters(clusters, num_sms: int = H100.sms) -> tuple[int, ...]:
+    """``clusters`` (how many clusters of 1, 2 and 4 CTAs the GPU runs at once, as the plan asks the driver) checked:
+    a tuple of three counts >= 1, as plain ints; None: an H100's (:data:`H100_CLUSTERS`) scaled to ``num_sms``."""
     if clusters is None:
-        clusters = tuple(max(1, c * num_sms // H100.sms) for c in H100_CLUSTERS)
-    else:
-        if not isinstance(clusters, tuple) or len(clusters) != len(DECODE_SPLITS):
-            raise ValueError(f"clusters must be a tuple of {len(DECODE_SPLITS)} counts (clusters of "
-                             f"{', '.join(map(str, DECODE_SPLITS))} CTAs at once); got {clusters!r}")
-        clusters = tuple(check_int(f"clusters[{i}]", c, lo=1) for i, c in enumerate(clusters))
-    return _choose_decode_config(m, n, k, clusters)
+        return tuple(max(1, c * num_sms // H100.sms) for c in H100_CLUSTERS)
+    if not isinstance(clusters, tuple) or len(clusters) != len(DECODE_SPLITS):
+        raise ValueError(f"clusters must be a tuple of {len(DECODE_SPLITS)} counts (clusters of "
+                         f"{', '.join(map(str, DECODE_SPLITS))} CTAs at once); got {clusters!r}")
+    return tuple(check_int(f"clusters[{i}]", c, lo=1) for i, c in enumerate(clusters))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -328,7 +335,7 @@ def swap_candidates(m: int, n: int, k: int, num_sms: int = H100.sms) -> list[Swa
 #: The rows of A for which the public call considers the swap twin: the M its time model (:data:`SWAP_COST`) was
 #: fitted to. Up to :data:`DECODE_UP_TO` rows it takes the swap twin outright: on the H100 sweep its pick beat the
 #: decode twin's on all six shapes with M = 64 and 128 (1.04x at 64 x 14336 x 4096 to 1.36x at 128 x 14336 x 4096,
-#: kernels alone), where the decode twin's model (:data:`DECODE_COST`) priced the decode twin up to 10 % below its time.
+#: kernels alone), where the decode twin's model (:data:`DECODE_COST`) priced the decode twin up to 11 % below its time.
 SWAP_FROM = 64
 SWAP_UP_TO = 1024
 
@@ -344,7 +351,11 @@ SWAP_COST = dict(fixed=3.141, per_kb=(0.482, 1.722), per_kb_tok=(0.680, 0.656), 
 
 def swap_time(cfg: SwapConfig, m: int, n: int, k: int, clusters: tuple[int, ...] = H100_CLUSTERS) -> float:
     """:data:`SWAP_COST`'s time (microseconds) of the swap twin's ``cfg`` on an M x N x K problem, on a GPU running
-    ``clusters[i]`` clusters of ``DECODE_SPLITS[i]`` CTAs at once."""
+    ``clusters[i]`` clusters of ``DECODE_SPLITS[i]`` CTAs at once (:func:`check_clusters`)."""
+    if not isinstance(cfg, SwapConfig):
+        raise TypeError(f"cfg must be a SwapConfig; got {type(cfg).__name__}")
+    m, n, k = (check_int(name, v, lo=1) for name, v in (("m", m), ("n", n), ("k", k)))
+    clusters = check_clusters(clusters)
     c = SWAP_COST
     w = cfg.mma_warpgroups - 1
     waves = -(-(-(-n // cfg.rows) * -(-m // cfg.tokens)) // clusters[DECODE_SPLITS.index(cfg.split)])
@@ -356,10 +367,10 @@ def swap_time(cfg: SwapConfig, m: int, n: int, k: int, clusters: tuple[int, ...]
 def choose_swap(m: int, n: int, k: int, num_sms: int = H100.sms, clusters: tuple[int, ...] | None = None
                 ) -> SwapConfig | None:
     """The swap twin's candidate (:func:`swap_candidates`) of least modelled time (:func:`swap_time`), None where it
-    has none; the fewer MMA warpgroups and the smaller split on a tie."""
-    if clusters is None:
-        clusters = tuple(max(1, c * num_sms // H100.sms) for c in H100_CLUSTERS)
+    has none; the fewer MMA warpgroups and the smaller split on a tie. ``clusters``: as :func:`check_clusters`
+    takes them."""
     cands = swap_candidates(m, n, k, num_sms)
+    clusters = check_clusters(clusters, num_sms)
     if not cands:
         return None
     return min(cands, key=lambda c: (swap_time(c, m, n, k, clusters), c.mma_warpgroups, c.split))

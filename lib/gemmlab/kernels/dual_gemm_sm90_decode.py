@@ -41,7 +41,7 @@ What it changes relative to the fast twin, and why
     decode of N = 4096 spreads over 128 CTAs with ``rows = 128`` and ``split = 4``.
 
 Limits
-    M <= 128 (one token tile; larger M is the fast twin's job). Registers fit every token tile
+    M <= 128 (one token tile; larger M is the swap, A16 and W16 routes' job). Registers fit every token tile
     (an MMA thread holds two accumulators of ``tokens / 2`` FP32 registers, the W1 and W2
     fragments of two slices, 64 registers, and the next loads: no spills with 224 registers
     a thread beside a second MMA warpgroup, 256 alone). Shared memory does not: two MMA
@@ -539,8 +539,8 @@ def decode_host(cfg: DecodeConfig):
 def check_decode_m(m: int) -> int:
     """The decode twin takes one token tile: M <= 128."""
     if m > MAX_TOKENS:
-        raise ValueError(f"M must be <= {MAX_TOKENS} for the decode twin (one token tile; larger M is the fast "
-                         f"twin's, gemmlab.kernels.dual_gemm_sm90_pipelined); got M={m}")
+        raise ValueError(f"M must be <= {MAX_TOKENS} for the decode twin (one token tile; larger M is the swap, "
+                         f"A16 and W16 routes', gemmlab.gated_dual_gemm chooses); got M={m}")
     return m
 
 

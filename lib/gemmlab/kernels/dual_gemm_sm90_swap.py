@@ -5,9 +5,9 @@ What it teaches
     WGMMAs read it back from there (the SS form). On an H100 (2026-11-27, ``benchmarks/conversion_probe.py``,
     ``results/nvidia-h100-80gb-hbm3/dual_gemm_conversion_probe.txt``) taking the conversion's arithmetic out of that
     kernel altogether (the converter storing the packed words unconverted) made it only 4 to 5 % faster (512 x 4096 x
-    7168: 107.5 against 103.2 us): the conversion is not what sets its pace. What the probe leaves in place does: the
-    FP16 [B1; B2] slices stored into shared memory and read back by both MMA warpgroups' SS WGMMAs, on top of a plain
-    GEMM's TMA and WGMMA traffic (not profiled further). This twin keeps the converted weights out of shared memory:
+    7168: 107.5 against 103.2 us): the conversion's arithmetic is not what sets its pace. The probe leaves in place the
+    FP16 [B1; B2] slices stored into shared memory, the barriers around them and both MMA warpgroups' SS WGMMAs reading
+    them back; which of these sets the pace was not profiled. This twin does away with all three:
 
     * **Weights on WGMMA's M side, in registers** (as the decode twin, :mod:`gemmlab.kernels.dual_gemm_sm90_decode`):
       each MMA thread converts exactly its RS fragment of W1 and of W2 from the packed bytes TMA brought, and the
@@ -24,21 +24,30 @@ What it teaches
 Measured (H100, 2026-11-27, kernels alone, ``results/nvidia-h100-80gb-hbm3/dual_gemm_swap.json``: 84 configurations on
 24 shapes, M = 64 to 1024). Its best form beat the A16 twin's pick at 512 x 4096 x 7168 (95.6 against 106.1 us), 1024
 x 4096 x 7168 (182.3 against 206.0) and 640 x 3072 x 4096 (58.8 against 70.3), and the decode twin's pick on all six
-shapes with M = 64 and 128 (128 x 14336 x 4096: 61.5 against 83.7 us). It lost where its grid fills the GPU badly:
-384 x 4096 x 7168 (86.8 against 83.6) and 640 x 4096 x 7168 (172 against 145: 160 or 192 CTAs of 132). Nsight
-Compute at 512 x 4096 x 7168, ``(128, 2, 1)`` (before the staged epilogue; ``dual_gemm_swap_ncu.txt``): the tensor
-pipe busy 69.9 % of the elapsed cycles, the SMs active 93 % of them (128 CTAs on 132 SMs), 0.56 eligible warps per
+shapes with M = 64 and 128 (128 x 14336 x 4096: 61.5 against 83.7 us). It lost to the A16 twin's pick on five:
+640 x 4096 x 7168 (179.8 against 145.2 us: 160 CTAs of 132; 172.1 with 112-token tiles, 192 CTAs), on N = 3072 at
+384, 512 and 1024 rows (its best grids: 96 CTAs, one wave with 36 SMs idle, or 192 at 1024 rows), and at
+384 x 4096 x 7168, whose one-wave grid needs 96-token tiles (86.8 against 83.6 us: three quarters of the 128-token
+CTA's work in 0.91 of its time at 512 rows). Nsight Compute at 512 x 4096 x 7168, ``(128, 2, 1)`` (before the staged
+epilogue; ``dual_gemm_swap_ncu.txt``): the busiest pipeline the shared pipeline (which its tensor sub-pipeline
+dominates) at 69.9 % of the elapsed cycles, the SMs active 93 % of them (128 CTAs on 132 SMs), 0.56 eligible warps per
 scheduler, L2 39 % of its throughput. Each weight element is still converted once per token tile (M / tokens times),
-but in registers, where the A16 twin stored and reread it.
+but in registers, where the A16 twin stored and reread it. The GPU runs (tests, sanitizer, sweep, benchmarks) were of
+commit dda6c9f; the helpers shared with the decode twin since then leave this kernel's PTX the same up to the
+placement of the split-K reduction's address computations (checked by diffing the PTX) and the store rounds' clamp.
 
 Roles (128 threads per warpgroup)::
 
-    warpgroup 0     warp 0: per k-block kb: wait empty[kb % S]; expect_tx(full[kb % S]); 8 TMA boxes (W1, W2 packed,
-                    their scales, 4 FP16 token slices). Warps 1-3 only take part in the split's barriers.
+    warpgroup 0     warp 0: per k-block kb: wait empty[kb % S]; expect_tx(full[kb % S]); 14 TMA boxes (W1 and W2
+                    packed as four 32-byte slices each, their two scale boxes, 4 FP16 token slices). Warps 1-3 only
+                    take part in the split's barriers.
     warpgroups 1-2  per k-block: wait full[s]; per slice j: convert W1(j) and W2(j) into registers (the next slice's
                     bytes loading meanwhile); wgmma.fence; 4 x (acc1 += W1 A^T, acc2 += W2 A^T); commit;
                     slice 1: wgmma.wait_group 1 shows k-block kb - 1's last slice read -> arrive empty[(kb - 1) % S]
-                    epilogue as the decode twin's (split 1: silu(acc1) * acc2 -> FP16 -> C^T, predicated)
+                    epilogue: split 1: named barrier of the MMA threads (the ring is free); silu(acc1) * acc2 ->
+                      FP16 -> a (tokens, rows) tile of C in shared memory; named barrier; 16-byte stores to C
+                      (predicated); split > 1: the decode twin's reduction over the cluster, each CTA staging and
+                      storing its share of the token columns
 """
 from __future__ import annotations
 
@@ -240,9 +249,12 @@ def store_rows(tile, mCt: cute.Tensor, n_blk, m_blk, c0, ctid, rows: cutlass.Con
         m = m_blk * tokens + row
         n = n_blk * rows + ch * 8
         ok = (m < m_size) & (n < n_size)
+        src = row * rows + ch * 8
         if cutlass.const_expr((i + 1) * threads > chunks):
+            # a partial last round: the spare threads store nothing and read the tile's last chunk, not past it
             ok = ok & (idx < chunks)
-        w0, w1, w2, w3 = ld_shared_v4(tile + (row * rows + ch * 8) * 2)
+            src = cutlass.min(src, (c0 + count) * rows - 8)
+        w0, w1, w2, w3 = ld_shared_v4(tile + src * 2)
         st_global_v4(gC + (Int64(m) * n_size + n) * 2, w0, w1, w2, w3, pred=ok)
 
 

@@ -27,7 +27,7 @@ us on an H200: ``results/<device>/dual_gemm_w16_parts.json``), and the GEMM then
 from HBM once per wave of panels. So the route wins where the A16 twin's conversions cost more than the passes: at
 large M (on the wide weights measured, from 768 to 1536 rows on, by shape and GPU) and on narrow weights where the A16
 twin's grid is one thin wave (256 x 1024 x 7168: 41.4 against 54.2 us on the H100). The public call decides by the
-two models (:func:`~gemmlab.family.heuristic_gated.choose_sm90`). Measured apart, the route's GEMM (with the launch
+models (:func:`~gemmlab.family.heuristic_gated.choose_sm90`; up to 1024 rows the swap twin's too). Measured apart, the route's GEMM (with the launch
 gaps) runs within 1 to 4 % of cuBLAS's BF16 GEMM on the same shape: the passes are its whole cost over the BF16 path.
 """
 from __future__ import annotations

@@ -706,25 +706,27 @@ def time_w16_parts(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 
 
 def sweep_swap(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:
     """Every swap-twin candidate at M x N x K (:func:`~gemmlab.family.heuristic_gated.swap_candidates`) beside the
-    public call's configuration and, where the public call takes another twin for M, that twin's best (the A16 twin's
-    from 129 rows, the decode twin's to 128), and the BF16 path, kernels alone (:func:`_sweep`: each checked on a
-    poisoned output first). Returns ``{"m", "n", "k", "chosen", "sms", "rows": [...]}``."""
+    public call's choice without the swap twin, the other twin that serves M (the A16 twin's best from 129 rows, the
+    decode twin's to 128) and the BF16 path, kernels alone (:func:`_sweep`: each checked on a poisoned output first).
+    Returns ``{"m", "n", "k", "chosen", "without_swap", "sms", "rows": [...]}`` (``chosen``: the public call's
+    configuration on this GPU; ``without_swap``: its choice without the swap twin)."""
     from ..family.heuristic_gated import (A16_FROM, DECODE_UP_TO, choose_a16, choose_decode_config, choose_sm90,
                                           swap_candidates)
     from ..family.problem import GatedProblem
 
     def configs(spec):
-        chosen = choose_sm90(GatedProblem(m, n, k), spec.sms, decode_clusters())
-        out = [chosen]
+        out = [choose_sm90(GatedProblem(m, n, k), spec.sms, decode_clusters(), swap=False)]
         other = (choose_decode_config(m, n, k, spec.sms, decode_clusters()) if m <= DECODE_UP_TO else
                  choose_a16(m, n, k, spec.sms) if m >= A16_FROM else None)
-        if other is not None and other != chosen:
+        if other is not None and other not in out:
             out.append(other)
-        return out + swap_candidates(m, n, k, spec.sms)
+        return out + [c for c in swap_candidates(m, n, k, spec.sms) if c not in out]
 
     m, n, k, rows, spec = _sweep(m, n, k, configs, rounds, per_round, seed, "sweep_swap", stock=True)
+    problem = GatedProblem(m, n, k)
     return dict(m=m, n=n, k=k, sms=spec.sms, rows=rows,
-                chosen=repr(choose_sm90(GatedProblem(m, n, k), spec.sms, decode_clusters())))
+                chosen=repr(choose_sm90(problem, spec.sms, decode_clusters())),
+                without_swap=repr(choose_sm90(problem, spec.sms, decode_clusters(), swap=False)))
 
 
 def sweep_a16(m: int, n: int, k: int, *, rounds: int = 5, per_round: int = 5, seed: int = 0) -> dict:

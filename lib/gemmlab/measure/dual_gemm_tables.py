@@ -358,8 +358,8 @@ def format_w16_sweep(doc: dict) -> str:
 
 
 def swap_sweep_rows(doc: dict) -> list[dict]:
-    """One row per shape of a swap-twin sweep (``benchmarks/dual_gemm.py swap``): the configuration the public call
-    chose when the sweep ran (``before``) and its time, the swap twin's model pick and the fastest swap form timed, the
+    """One row per shape of a swap-twin sweep (``benchmarks/dual_gemm.py swap``): the public call's choice without the
+    swap twin (``before``, as the sweep recorded it) and its time, the swap twin's model pick and the fastest swap form timed, the
     public call's choice today (``now``) and its time where the sweep timed it, and the BF16 path's kernels over it."""
     from ..family.heuristic_gated import choose_sm90, choose_swap
     from ..family.problem import GatedProblem
@@ -373,7 +373,7 @@ def swap_sweep_rows(doc: dict) -> list[dict]:
             continue
         pick = choose_swap(m, n, k, shape.get("sms", 132))
         now = repr(choose_sm90(GatedProblem(m, n, k), shape.get("sms", 132)))
-        before = shape.get("chosen")
+        before = shape.get("without_swap")
         best = min(swaps, key=swaps.get)
         row = dict(shape=f"{m}x{n}x{k}", m=m, n=n, k=k, before=before.split("(")[0] if before else None,
                    before_us=times.get(before), pick=_swap_label(repr(pick)) if pick else None,
