@@ -210,6 +210,19 @@ def mma_thread(tiled_mma, ctid, warp, rows: cutlass.Constexpr, tokens: cutlass.C
 
 
 @cute.jit
+def enter_stage(full, pw_base, sw_base, kb, row0, stages: cutlass.Constexpr, rows: cutlass.Constexpr):
+    """An MMA thread's start of k-block ``kb``: wait for its ring stage, then load slice 0's W1 bytes (the first half
+    of :func:`convert_slice`'s pipeline). Returns ``(stage, stage_w, stage_sw, cur)``: the stage, its packed weights and
+    scales, and the loads."""
+    stage = kb % stages
+    cute.arch.mbarrier_wait(full + stage, (kb // stages) & 1)
+    stage_w = pw_base + stage * (2 * rows * KB_BYTES)
+    stage_sw = sw_base + stage * (2 * rows * SF_BYTES)
+    return stage, stage_w, stage_sw, (load_w(stage_w, stage_sw, row0, 0, rows), load_w(stage_w, stage_sw, row0 + 8,
+                                                                                      0, rows))
+
+
+@cute.jit
 def convert_slice(fw1, fw2, cur, stage_w, stage_sw, row0, selector, sl: cutlass.Constexpr, rows: cutlass.Constexpr):
     """An MMA thread's W1 and W2 fragments of slice ``sl`` (rows ``row0`` and ``row0 + 8``) from ring stage
     ``stage_w`` / ``stage_sw``, half a slice ahead: W1(j) converts while W2(j) loads, W2(j) while W1(j + 1) loads.
@@ -397,12 +410,8 @@ def decode_kernel(
         tCrX = tiled_mma.make_fragment_B(thr_mma.partition_B(fX))
 
         for kb in cutlass.range(nkb, unroll=1):
-            stage = kb % S
-            cute.arch.mbarrier_wait(full + stage, (kb // S) & 1)
-            stage_w = pWRaw + stage * (2 * R * KB_BYTES)
-            stage_sw = sWRaw + stage * (2 * R * SF_BYTES)
             # half-slice pipeline: W1(j) converts while W2(j) loads, W2(j) while W1(j + 1) loads
-            cur = (load_w(stage_w, stage_sw, row0, 0, R), load_w(stage_w, stage_sw, row0 + 8, 0, R))
+            stage, stage_w, stage_sw, cur = enter_stage(full, pWRaw, sWRaw, kb, row0, S, R)
             for sl in cutlass.range_constexpr(SLICES):
                 # this warpgroup's WGMMAs of slice j - 2 are done: fragments j % 2 and buffer (j - 2) % 4 free
                 # (slice 0's wait is the previous k-block's last statement)

@@ -67,7 +67,7 @@ from ..family.problem import check_gated_sizes
 from ..ldst import ld_shared_v4, st_global_v4
 from .dual_gemm_sm90 import check_sm90_target, compile_with_pointers, fake_operands, with_runtime_rows
 from .dual_gemm_sm90_a16 import _fake_a16, launch_prepass
-from .dual_gemm_sm90_decode import (SLICE_BYTES, convert_slice, exchange_partials, gate, load_w, mma_slice,
+from .dual_gemm_sm90_decode import (SLICE_BYTES, convert_slice, enter_stage, exchange_partials, gate, mma_slice,
                                     mma_thread, reduce_value)
 
 #: setmaxnreg per role, by MMA warpgroups: (load warpgroup, MMA). 128 x (load + w x MMA) must not exceed the threads x
@@ -160,12 +160,8 @@ def swap_kernel(
         tCrX = tiled_mma.make_fragment_B(thr_mma.partition_B(fX))  # (MMA, MMA_N, MMA_K, S x SLICES)
 
         for kb in cutlass.range(nkb, unroll=1):
-            stage = kb % S
-            cute.arch.mbarrier_wait(full + stage, (kb // S) & 1)
-            stage_w = pWRaw + stage * (2 * R * KB_BYTES)
-            stage_sw = sWRaw + stage * (2 * R * SF_BYTES)
             # half-slice pipeline: W1(j) converts while W2(j) loads, W2(j) while W1(j + 1) loads
-            cur = (load_w(stage_w, stage_sw, row0, 0, R), load_w(stage_w, stage_sw, row0 + 8, 0, R))
+            stage, stage_w, stage_sw, cur = enter_stage(full, pWRaw, sWRaw, kb, row0, S, R)
             for sl in cutlass.range_constexpr(SLICES):
                 # this warpgroup's WGMMAs of slice j - 2 are done: fragments j % 2 are free again
                 if cutlass.const_expr(sl >= 2):
