@@ -717,6 +717,16 @@ def gated_dual_gemm_a16(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: A16Config | N
     ``cfg`` forced or the default :class:`A16Config`). Checks every argument before anything compiles or launches;
     allocates the (M, K) FP16 A workspace per call and runs the pre-pass and the main kernel on torch's current
     stream. Returns ``out``."""
+    return call_with_a_workspace(lambda c: a16_host(_config(c)),
+                                 "gemmlab.kernels.dual_gemm_sm90_a16.gated_dual_gemm_a16",
+                                 a, b1, b2, sfa, sfb1, sfb2, out, cfg)
+
+
+def call_with_a_workspace(host_of, name: str, a, b1, b2, sfa, sfb1, sfb2, out, cfg):
+    """A twin that runs the pre-pass into an (M, K) FP16 A workspace, called on tensors (the A16 and swap twins):
+    every argument checked (``host_of(cfg)`` checks ``cfg`` and returns the ``@cute.jit`` host function) before the
+    tier check (``name``: the caller, for its message), then the workspace allocated and one launch through
+    :func:`gemmlab.compile.launcher` on torch's current stream. Returns ``out`` (allocated when None)."""
     import torch
 
     from ..compile import launcher
@@ -726,14 +736,14 @@ def gated_dual_gemm_a16(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: A16Config | N
 
     m, n, k = check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
     check_compact_out(out, n)
-    cfg = _config(cfg)
-    require_tier("sm90", "gemmlab.kernels.dual_gemm_sm90_a16.gated_dual_gemm_a16")
+    host = host_of(cfg)
+    require_tier("sm90", name)
     check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
     if out is None:
         out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
     a16 = torch.empty((m, k), dtype=torch.float16, device=a.device)
     ops = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
-    launcher(a16_host(cfg), *ops[:6], a16, ops[6])()
+    launcher(host, *ops[:6], a16, ops[6])()
     return out
 
 

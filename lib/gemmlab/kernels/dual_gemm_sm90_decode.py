@@ -186,6 +186,14 @@ def gate(x: Float32, y: Float32) -> Float32:
 
 
 @cute.jit
+def k_share(kz, k_blocks, split: cutlass.Constexpr):
+    """Split-K: the k-blocks ``[kb0, kb0 + nkb)`` of the ``kz``-th of ``split`` CTAs (a share may be empty when K is
+    short). Returns ``(kb0, nkb)``."""
+    kb0 = (kz * k_blocks) // split
+    return kb0, ((kz + 1) * k_blocks) // split - kb0
+
+
+@cute.jit
 def mma_thread(tiled_mma, ctid, warp, rows: cutlass.Constexpr, tokens: cutlass.Constexpr):
     """An MMA thread's state: its MMA slice, the selector and first weight row its fragments load with (rows ``g``
     and ``g + 8`` of its warp's 16; ``warp`` counts from the first MMA warp's 4), two slices' W1 and W2 fragments
@@ -275,6 +283,18 @@ def exchange_partials(base, acc1, acc2, ctid, threads: cutlass.Constexpr, split:
 
 
 @cute.jit
+def follow_exchange():
+    """Split-K, in the warpgroup that does not multiply: the barriers :func:`exchange_partials` and the final cluster
+    barrier count (every thread of the CTA, every thread of the cluster), taken part in rather than left to exited
+    threads: the CTA barrier, the cluster barrier before the reduction, the one after it."""
+    cute.arch.sync_threads()
+    cute.arch.cluster_arrive()
+    cute.arch.cluster_wait()
+    cute.arch.cluster_arrive()
+    cute.arch.cluster_wait()
+
+
+@cute.jit
 def reduce_value(peers, j, values: cutlass.Constexpr, threads: cutlass.Constexpr, split: cutlass.Constexpr):
     """Split-K: value ``j`` of both accumulators summed over the cluster's CTAs (``peers``: each CTA's ``part + ctid``
     as a ``shared::cluster`` address; ``values`` per thread and accumulator)."""
@@ -309,9 +329,7 @@ def decode_kernel(
     warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     wg = warp // 4
     n_blk, _, kz = cute.arch.block_idx()
-    # this CTA's k-blocks: [kb0, kb0 + nkb) (split-K: kz-th share; a share may be empty when K is short)
-    kb0 = (kz * k_blocks) // SPLIT
-    nkb = ((kz + 1) * k_blocks) // SPLIT - kb0
+    kb0, nkb = k_share(kz, k_blocks, SPLIT)  # this CTA's k-blocks
 
     smem = SmemAllocator()
     region = max(cfg.buffer_bytes() + S * cfg.stage_bytes(), cfg.partial_bytes())
@@ -393,13 +411,9 @@ def decode_kernel(
                 cute.arch.mbarrier_arrive(empty + stage)
         if cutlass.const_expr(SPLIT > 1):
             # every FP16 buffer write of ours is done before the MMA warpgroups write their partials over the buffers
-            # (the mbarriers already order them; this barrier makes it plain, and compute-sanitizer's racecheck sees it)
-            cute.arch.sync_threads()
-            # the cluster barriers count every thread of the cluster: take part rather than rely on exited threads
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
+            # (the mbarriers already order them; the CTA barrier makes it plain, and compute-sanitizer's racecheck
+            # sees it)
+            follow_exchange()
     else:
         # ============================================================ MMA warpgroups: weights into registers
         cute.arch.warpgroup_reg_alloc(REGS[cfg.mma_warpgroups][1])

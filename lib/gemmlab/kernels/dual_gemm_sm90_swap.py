@@ -66,9 +66,9 @@ from ..family.configs import DECODE_WG_ROWS as WG_ROWS, KB_BYTES, SF_BYTES, SLIC
 from ..family.problem import check_gated_sizes
 from ..ldst import ld_shared_v4, st_global_v4
 from .dual_gemm_sm90 import check_sm90_target, compile_with_pointers, fake_operands, with_runtime_rows
-from .dual_gemm_sm90_a16 import _fake_a16, launch_prepass
-from .dual_gemm_sm90_decode import (SLICE_BYTES, convert_slice, enter_stage, exchange_partials, gate, mma_slice,
-                                    mma_thread, reduce_value)
+from .dual_gemm_sm90_a16 import _fake_a16, call_with_a_workspace, launch_prepass
+from .dual_gemm_sm90_decode import (SLICE_BYTES, convert_slice, enter_stage, exchange_partials, follow_exchange,
+                                    gate, k_share, mma_slice, mma_thread, reduce_value)
 
 #: setmaxnreg per role, by MMA warpgroups: (load warpgroup, MMA). 128 x (load + w x MMA) must not exceed the threads x
 #: the registers at entry (256 x 255 alone; 384 x 168 = 64,512 beside a second MMA warpgroup).
@@ -92,8 +92,7 @@ def swap_kernel(
     warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     wg = warp // 4
     n_blk, m_blk, kz = cute.arch.block_idx()
-    kb0 = (kz * k_blocks) // SPLIT  # this CTA's k-blocks: [kb0, kb0 + nkb)
-    nkb = ((kz + 1) * k_blocks) // SPLIT - kb0
+    kb0, nkb = k_share(kz, k_blocks, SPLIT)  # this CTA's k-blocks
 
     smem = SmemAllocator()
     raw = smem.allocate_tensor(Uint8, cute.make_layout(cfg.ring_bytes()), byte_alignment=1024)
@@ -145,12 +144,7 @@ def swap_kernel(
                     cute.copy(tma_x, tXg[(None, m_blk, (kb0 + kb) * SLICES + sl)], tXs[(None, stage * SLICES + sl)],
                               tma_bar_ptr=full + stage)
         if cutlass.const_expr(SPLIT > 1):
-            # the MMA warpgroups' CTA barrier before their partials, and both cluster barriers, count every thread
-            cute.arch.sync_threads()
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
+            follow_exchange()
     else:
         # ============================================================ MMA warpgroups: weights into registers
         cute.arch.warpgroup_reg_alloc(REGS[cfg.mma_warpgroups][1])
@@ -352,23 +346,8 @@ def compile_swap_ptrs(target: str, cfg: SwapConfig | None, m: int, n: int, k: in
 
 def gated_dual_gemm_swap(a, b1, b2, sfa, sfb1, sfb2, out=None, cfg: SwapConfig | None = None):
     """``silu(A B1^T) * (A B2^T)`` in FP16 on an H100/H200 with the swap twin (arguments as the simple twin's;
-    ``cfg`` forced or the default), its FP16 A workspace allocated per call, launched through
-    :func:`gemmlab.compile.launcher`."""
-    import torch
-
-    from ..compile import launcher
-    from ..tiers import require_tier
-    from .dual_gemm_sm90 import check_devices, check_twin_arguments, operands_2d
-    from .dual_gemm_sm90_pipelined import check_compact_out
-
-    m, n, k = check_twin_arguments(a, b1, b2, sfa, sfb1, sfb2, out)
-    check_compact_out(out, n)
-    cfg = _config(cfg)
-    require_tier("sm90", "gemmlab.kernels.dual_gemm_sm90_swap.gated_dual_gemm_swap")
-    check_devices(a, b1, b2, sfa, sfb1, sfb2, out)
-    if out is None:
-        out = torch.empty((m, n, 1), dtype=torch.float16, device=a.device)
-    a16 = torch.empty((m, k), dtype=torch.float16, device=a.device)
-    ops = operands_2d(a, b1, b2, sfa, sfb1, sfb2, out)
-    launcher(swap_host(cfg), *ops[:6], a16, ops[6])()
-    return out
+    ``cfg`` forced or the default), its FP16 A workspace allocated per call
+    (:func:`~gemmlab.kernels.dual_gemm_sm90_a16.call_with_a_workspace`). Returns ``out``."""
+    return call_with_a_workspace(lambda c: swap_host(_config(c)),
+                                 "gemmlab.kernels.dual_gemm_sm90_swap.gated_dual_gemm_swap",
+                                 a, b1, b2, sfa, sfb1, sfb2, out, cfg)
