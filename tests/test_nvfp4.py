@@ -394,3 +394,19 @@ def test_run_poisoned_catches_an_unwritten_element_and_passes_the_reference():
     assert returned is out and res.ok and res.total == 64 * 96
     _, returned, res = f.run_poisoned(forgets_one, 64, 96, 256, seed=3, device="cpu")
     assert returned is None and not res.ok and res.bad == 1
+
+
+def test_run_twice_shows_state_left_between_calls():
+    def right(*ins):
+        return f.reference(*ins).to(torch.float16)
+
+    calls = []
+
+    def leaks(*ins):  # the second call sees what the first left behind
+        calls.append(1)
+        return right(*ins) * len(calls)
+
+    first, second, res = f.run_twice(right, 64, 96, 256, seed=3, device="cpu")
+    assert torch.equal(first, second) and res.ok and res.total == 64 * 96
+    first, second, res = f.run_twice(leaks, 64, 96, 256, seed=3, device="cpu")
+    assert not torch.equal(first, second) and res.ok  # the first call is right; only the repeat differs

@@ -577,6 +577,20 @@ def run_poisoned(call, m: int, n: int, k: int, seed: int = 0, device="cuda"):
     return out, returned, check_close(out, reference(*ops.inputs()))
 
 
+def run_twice(call, m: int, n: int, k: int, seed: int = 0, device="cuda"):
+    """Two calls on the same fresh :func:`generate` operands (seeded), each allocating its output
+    (``call(a, b1, b2, sfa, sfb1, sfb2)``), as the kernels' repeat-call tests make them: state left by one launch
+    (barriers, workspaces, a cluster's reduction) shows as two results that differ. Returns ``(first, second, the
+    check of first against reference)``."""
+    torch = _torch()
+    ops = generate(m, n, k, seed=seed, device=device)
+    first = call(*ops.inputs())
+    second = call(*ops.inputs())
+    if first.is_cuda:
+        torch.cuda.synchronize(first.device)
+    return first, second, check_close(first, reference(*ops.inputs()))
+
+
 def draw_scale_layout(name: str = "11_scale_layout"):
     """The 128x4 permutation: plain scales of one 128-row, 4-k-block atom (left) and where they sit in its 512 bytes (right).
 
