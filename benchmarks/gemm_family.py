@@ -6,6 +6,7 @@
     python benchmarks/gemm_family.py sweep --wide   # the same on the wide family's 12 weakest shapes
     python benchmarks/gemm_family.py swap           # swapped (64-, 128-row) vs unswapped, M = 32 to 256
     python benchmarks/gemm_family.py tall           # 192-row tiles vs the best 64/128-row ones
+    python benchmarks/gemm_family.py swap_tiled     # a batch of 257-1024 rows in several swapped token tiles vs unswapped
     python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
     python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
     python benchmarks/gemm_family.py l2_shared      # the picks the L2 floor's shared-panel term changes, old vs new
@@ -237,6 +238,38 @@ def swap_calibration(out_dir) -> list[dict]:
     return rows
 
 
+def swap_tiled(out_dir) -> list[dict]:
+    """A batch of ``SWAP_MAX_M < M <= SWAP_TILED_MAX_M`` rows swapped and cut into several token tiles, against the
+    model's best unswapped variant: on every shape of both families in that range, the model's best unswapped
+    config, its best swapped one with each cluster the grid allows, and its next two swapped tiles; kernels alone
+    against torch's, in the same run."""
+    rows = []
+    cases = [c for c in fb.family_cases() + fb.wide_cases() if h.SWAP_MAX_M < c.m <= h.SWAP_TILED_MAX_M]
+    for case in cases:
+        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, b_major=case.b_major)
+        cands = h.candidates(prob, 132)
+        picks = [next(c for c in cands if not c.config.swap_ab)]
+        swapped = [c for c in cands if c.config.swap_ab]
+        if swapped:
+            top = swapped[0].config
+            picks += [c for c in swapped if (c.config.tile_m, c.config.tile_n, c.config.splits)
+                      == (top.tile_m, top.tile_n, top.splits)]
+            tiles = {(top.tile_m, top.tile_n)}
+            for c in swapped:
+                if (c.config.tile_m, c.config.tile_n) not in tiles and len(tiles) < 3:
+                    tiles.add((c.config.tile_m, c.config.tile_n))
+                    picks.append(c)
+        for c in picks:
+            r = fb.time_case(case, rounds=4, per_round=8, config=c.config)
+            r.update(predicted_us=c.time_us, model_rank=cands.index(c))
+            rows.append(r)
+            print(f"{case.label:>28} {c.config.name:<32} pred {c.time_us:8.1f} us  ours {r['prepared_us']:8.1f} us "
+                  f"torch {r['torch_gpu_us']:8.1f} us ratio {r['ratio_prepared']:.3f} err {r['rel_err']:.1e}",
+                  flush=True)
+    _write("gemm_family_swap_tiled", {"rows": rows}, out_dir)
+    return rows
+
+
 def tall_tiles(out_dir) -> list[dict]:
     """192-row tiles (three consumer warpgroups) against the model's best 64/128-row variant, each the model's
     best of its kind, kernels alone against torch's in the same run: chapter 07's ten shapes and the widened
@@ -308,9 +341,9 @@ def l2_shared(out_dir) -> list[dict]:
     return rows
 
 
-def main() -> int:def main() -> int:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["check", "host", "sweep", "swap", "tall", "family", "quick", "wide", "l2_shared",
+    p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "family", "quick", "wide", "l2_shared",
                                     "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
@@ -328,6 +361,8 @@ def main() -> int:def main() -> int:
             sweep(args.out)
     if args.what == "swap":
         swap_calibration(args.out)
+    if args.what == "swap_tiled":
+        swap_tiled(args.out)
     if args.what == "tall":
         tall_tiles(args.out)
     if args.what in ("family", "all"):

@@ -6,7 +6,7 @@
 (`make sanitize` runs both and writes the summaries to results/<device>/gemm_sm90_sanitizer.txt.)
 Every kernel variant the heuristic can pick: 2x1 cluster with B multicast, 1x2 with A multicast and a
 narrow epilogue, a 64-row tile, 192-row tiles (three consumer warpgroups), swap A/B (M-major output through
-stmatrix.trans), split-K (each unit's FP32 partial tile in the workspace, the tile counters, the last unit's
+stmatrix.trans; a batch of several token tiles, paired along either side), split-K (each unit's FP32 partial tile in the workspace, the tile counters, the last unit's
 reduction inside the same launch), and swap with split-K. Each split-K variant also runs on a persistent grid of
 a few SMs (:data:`HYBRID_SMS`), where the tiles outnumber the clusters: whole tiles in whole waves, then only
 the tail split, its workspace and counters sized for the tail. M, N, K are not multiples of any tile, so TMA's
@@ -36,6 +36,9 @@ CONFIGS = (
     Sm90Config(tile_m=192, tile_n=192, stages=4, cluster=(2, 1), epi_stages=2),
     Sm90Config(tile_m=192, tile_n=112, stages=5, cluster=(1, 2), epi_n=16, epi_stages=2),
     Sm90Config(tile_m=192, tile_n=128, stages=5, cluster=(1, 1), epi_stages=2, splits=3),
+    # a swapped batch cut into several token tiles, paired along them (weight multicast) and along the weight
+    Sm90Config(tile_m=128, tile_n=96, stages=6, cluster=(1, 2), swap_ab=True),
+    Sm90Config(tile_m=128, tile_n=160, stages=5, cluster=(2, 1), swap_ab=True, splits=2),
 )
 
 

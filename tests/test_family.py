@@ -395,8 +395,13 @@ def test_every_family_choice_is_valid():
         assert c.smem_bytes() <= hardware.SMEM_PER_BLOCK and c.tile_n % c.epi_n == 0
         kt = -(-p.k // 64)
         assert c.splits == effective_splits(kt, c.splits)
-        if c.swap_ab:
-            assert c.cluster == (1, 1)
+        mt, nt = c.tiles(p.m, p.n)
+        if c.swap_ab and nt == 1:
+            assert c.cluster == (1, 1)  # one token tile: nothing to pair
+        if c.swap_ab and c.cluster != (1, 1):  # several token tiles: a pair only along an even count
+            assert (mt if c.cluster[0] == 2 else nt) % 2 == 0
+        if c.swap_ab and nt > 1:
+            assert h.SWAP_MAX_M < p.m <= h.SWAP_TILED_MAX_M and c.tile_n >= h.SWAP_MIN_TOKEN_TILE
         if c.split_k:
             assert 4 * c.workspace_floats(p.m, p.n) < 2**31
 
@@ -680,3 +685,52 @@ def test_plan_takes_the_timed_choice_on_the_callers_tensors(monkeypatch):
     assert plan.make_plan(p, None, tensors=(a, b, out)).config == four[0] and len(launched) == 4
     monkeypatch.delenv("GEMMLAB_TUNE")
     assert plan.make_plan(p, None, tensors=(a, b, out)).config == four[0] and len(launched) == 4
+
+
+# ---------------------------------------------------------------- a swapped batch in several token tiles
+
+
+def test_swap_token_tiles_by_hand():
+    assert h.swap_token_tiles(200) == (208,)  # up to SWAP_MAX_M: the whole batch, rounded up to 16
+    assert h.swap_token_tiles(64) == (64,) and h.swap_token_tiles(1) == (16,)
+    # 384 rows: 2, 3, 4 tiles of 192, 128, 96 (5 tiles would be 80 wide: under SWAP_MIN_TOKEN_TILE)
+    assert h.swap_token_tiles(384) == (192, 128, 96)
+    # 640: 2 tiles of 320 are too wide for WGMMA; 3 .. 7 tiles of 224 (213.3 up to 16), 160, 128, 112, 96 (91.4)
+    assert h.swap_token_tiles(640) == (224, 160, 128, 112, 96)
+    assert h.swap_token_tiles(1024) == (256, 208, 176, 160, 128)
+    assert h.swap_token_tiles(1025) == ()  # above SWAP_TILED_MAX_M: not swapped
+
+
+def test_swapped_clusters_pair_only_an_even_count():
+    assert h.clusters_for(True, 33, 1) == ((1, 1),)  # one token tile: nothing to pair
+    assert set(h.clusters_for(True, 32, 4)) == {(2, 1), (1, 2), (1, 1)}
+    assert set(h.clusters_for(True, 64, 3)) == {(2, 1), (1, 1)}  # three token tiles: no (1, 2)
+    assert set(h.clusters_for(True, 13, 4)) == {(1, 2), (1, 1)}
+    assert set(h.clusters_for(False, 3, 37)) == {(2, 1), (1, 2), (1, 1)}  # unswapped: padding is modelled instead
+    with pytest.raises(ValueError, match="cluster must be one of"):
+        h.make_config(GemmProblem(640, 8192, 28672), 128, 224, swap=True, cluster=(1, 2))
+
+
+def test_mid_m_picks_the_measured_swapped_tiles():
+    # H100, kernels alone (gemm_family_swap_tiled*.json): 384 x 4096 x 4096 on four 96-wide token tiles, weight
+    # multicast along them, 24.0 us where the unswapped 128 x 112 pick took 26.3 (cuBLAS's own tile there is the same).
+    c = h.choose(GemmProblem(384, 4096, 4096), 132)
+    assert (c.tile_m, c.tile_n, c.swap_ab, c.cluster) == (128, 96, True, (1, 2))
+    # 640 x 3584 x 18944: 128 x 160 swapped, 128.1 us against 154.4 for the unswapped pick
+    c = h.choose(GemmProblem(640, 3584, 18944), 132)
+    assert (c.tile_m, c.tile_n, c.swap_ab, c.cluster) == (128, 160, True, (1, 2))
+    # three token tiles of 224 pair along the weight only
+    for cand in h.candidates(GemmProblem(640, 8192, 28672), 132):
+        if cand.config.swap_ab and cand.config.tile_n == 224:
+            assert cand.config.cluster != (1, 2)
+    # M <= SWAP_MAX_M keeps its one whole-batch tile; M > SWAP_TILED_MAX_M is never swapped
+    assert h.choose(GemmProblem(200, 4096, 4096), 132).tile_n == 208
+    assert not any(c.config.swap_ab for c in h.candidates(GemmProblem(1536, 4096, 4096), 132))
+
+
+def test_equal_swapped_variants_prefer_the_weight_multicast():
+    p = GemmProblem(640, 4096, 4096)
+    same = [c for c in h.candidates(p, 132) if (c.config.tile_m, c.config.tile_n, c.config.swap_ab, c.config.splits)
+            == (128, 160, True, 1)]
+    assert {c.config.cluster for c in same} == {(1, 2), (2, 1), (1, 1)}
+    assert same[0].config.cluster == (1, 2)  # ranked first among the three

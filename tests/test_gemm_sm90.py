@@ -188,6 +188,8 @@ VARIANTS = [Sm90Config(), Sm90Config(tile_n=144, stages=6, cluster=(1, 2), epi_n
             Sm90Config(tile_n=256, stages=4, epi_n=64, epi_stages=2),
             Sm90Config(tile_m=64, tile_n=16, stages=8, cluster=(1, 1), swap_ab=True, epi_n=16),
             Sm90Config(tile_m=128, tile_n=112, stages=6, cluster=(2, 1), swap_ab=True, epi_n=16),
+            Sm90Config(tile_m=128, tile_n=96, stages=6, cluster=(1, 2), swap_ab=True),
+            Sm90Config(tile_m=128, tile_n=160, stages=5, cluster=(2, 1), swap_ab=True, splits=2),
             Sm90Config(tile_n=256, stages=4, cluster=(2, 1), splits=3),
             Sm90Config(tile_n=128, stages=6, cluster=(1, 2), splits=5),
             Sm90Config(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=7),

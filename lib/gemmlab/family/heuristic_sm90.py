@@ -97,6 +97,21 @@ SWAP_MAX_M = 256
 #: 18 of the 20 shapes at M = 160 and 200 of ``benchmarks/gemm_family.py swap`` (ten LLM layers; the two others
 #: within 1.08x), while at M = 256 the unswapped tile won 8 of 10 (``results/<device>/gemm_family_swap.json``).
 SWAP_ONLY_M = 200
+#: Above :data:`SWAP_MAX_M` and up to this M the swapped layout is still modelled, with the batch cut into several
+#: token tiles of equal width (:func:`swap_token_tiles`): M = 384 as four 96-wide tiles, M = 640 as four 160-wide ones,
+#: so a grid of 128-row weight tiles fills the SMs without padding M to a multiple of 64 or 128 rows. cuBLAS does
+#: the same on the H100 at 384 x 4096 x 4096 and 640 x 4096 x 4096 (``results/nvidia-h100-80gb-hbm3/cublas_picks.json``:
+#: 128 weight rows by 96 and by 160 tokens, 128 CTAs each).
+SWAP_TILED_MAX_M = 1024
+#: The token tiles a swapped batch may be cut into (:func:`swap_token_tiles`) ...
+SWAP_TOKEN_TILES = range(2, 9)
+#: ... each at least this wide. Narrower ones re-read the weight panel too often: on the H100's sweep
+#: (``results/nvidia-h100-80gb-hbm3/gemm_family_swap_tiled_first.json``, kernels alone) 64- and 80-wide token tiles
+#: lost to the previous pick on all 9 shapes from M = 200 up, by up to 2x (200 x 29568 x 8192: 377 us against 190);
+#: at M = 128 (two 64-wide tiles) their best beat it on 3 of 7 shapes (up to 1.19x, 128 x 576 x 7168) and lost on 4
+#: (down to 0.90x). M <= 256 keeps its one whole-batch tile: cut in two 112-wide ones at M = 200, the best form beat
+#: it on four of seven shapes (by 0.1 % to 1.18x) and lost on three (by up to 8 %), and the model could not tell which.
+SWAP_MIN_TOKEN_TILE = 96
 #: The most K slices split-K may use.
 MAX_SPLITS = 16
 
@@ -203,18 +218,29 @@ def epi_shape_for(tile_n: int, tile_m: int = 128) -> tuple[int, int]:
 
 #: The clusters the heuristic models, in the order it prefers among equals.
 CLUSTERS = ((2, 1), (1, 2), (1, 1))
+#: The same for a swapped batch cut into token tiles: the weight (A') is the big operand, and ``(1, 2)``
+#: multicasts it. On the H100's sweep ``(1, 2)`` beat ``(2, 1)`` on 11 of the 13 shapes where both ran the same tile
+#: (512 x 4096 x 7168 on 128 x 128 tiles: 44.5 us against 50.5; ``gemm_family_swap_tiled_picks.json``); where the token
+#: tiles are odd and only ``(2, 1)`` pairs, it beat none on 4 of 4 (1000 x 4608 x 3584: 50.4 us against 56.6).
+SWAP_CLUSTERS = ((1, 2), (2, 1), (1, 1))
 
 
 def clusters_for(swap: bool, mt: int, nt: int, num_sms: int = H100.sms) -> tuple[tuple[int, int], ...]:
     """The clusters worth modelling for an ``mt x nt`` grid of tiles, the preferred one first.
 
-    A pair along a dimension needs two tiles along it; a cluster needs as many SMs as CTAs;
-    swapped problems take none (the weight, A', is shared by no two tiles).
+    A pair along a dimension needs two tiles along it; a cluster needs as many SMs as CTAs. A swapped batch
+    in one token tile takes none (its weight, A', is shared by no two tiles, and its token panel is small);
+    one cut into several token tiles pairs them too: ``(1, 2)`` multicasts the weight panel to two token
+    tiles, ``(2, 1)`` the token panel to two weight tiles.
     """
-    if swap:
+    if swap and nt < 2:
         return ((1, 1),)
-    out = tuple(c for c in CLUSTERS if (c[0] == 1 or mt >= 2) and (c[1] == 1 or nt >= 2)
-                and c[0] * c[1] <= num_sms)
+    # A swapped grid pairs tiles only along an even count: a padded CTA in every cluster of the last pair measured
+    # far worse than the waves it adds (H100, 640 x 8192 x 28672 on 128 x 224 swapped tiles, three token tiles:
+    # (1, 2) 728 us, (1, 1) 500, (2, 1) over 64 weight tiles 414 with two K slices, 422 without).
+    even = 2 if swap else 1
+    out = tuple(c for c in CLUSTERS if (c[0] == 1 or (mt >= 2 and mt % even == 0))
+                and (c[1] == 1 or (nt >= 2 and nt % even == 0)) and c[0] * c[1] <= num_sms)
     return out
 
 
@@ -295,8 +321,10 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
     bw = model.hbm_tbps * 1e12 * model.hbm_efficiency
     hbm_bytes = problem.min_bytes()
     # Every CTA reads its A' and B' blocks from L2 (a multicast block once per cluster).
-    # A B' panel all CTAs share (one tile along N') counts l2_shared_boost times less.
-    b_share = model.l2_shared_boost if nt == 1 else 1.0
+    # A B' panel all CTAs share (one tile along N') counts l2_shared_boost times less; so does a swapped batch's in
+    # several token tiles (each read by every weight tile; without it the model ranked 128 x 112 unswapped tiles over
+    # four 96-wide token tiles at 384 x 4096 x 4096, 26.2 us measured against 24.0 on the H100).
+    b_share = model.l2_shared_boost if (nt == 1 or cfg.swap_ab) else 1.0
     per_kblock = cfg.tile_k * 2 * (cfg.tile_m / cfg.cluster[1] + cfg.tile_n / cfg.cluster[0] / b_share)
     l2_bytes = mt * nt * k_tiles * per_kblock
     publish_us = tail_us = fixed_us = 0.0
@@ -356,10 +384,26 @@ def _tile_choices(problem: GemmProblem):
     out = [] if problem.m <= SWAP_ONLY_M else [(tm, tn, False) for tm in (128, 64) for tn in tns]
     if problem.m > SWAP_ONLY_M:
         out += [(192, tn, False) for tn in tns if tn <= MAX_TILE_N_192]
-    if problem.m <= SWAP_MAX_M:
-        tn = max(16, -(-problem.m // 16) * 16)  # the whole batch in one tile, rounded up to 16
-        out += [(128, tn, True), (64, tn, True)]
+    out += [(tm, tn, True) for tn in swap_token_tiles(problem.m) for tm in (128, 64)]
     return out
+
+
+def swap_token_tiles(m: int) -> tuple[int, ...]:
+    """Widths of the token tile (WGMMA's N) worth modelling for a swapped batch of ``m`` rows, widest first.
+
+    Up to :data:`SWAP_MAX_M`: the whole batch in one tile, rounded up to 16. Above it, up to
+    :data:`SWAP_TILED_MAX_M`: the batch cut into :data:`SWAP_TOKEN_TILES` tiles of equal width rounded up to 16,
+    where that width lies from :data:`SWAP_MIN_TOKEN_TILE` to 256. Above that: none.
+    """
+    if m <= SWAP_MAX_M:
+        return (max(16, -(-m // 16) * 16),)
+    out = set()
+    if m <= SWAP_TILED_MAX_M:
+        for t in SWAP_TOKEN_TILES:
+            tn = -(-(-(-m // t)) // 16) * 16
+            if SWAP_MIN_TOKEN_TILE <= tn <= 256:
+                out.add(tn)
+    return tuple(sorted(out, reverse=True))
 
 
 def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineModel = MODEL) -> list[Candidate]:
@@ -384,7 +428,7 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
     return sorted(out, key=lambda c: (round(math.log(c.time_us) / math.log(1.01)),
                                       -min(c.units * c.config.cluster_size, num_sms),
                                       c.config.splits, -c.config.tile_m * c.config.tile_n,
-                                      CLUSTERS.index(c.config.cluster)))
+                                      (SWAP_CLUSTERS if c.config.swap_ab else CLUSTERS).index(c.config.cluster)))
 
 
 def _split_worth_modelling(problem: GemmProblem, cfg: Sm90Config, num_sms: int) -> bool:
