@@ -595,6 +595,11 @@ def test_model_regret_by_hand():
     assert got["worst"][1:] == ((96, 10240, 8192), big.name, small.name)
     doc["rows"][0]["prepared_us"] = 50.0  # the pick is the fastest: no regret
     assert model_regret(doc)["geomean"] == pytest.approx(1.0) and model_regret(doc)["over_5pct"] == 0
+    # a variant that failed in its run (stored with its error, no timing) is neither pick nor best
+    failed = h.make_config(p, 64, 96, swap=True, splits=3)
+    doc["rows"].append(dict(row, config=failed.name, error="ValueError: ..."))
+    assert model_regret(doc)["geomean"] == pytest.approx(1.0) and model_regret(doc)["shapes"] == 1
+    doc["rows"].pop()
     # a split-K row of a run from before split-K ran in one launch is neither pick nor best, however fast it was
     split = h.make_config(p, 128, 96, swap=True, splits=2)
     doc["rows"].append(dict(row, config=split.name, prepared_us=10.0))

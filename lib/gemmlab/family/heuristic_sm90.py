@@ -423,12 +423,16 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
                 if cfg.split_k and not _split_worth_modelling(problem, cfg, num_sms):
                     continue
                 out.append(predict(problem, cfg, num_sms, model))
-    # Fastest first; among equals (within 1 %: typically several variants all bound by HBM) the one with
-    # more CTAs (more SMs streaming), then fewer splits, then the bigger tile, then the preferred cluster.
-    return sorted(out, key=lambda c: (round(math.log(c.time_us) / math.log(1.01)),
-                                      -min(c.units * c.config.cluster_size, num_sms),
-                                      c.config.splits, -c.config.tile_m * c.config.tile_n,
-                                      (SWAP_CLUSTERS if c.config.swap_ab else CLUSTERS).index(c.config.cluster)))
+    return sorted(out, key=lambda c: rank_key(c, num_sms))
+
+
+def rank_key(c: Candidate, num_sms: int = H100.sms) -> tuple:
+    """How :func:`candidates` orders variants: fastest first; among equals (within 1 %: typically several variants
+    all bound by HBM) the one with more CTAs (more SMs streaming), then fewer splits, then the bigger tile, then the
+    preferred cluster (:data:`CLUSTERS`, :data:`SWAP_CLUSTERS`)."""
+    return (round(math.log(c.time_us) / math.log(1.01)), -min(c.units * c.config.cluster_size, num_sms),
+            c.config.splits, -c.config.tile_m * c.config.tile_n,
+            (SWAP_CLUSTERS if c.config.swap_ab else CLUSTERS).index(c.config.cluster))
 
 
 def _split_worth_modelling(problem: GemmProblem, cfg: Sm90Config, num_sms: int) -> bool:

@@ -217,12 +217,15 @@ SPLITK_ONE_LAUNCH_SINCE = "2026-11-27 13:24"
 
 def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
     """How good the heuristic's choice is on a stored run that timed several variants per shape
-    (``benchmarks/gemm_family.py sweep``, ``swap``, ``tall``): per shape, the measured kernel time of the variant the
-    model ranks first among those timed (and among those :func:`~gemmlab.family.heuristic_sm90.candidates` would
-    consider) over the fastest one's. Returns ``{"shapes", "geomean", "worst", "over_5pct"}`` (``worst``:
+    (``benchmarks/gemm_family.py sweep``, ``swap``, ``tall``, ``swap_tiled``): per shape, the measured kernel time of
+    the variant the model ranks first among those timed and among those
+    :func:`~gemmlab.family.heuristic_sm90.candidates` would consider (by predicted time, ties broken as
+    :func:`~gemmlab.family.heuristic_sm90.rank_key` breaks them, so the pick is what ``choose`` would take among
+    them) over the fastest one's. Returns ``{"shapes", "geomean", "worst", "over_5pct"}`` (``worst``:
     ``(regret, (M, N, K), picked, best)``).
     Split-K rows of runs made before split-K ran in one launch (:data:`SPLITK_ONE_LAUNCH_SINCE`) are left out, pick
-    and best alike: they timed a second reduction kernel that the model no longer prices."""
+    and best alike: they timed a second reduction kernel that the model no longer prices. Rows without a timing (a
+    variant that failed in that run, stored with its ``error``) are left out too."""
     from ..family import heuristic_sm90 as h
     from ..family.configs import Sm90Config
     from ..family.problem import GemmProblem
@@ -239,13 +242,15 @@ def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
         allowed = set(h._tile_choices(problem))
         scored = []
         for r in rows:
+            if "prepared_us" not in r:
+                continue  # the variant failed in that run: nothing was timed
             fields = Sm90Config.parse_name(r["config"])
             if fields["splits"] > 1 and two_launches:
                 continue  # timed with the second reduction kernel; the model prices split-K in one launch
             epi_n, epi_stages = h.epi_shape_for(fields["tile_n"], fields["tile_m"])
             cfg = Sm90Config(**fields, epi_n=epi_n, epi_stages=epi_stages, dtype=dtype, out_dtype=dtype)
             if (cfg.tile_m, cfg.tile_n, cfg.swap_ab) in allowed:
-                scored.append((h.predict(problem, cfg, num_sms, model).time_us, r))
+                scored.append((h.rank_key(h.predict(problem, cfg, num_sms, model), num_sms), r))
         if not scored:
             continue
         pick = min(scored, key=lambda x: x[0])[1]
