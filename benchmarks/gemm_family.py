@@ -343,8 +343,8 @@ def l2_shared(out_dir) -> list[dict]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "family", "quick", "wide", "l2_shared",
-                                    "all"])
+    p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "family", "quick", "wide",
+                                    "l2_shared", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
     args = p.parse_args()

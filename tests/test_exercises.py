@@ -31,6 +31,10 @@ def test_chapter07_solutions_by_hand():
     assert ch07.solution_slices() == (14, 8)
     p = GemmProblem(4096, 576, 7168)
     assert round(predict(p, make_config(p, 128, 144)).l2_us * 7e12 / 1e12) == ch07.solution_l2_megabytes() == 367
+    # 384 rows in 2, 3, 4 token tiles on 32 weight tiles: 64, 96, 128 CTAs; the last fills 132 SMs best
+    assert ch07.solution_token_tiles() == (96, 32 * 4) == (96, 128)
+    c = make_config(GemmProblem(384, 4096, 4096), 128, 96, swap=True, cluster=(1, 2))
+    assert c.tiles(384, 4096) == (32, 4)
 
 
 def test_chapters_00_to_06_solutions_by_hand():

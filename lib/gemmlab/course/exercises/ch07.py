@@ -94,3 +94,33 @@ def explain_barrier_counts() -> str:
             "of B', but the multicast writes that half into both CTAs and performs complete-tx on the barrier at "
             "the same offset in each, so every CTA still receives its A' block and all of B': 49152 bytes, "
             "whoever issued which load.")
+
+
+def check_token_tiles(answer) -> bool:
+    """Cut the batch: ``(token tile width, CTAs)`` of the one cut of M = 384 that fills 132 SMs best in one wave,
+    swapped onto 128-row weight tiles of a 4096-wide layer (N = 4096)."""
+    return verdict("token tiles", answer, solution_token_tiles(),
+                   "h.swap_token_tiles(384) lists the widths; the weight gives 4096 / 128 = 32 tiles along M', "
+                   "each width ceil(384 / width) tiles along N'. Keep the largest product that is at most 132.")
+
+
+def solution_token_tiles():
+    # 384 rows cut in 2, 3 or 4 tiles: 192, 128 or 96 wide -> 32 x 2 = 64, 32 x 3 = 96, 32 x 4 = 128 CTAs.
+    from ...family.heuristic_sm90 import swap_token_tiles
+
+    best = max((w for w in swap_token_tiles(384) if 32 * -(-384 // w) <= 132), key=lambda w: -(-384 // w))
+    return (best, 32 * -(-384 // best))  # (96, 128)
+
+
+def explain_token_tiles() -> str:
+    """Why the pick pairs the four token tiles (1 x 2), and why three token tiles are never paired that way."""
+    return ("Four 96-wide token tiles on 32 weight tiles make 128 CTAs, one wave with no padded row; cuBLAS runs this "
+            "shape the same way on the H100 (128 weight rows by 96 tokens, 128 CTAs). A 1 x 2 cluster pairs two "
+            "neighbouring token tiles, which read the same 128 rows of the weight: each CTA loads half of that "
+            "panel and multicasts it to both, halving the traffic of the operand more than ten times the tokens' size "
+            "(4096 x 4096 against 384 x 4096). Among variants the model finds equal, the heuristic prefers it for that "
+            "reason, and on the H100 sweep it beat the 2 x 1 pairing on 11 of 13 shapes. With three token tiles "
+            "(640 rows cut into 224-wide tiles) a 1 x 2 cluster would cover a fourth, empty tile in every pair: "
+            "one CTA in four computes padding, and at 640 x 8192 x 28672 that ran 728 us against 414 for 2 x 1 "
+            "clusters along the weight's 64 tiles (an even count; with two K slices), so swapped grids pair only "
+            "along an even count.")
