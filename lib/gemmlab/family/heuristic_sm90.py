@@ -187,8 +187,10 @@ class Candidate:
     whole_us: float = 0.0  # a whole tile's time (all of K): the data-parallel waves' units
 
 
+@functools.lru_cache(maxsize=1024)
 def _stages(tile_m: int, tile_n: int, split: bool, dtype: str, out_dtype: str, cap: int = 8) -> int:
-    """The deepest A/B ring that fits (or the measured exception)."""
+    """The deepest A/B ring that fits (or the measured exception). Cached: :func:`candidates` asks for the same
+    tiles many times, and each try builds (and checks) a config."""
     if (tile_m, tile_n, split) in STAGES_MEASURED:
         return STAGES_MEASURED[(tile_m, tile_n, split)]
     epi_n, epi_stages = epi_shape_for(tile_n, tile_m)
