@@ -390,20 +390,32 @@ def test_every_family_choice_is_valid():
     from gemmlab.measure.gemm_family import wide_cases
 
     for case in family_cases() + wide_cases():
-        p = GemmProblem(case.m, case.n, case.k, case.dtype, case.dtype, case.b_major)
-        c = h.choose(p, 132)
-        assert c.smem_bytes() <= hardware.SMEM_PER_BLOCK and c.tile_n % c.epi_n == 0
-        kt = -(-p.k // 64)
-        assert c.splits == effective_splits(kt, c.splits)
-        mt, nt = c.tiles(p.m, p.n)
-        if c.swap_ab and nt == 1:
-            assert c.cluster == (1, 1)  # one token tile: nothing to pair
-        if c.swap_ab and c.cluster != (1, 1):  # several token tiles: a pair only along an even count
-            assert (mt if c.cluster[0] == 2 else nt) % 2 == 0
-        if c.swap_ab and nt > 1:
-            assert h.SWAP_MAX_M < p.m <= h.SWAP_TILED_MAX_M and c.tile_n >= h.SWAP_MIN_TOKEN_TILE
-        if c.split_k:
-            assert 4 * c.workspace_floats(p.m, p.n) < 2**31
+        _assert_valid_choice(GemmProblem(case.m, case.n, case.k, case.dtype, case.dtype, case.b_major))
+
+
+def test_every_m_from_64_to_2048_in_steps_of_32_gets_a_valid_choice():
+    # the M grid of the dense issue, on four layers: a square one, a Qwen QKV, and DeepSeek-V3's two narrow ones
+    for n, k in ((4096, 4096), (4608, 3584), (2112, 7168), (576, 7168)):
+        for m in range(64, 2049, 32):
+            _assert_valid_choice(GemmProblem(m, n, k))
+
+
+def _assert_valid_choice(p):
+    """The pick fits in shared memory, its splits are what the kernel runs, its clusters and token tiles follow the
+    rules of the heuristic, and a split-K workspace stays under 2 GiB."""
+    c = h.choose(p, 132)
+    assert c.smem_bytes() <= hardware.SMEM_PER_BLOCK and c.tile_n % c.epi_n == 0
+    kt = -(-p.k // 64)
+    assert c.splits == effective_splits(kt, c.splits)
+    mt, nt = c.tiles(p.m, p.n)
+    if c.swap_ab and nt == 1:
+        assert c.cluster == (1, 1)  # one token tile: nothing to pair
+    if c.swap_ab and c.cluster != (1, 1):  # several token tiles: a pair only along an even count
+        assert (mt if c.cluster[0] == 2 else nt) % 2 == 0
+    if c.swap_ab and nt > 1:
+        assert h.SWAP_MAX_M < p.m <= h.SWAP_TILED_MAX_M and c.tile_n >= h.SWAP_MIN_TOKEN_TILE
+    if c.split_k:
+        assert 4 * c.workspace_floats(p.m, p.n) < 2**31
 
 
 # ---------------------------------------------------------------- plan and api wiring (no GPU: compile is faked)
