@@ -716,6 +716,11 @@ def test_swap_token_tiles_by_hand():
     assert h.swap_token_tiles(640) == (224, 160, 128, 112, 96)
     assert h.swap_token_tiles(1024) == (256, 208, 176, 160, 128)
     assert h.swap_token_tiles(1025) == ()  # above SWAP_TILED_MAX_M: not swapped
+    assert h.swap_token_tiles(np.int64(384)) == h.swap_token_tiles(torch.tensor(384)) == (192, 128, 96)
+    for bad, err, msg in ((0, ValueError, "m must be >= 1"), (384.0, TypeError, "m must be an int"),
+                          (True, TypeError, "m must be an int")):
+        with pytest.raises(err, match=msg):
+            h.swap_token_tiles(bad)
 
 
 def test_swapped_clusters_pair_only_an_even_count():

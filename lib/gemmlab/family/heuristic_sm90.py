@@ -84,6 +84,7 @@ import math
 import numbers
 from dataclasses import dataclass, replace
 
+from ..checks import check_int
 from ..hardware import H100
 from .configs import MAX_TILE_N_192, Sm90Config, effective_splits
 from .problem import GemmProblem
@@ -397,6 +398,7 @@ def swap_token_tiles(m: int) -> tuple[int, ...]:
     :data:`SWAP_TILED_MAX_M`: the batch cut into :data:`SWAP_TOKEN_TILES` tiles of equal width rounded up to 16,
     where that width lies from :data:`SWAP_MIN_TOKEN_TILE` to 256. Above that: none.
     """
+    m = check_int("m", m, lo=1)
     if m <= SWAP_MAX_M:
         return (max(16, -(-m // 16) * 16),)
     out = set()
