@@ -222,9 +222,10 @@ def epi_shape_for(tile_n: int, tile_m: int = 128) -> tuple[int, int]:
 #: The clusters the heuristic models, in the order it prefers among equals.
 CLUSTERS = ((2, 1), (1, 2), (1, 1))
 #: The same for a swapped batch cut into token tiles: the weight (A') is the big operand, and ``(1, 2)``
-#: multicasts it. On the H100's sweep ``(1, 2)`` beat ``(2, 1)`` on 11 of the 13 shapes where both ran the same tile
-#: (512 x 4096 x 7168 on 128 x 128 tiles: 44.5 us against 50.5; ``gemm_family_swap_tiled_picks.json``); where the token
-#: tiles are odd and only ``(2, 1)`` pairs, it beat none on 4 of 4 (1000 x 4608 x 3584: 50.4 us against 56.6).
+#: multicasts it. On the H100's sweep ``(1, 2)`` beat ``(2, 1)`` on 13 of the 15 tiles where both ran (same shape, tile
+#: and splits; 512 x 4096 x 7168 on 128 x 128 tiles: 44.5 us against 50.5; ``gemm_family_swap_tiled_picks.json``);
+#: where the token tiles are odd and only ``(2, 1)`` pairs, it beat none on 5 of 6 (1000 x 4608 x 3584: 50.4 us
+#: against 56.6).
 SWAP_CLUSTERS = ((1, 2), (2, 1), (1, 1))
 
 

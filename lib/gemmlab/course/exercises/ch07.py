@@ -119,7 +119,7 @@ def explain_token_tiles() -> str:
             "neighbouring token tiles, which read the same 128 rows of the weight: each CTA loads half of that "
             "panel and multicasts it to both, halving the traffic of the operand more than ten times the tokens' size "
             "(4096 x 4096 against 384 x 4096). Among variants the model finds equal, the heuristic prefers it for that "
-            "reason, and on the H100 sweep it beat the 2 x 1 pairing on 11 of 13 shapes. With three token tiles "
+            "reason, and on the H100 sweep it beat the 2 x 1 pairing on 13 of 15 tiles. With three token tiles "
             "(640 rows cut into 224-wide tiles) a 1 x 2 cluster would cover a fourth, empty tile in every pair: "
             "one CTA in four computes padding, and at 640 x 8192 x 28672 that ran 728 us against 414 for 2 x 1 "
             "clusters along the weight's 64 tiles (an even count; with two K slices), so swapped grids pair only "
