@@ -206,6 +206,17 @@ def sweep(out_dir, top: int = 6, shapes=None, name: str = "gemm_family_sweep") -
     return rows
 
 
+def _time_candidate(case, c, cands, **tags) -> dict:
+    """One forced variant of the model's: the kernels alone against torch's (:func:`fb.time_case`), the row tagged
+    with ``tags``, its predicted time and its rank among ``cands``; one line printed."""
+    r = fb.time_case(case, rounds=4, per_round=8, config=c.config)
+    r.update(tags, predicted_us=c.time_us, model_rank=cands.index(c))
+    kind = " ".join(str(v) for v in tags.values())
+    print(f"{case.label:>28} {kind:9s} {c.config.name:<32} pred {c.time_us:8.1f} us  ours {r['prepared_us']:8.1f} us "
+          f"torch {r['torch_gpu_us']:8.1f} us ratio {r['ratio_prepared']:.3f} err {r['rel_err']:.1e}", flush=True)
+    return r
+
+
 #: M of the swap calibration: decode batches up to the largest M that swapping is considered for.
 SWAP_MS = (32, 64, 96, 128, 160, 200, 256)
 
@@ -227,13 +238,7 @@ def swap_calibration(out_dir) -> list[dict]:
                 best = next((c for c in cands if want(c)), None)
                 if best is not None:
                     picks[kind] = best
-            for kind, c in picks.items():
-                r = fb.time_case(fb.Case(m, n, k, group=name), rounds=4, per_round=8, config=c.config)
-                r.update(kind=kind, predicted_us=c.time_us, model_rank=cands.index(c))
-                rows.append(r)
-                print(f"{m}x{n}x{k} {kind:9s} {c.config.name:<32} pred {c.time_us:8.1f} us  ours "
-                      f"{r['prepared_us']:8.1f} us torch {r['torch_gpu_us']:8.1f} us ratio {r['ratio_prepared']:.3f} "
-                      f"err {r['rel_err']:.1e}", flush=True)
+            rows += [_time_candidate(fb.Case(m, n, k, group=name), c, cands, kind=kind) for kind, c in picks.items()]
     _write("gemm_family_swap", {"rows": rows}, out_dir)
     return rows
 
@@ -259,13 +264,7 @@ def swap_tiled(out_dir) -> list[dict]:
                 if (c.config.tile_m, c.config.tile_n) not in tiles and len(tiles) < 3:
                     tiles.add((c.config.tile_m, c.config.tile_n))
                     picks.append(c)
-        for c in picks:
-            r = fb.time_case(case, rounds=4, per_round=8, config=c.config)
-            r.update(predicted_us=c.time_us, model_rank=cands.index(c))
-            rows.append(r)
-            print(f"{case.label:>28} {c.config.name:<32} pred {c.time_us:8.1f} us  ours {r['prepared_us']:8.1f} us "
-                  f"torch {r['torch_gpu_us']:8.1f} us ratio {r['ratio_prepared']:.3f} err {r['rel_err']:.1e}",
-                  flush=True)
+        rows += [_time_candidate(case, c, cands) for c in picks]
     _write("gemm_family_swap_tiled", {"rows": rows}, out_dir)
     return rows
 
@@ -281,15 +280,8 @@ def tall_tiles(out_dir) -> list[dict]:
         cands = h.candidates(GemmProblem(m, n, k), 132)
         picks = {"tall": next((c for c in cands if c.config.tile_m == 192), None),
                  "short": next((c for c in cands if c.config.tile_m != 192), None)}
-        for kind, c in picks.items():
-            if c is None:
-                continue
-            r = fb.time_case(fb.Case(m, n, k, group=group), rounds=4, per_round=8, config=c.config)
-            r.update(kind=kind, predicted_us=c.time_us, model_rank=cands.index(c))
-            rows.append(r)
-            print(f"{m}x{n}x{k} {kind:5s} {c.config.name:<28} pred {c.time_us:8.1f} us  ours {r['prepared_us']:8.1f} "
-                  f"us torch {r['torch_gpu_us']:8.1f} us ratio {r['ratio_prepared']:.3f} err {r['rel_err']:.1e}",
-                  flush=True)
+        rows += [_time_candidate(fb.Case(m, n, k, group=group), c, cands, kind=kind)
+                 for kind, c in picks.items() if c is not None]
     _write("gemm_family_tall", {"rows": rows}, out_dir)
     return rows
 

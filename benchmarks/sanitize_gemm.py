@@ -6,8 +6,9 @@
 (`make sanitize` runs both and writes the summaries to results/<device>/gemm_sm90_sanitizer.txt.)
 Every kernel variant the heuristic can pick: 2x1 cluster with B multicast, 1x2 with A multicast and a
 narrow epilogue, a 64-row tile, 192-row tiles (three consumer warpgroups), swap A/B (M-major output through
-stmatrix.trans; a batch of several token tiles, paired along either side), split-K (each unit's FP32 partial tile in the workspace, the tile counters, the last unit's
-reduction inside the same launch), and swap with split-K. Each split-K variant also runs on a persistent grid of
+stmatrix.trans; a batch of several token tiles, paired along either side), split-K (each unit's FP32 partial
+tile in the workspace, the tile counters, the last unit's reduction inside the same launch), and swap with
+split-K. Each split-K variant also runs on a persistent grid of
 a few SMs (:data:`HYBRID_SMS`), where the tiles outnumber the clusters: whole tiles in whole waves, then only
 the tail split, its workspace and counters sized for the tail. M, N, K are not multiples of any tile, so TMA's
 zero fill and clipped stores are exercised. Without

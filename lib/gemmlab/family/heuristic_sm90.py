@@ -242,10 +242,11 @@ def clusters_for(swap: bool, mt: int, nt: int, num_sms: int = H100.sms) -> tuple
     # A swapped grid pairs tiles only along an even count: a padded CTA in every cluster of the last pair measured
     # far worse than the waves it adds (H100, 640 x 8192 x 28672 on 128 x 224 swapped tiles, three token tiles:
     # (1, 2) 728 us, (1, 1) 500, (2, 1) over 64 weight tiles 414 with two K slices, 422 without).
-    even = 2 if swap else 1
-    out = tuple(c for c in CLUSTERS if (c[0] == 1 or (mt >= 2 and mt % even == 0))
-                and (c[1] == 1 or (nt >= 2 and nt % even == 0)) and c[0] * c[1] <= num_sms)
-    return out
+    def pairs(count: int) -> bool:  # whether a pair of tiles fits along a dimension of ``count`` tiles
+        return count >= 2 and not (swap and count % 2)
+
+    return tuple(c for c in CLUSTERS if (c[0] == 1 or pairs(mt)) and (c[1] == 1 or pairs(nt))
+                 and c[0] * c[1] <= num_sms)
 
 
 def make_config(problem: GemmProblem, tile_m: int, tile_n: int, *, swap: bool = False, splits: int = 1,
@@ -405,7 +406,8 @@ def swap_token_tiles(m: int) -> tuple[int, ...]:
     out = set()
     if m <= SWAP_TILED_MAX_M:
         for t in SWAP_TOKEN_TILES:
-            tn = -(-(-(-m // t)) // 16) * 16
+            rows = -(-m // t)  # t tiles of equal width ...
+            tn = -(-rows // 16) * 16  # ... rounded up to 16
             if SWAP_MIN_TOKEN_TILE <= tn <= 256:
                 out.add(tn)
     return tuple(sorted(out, reverse=True))

@@ -108,8 +108,9 @@ def solution_token_tiles():
     # 384 rows cut in 2, 3 or 4 tiles: 192, 128 or 96 wide -> 32 x 2 = 64, 32 x 3 = 96, 32 x 4 = 128 CTAs.
     from ...family.heuristic_sm90 import swap_token_tiles
 
-    best = max((w for w in swap_token_tiles(384) if 32 * -(-384 // w) <= 132), key=lambda w: -(-384 // w))
-    return (best, 32 * -(-384 // best))  # (96, 128)
+    ctas = {w: 32 * -(-384 // w) for w in swap_token_tiles(384)}  # 32 weight tiles x ceil(384 / w) token tiles
+    best = max((w for w in ctas if ctas[w] <= 132), key=ctas.get)
+    return (best, ctas[best])  # (96, 128)
 
 
 def explain_token_tiles() -> str:
