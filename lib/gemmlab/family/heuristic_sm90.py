@@ -47,6 +47,9 @@ has a reason a reader can check:
   binds).
 * **Swap A/B** puts a small M on WGMMA's N (a multiple of 16 here), so a
   64-row decode batch is a 64-wide tile instead of half of a 128-row one.
+  It is modelled up to :data:`SWAP_TILED_MAX_M` rows: the batch in one token
+  tile up to :data:`SWAP_MAX_M`, cut into several above it
+  (:func:`swap_token_tiles`).
 
 Predicted time = ``max(sum over waves of max(unit time, the wave's share of the HBM
 time), L2 time) + split waves x split-K tail + the split launch's fixed cost``: a wave's units
@@ -69,8 +72,11 @@ Rules that are not the model's:
   128-row tiles (3 M tiles) a quarter of the CTAs compute nothing, and
   ``(1, 2)`` wastes nothing when N has many tiles. The model counts that
   padding in its waves; among variants within 1 % of each other the rule's
-  old preference stands (``(2, 1)``, then ``(1, 2)``, then none). With swap
-  the weight is A' and no two tiles share it: no cluster.
+  old preference stands (``(2, 1)``, then ``(1, 2)``, then none). A swapped
+  batch in one token tile takes no cluster (no two tiles share its weight,
+  A'); one cut into several token tiles (:func:`swap_token_tiles`) pairs
+  tiles only along an even count, and prefers ``(1, 2)``, which multicasts
+  the weight, then ``(2, 1)``, then none (:data:`SWAP_CLUSTERS`).
 * **Raster and group.** Bands of ``group = 8`` cluster tiles along the
   dimension with more tiles, so a wave reads few panels of each operand
   (:mod:`gemmlab.scheduler`).
