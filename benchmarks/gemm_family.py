@@ -7,6 +7,7 @@
     python benchmarks/gemm_family.py swap           # swapped (64-, 128-row) vs unswapped, M = 32 to 256
     python benchmarks/gemm_family.py tall           # 192-row tiles vs the best 64/128-row ones
     python benchmarks/gemm_family.py swap_tiled     # a batch of 257-1024 rows in several swapped token tiles vs unswapped
+    python benchmarks/gemm_family.py w128           # a 128-row tile in one consumer warpgroup vs two, same tile
     python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
     python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
     python benchmarks/gemm_family.py l2_shared      # the picks the L2 floor's shared-panel term changes, old vs new
@@ -210,7 +211,7 @@ def _time_candidate(case, c, cands, **tags) -> dict:
     """One forced variant of the model's: the kernels alone against torch's (:func:`fb.time_case`), the row tagged
     with ``tags``, its predicted time and its rank among ``cands``; one line printed."""
     r = fb.time_case(case, rounds=4, per_round=8, config=c.config)
-    r.update(tags, predicted_us=c.time_us, model_rank=cands.index(c))
+    r.update(tags, predicted_us=c.time_us, model_rank=cands.index(c) if c in cands else None)
     kind = " ".join(str(v) for v in tags.values())
     print(f"{case.label:>28} {kind:9s} {c.config.name:<32} pred {c.time_us:8.1f} us  ours {r['prepared_us']:8.1f} us "
           f"torch {r['torch_gpu_us']:8.1f} us ratio {r['ratio_prepared']:.3f} err {r['rel_err']:.1e}", flush=True)
@@ -286,6 +287,36 @@ def tall_tiles(out_dir) -> list[dict]:
     return rows
 
 
+def w128(out_dir) -> list[dict]:
+    """A 128-row tile held by one consumer warpgroup (``wg_rows = 128``) against two, each as the model builds it
+    (its own ring depth), same tile, cluster and splits, kernels alone against torch's in the same run: every shape of
+    both families whose model pick has a 128-row tile up to 192 wide, and chapter 07's ten. A form the model does not
+    consider for the shape is built as :func:`~gemmlab.family.heuristic_sm90.make_config` would (``model_rank`` None)."""
+    rows = []
+    seen = set()
+    cases = fb.family_cases() + fb.wide_cases() + [fb.Case(m, n, k, group="chapter 07")
+                                                   for m, n, k in fb.CHAPTER07_SHAPES]
+    for case in cases:
+        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, b_major=case.b_major)
+        if prob in seen:
+            continue
+        seen.add(prob)
+        cands = h.candidates(prob, 132)
+        top = cands[0].config
+        if h.wg_rows_for(top.tile_m, top.tile_n) != (64, 128):
+            continue
+        same = [c for c in cands if (c.config.tile_m, c.config.tile_n, c.config.swap_ab, c.config.cluster,
+                                     c.config.splits) == (top.tile_m, top.tile_n, top.swap_ab, top.cluster, top.splits)]
+        for w in (64, 128):
+            c = next((c for c in same if c.config.wg_rows == w), None)
+            if c is None:  # a form the model does not consider here (h._one_warpgroup_worth_modelling): built as it would
+                c = h.predict(prob, h.make_config(prob, top.tile_m, top.tile_n, swap=top.swap_ab, splits=top.splits,
+                                                  cluster=top.cluster, wg_rows=w), 132)
+            rows.append(_time_candidate(case, c, cands, kind=f"w{w}"))
+    _write("gemm_family_w128", {"rows": rows}, out_dir)
+    return rows
+
+
 def family(out_dir, quick: bool = False) -> list[dict]:
     cases = fb.family_cases()
     if quick:
@@ -335,8 +366,8 @@ def l2_shared(out_dir) -> list[dict]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "family", "quick", "wide",
-                                    "l2_shared", "all"])
+    p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "w128", "family", "quick",
+                                    "wide", "l2_shared", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
     args = p.parse_args()
@@ -357,6 +388,8 @@ def main() -> int:
         swap_tiled(args.out)
     if args.what == "tall":
         tall_tiles(args.out)
+    if args.what == "w128":
+        w128(args.out)
     if args.what in ("family", "all"):
         family(args.out)
     if args.what == "quick":

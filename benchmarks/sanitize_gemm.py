@@ -40,6 +40,11 @@ CONFIGS = (
     # a swapped batch cut into several token tiles, paired along them (weight multicast) and along the weight
     Sm90Config(tile_m=128, tile_n=96, stages=6, cluster=(1, 2), swap_ab=True),
     Sm90Config(tile_m=128, tile_n=160, stages=5, cluster=(2, 1), swap_ab=True, splits=2),
+    # one consumer warpgroup holding a 128-row tile (two accumulators, two slabs stored in turn): swapped and paired
+    # along the token tiles, paired along M, and with split-K
+    Sm90Config(tile_n=128, stages=6, cluster=(1, 2), swap_ab=True, wg_rows=128),
+    Sm90Config(tile_n=192, stages=5, cluster=(2, 1), wg_rows=128),
+    Sm90Config(tile_n=144, stages=6, cluster=(2, 1), epi_n=16, wg_rows=128, splits=3),
 )
 
 

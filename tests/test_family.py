@@ -151,6 +151,24 @@ def test_sm90_config_rules():
         Sm90Config(tile_k=128)
     assert not Sm90Config(tile_n=144, stages=4, epi_n=16, epi_stages=4).epi_ring_aligned
     assert Sm90Config(tile_n=256, stages=4).epi_ring_aligned
+    for bad, msg in ((dict(wg_rows=96), "wg_rows must be one of"), (dict(tile_n=224, wg_rows=128), "tile_n <= 192"),
+                     (dict(tile_m=64, tile_n=128, wg_rows=128), "tile_m=128"),
+                     (dict(tile_n=128, wg_rows=128, gated=True), "no gated epilogue")):
+        with pytest.raises(ValueError, match=msg):
+            Sm90Config(**bad)
+
+
+def test_one_consumer_warpgroup_config_by_hand():
+    # wg_rows = 128: one consumer warpgroup (256 threads), one ring of epilogue buffers (half the bytes), so a
+    # 128 x 96 tile fits a 7th A/B stage: 7 x 28 KiB + 4 x 4 KiB + barriers + slack <= 227 KiB (with two warpgroups
+    # the 8 buffers take 32 KiB and 7 stages do not fit)
+    one, two = Sm90Config(tile_n=96, stages=6, wg_rows=128), Sm90Config(tile_n=96, stages=6)
+    assert (one.consumers, one.threads, two.consumers, two.threads) == (1, 256, 2, 384)
+    assert one.epi_bytes() * 2 == two.epi_bytes() == 2 * 4 * 64 * 32 * 2
+    assert Sm90Config(tile_n=96, stages=7, wg_rows=128).smem_bytes() == 7 * 28672 + 16384 + 2 * 7 * 8 + 1024
+    with pytest.raises(ValueError, match="shared memory"):
+        Sm90Config(tile_n=96, stages=7)
+    assert one.name == "128x96 c2x1 m8 s6 w128" and one.kernel_key != two.kernel_key
 
 
 def test_kernel_key_ignores_the_number_of_splits():
@@ -583,7 +601,8 @@ def test_gemm_without_tvm_ffi_raises_a_clear_error_on_the_gpu(monkeypatch):
 
 @pytest.mark.parametrize("cfg", [Sm90Config(), Sm90Config(tile_m=64, tile_n=96, stages=8, splits=5),
                                  Sm90Config(tile_m=128, tile_n=128, stages=6, cluster=(1, 1), swap_ab=True, splits=3),
-                                 Sm90Config(cluster=(1, 2), raster="n", group=4)])
+                                 Sm90Config(cluster=(1, 2), raster="n", group=4),
+                                 Sm90Config(tile_n=144, stages=6, epi_n=16, wg_rows=128, swap_ab=True, splits=2)])
 def test_a_config_name_reads_back_into_the_config(cfg):
     """The stored results name their configs (Sm90Config.name); parse_name gives every field the name holds."""
     fields = Sm90Config.parse_name(cfg.name)
@@ -748,6 +767,24 @@ def test_mid_m_picks_the_measured_swapped_tiles():
     # M <= SWAP_MAX_M keeps its one whole-batch tile; M > SWAP_TILED_MAX_M is never swapped
     assert h.choose(GemmProblem(200, 4096, 4096), 132).tile_n == 208
     assert not any(c.config.swap_ab for c in h.candidates(GemmProblem(1536, 4096, 4096), 132))
+
+
+def test_one_warpgroup_tiles_where_the_main_loop_binds():
+    # H200, kernels alone, both forms in one run (gemm_family_w128_first.json): 512 x 4096 x 7168 on 128 x 128 swapped
+    # tiles, one tile per CTA, 41.9 us with one consumer warpgroup against 44.1 with two
+    c = h.choose(GemmProblem(512, 4096, 7168), 132)
+    assert (c.tile_m, c.tile_n, c.swap_ab, c.wg_rows) == (128, 128, True, 128)
+    # the model: the same tile's main loop wg128_gain faster, its epilogue twice as long
+    p = GemmProblem(512, 4096, 7168)
+    one, two = (h.predict(p, replace(c, wg_rows=w), 132) for w in (128, 64))
+    assert one.whole_us == pytest.approx((two.whole_us - h.MODEL.epilogue_us) / h.MODEL.wg128_gain
+                                         + 2 * h.MODEL.epilogue_us)
+    # where HBM binds (a decode batch on 128 x 96 swapped tiles) the two forms tie, and the tie goes to two warpgroups
+    p = GemmProblem(96, 10240, 8192)
+    d = h.choose(p, 132)
+    assert (d.tile_m, d.tile_n, d.wg_rows) == (128, 96, 64)
+    assert h.predict(p, replace(d, wg_rows=128, stages=7), 132).time_us == pytest.approx(h.predict(p, d, 132).time_us)
+    assert h.wg_rows_for(128, 192) == (64, 128) and h.wg_rows_for(128, 208) == h.wg_rows_for(64, 128) == (64,)
 
 
 def test_equal_swapped_variants_prefer_the_weight_multicast():

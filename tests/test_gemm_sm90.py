@@ -86,6 +86,20 @@ def test_whole_tiles_and_reducers_share_one_epilogue():
     assert len(ptx_lines(split, r"^bar\.sync\s+4, 256;")) == 2
 
 
+def test_one_warpgroup_holds_a_128_row_tile():
+    # wg_rows = 128: one consumer warpgroup issues both 64-row WGMMAs of every k-step into two accumulators, and
+    # stores the two slabs one after the other through its one ring of epilogue buffers.
+    one, two = (compile_gemm("sm_90a", Sm90Config(tile_n=128, stages=6, cluster=(1, 2), swap_ab=True, wg_rows=w))
+                for w in (128, 64))
+    assert ptx_lines(one, r"^\.reqntid 256") and ptx_lines(two, r"^\.reqntid 384")
+    mma = r"^wgmma\.mma_async\.sync\.aligned\.m64n128k16"
+    assert len(ptx_lines(one, mma)) == 2 * len(ptx_lines(two, mma)) == 16  # 2 x 4 a k-block, peeled and in the loop
+    stores = r"^cp\.async\.bulk\.tensor\.2d\.global\.shared::cta"
+    assert len(ptx_lines(one, stores)) == 2 * len(ptx_lines(two, stores)) == 8  # two slabs of 4 sub-tiles
+    assert all(line.rstrip(";").endswith("128") for line in ptx_lines(one, r"^bar\.sync"))
+    assert ptx_lines(one, r"^setmaxnreg\.inc\.sync\.aligned\.u32\s+232;")
+
+
 @pytest.mark.parametrize("cfg", [Sm90Config(), Sm90Config(tile_n=128, stages=6, cluster=(1, 2)),
                                  Sm90Config(tile_m=64, tile_n=192, stages=6, cluster=(2, 1)),
                                  Sm90Config(tile_n=176, stages=4, splits=3, cluster=(2, 1), epi_n=16),
@@ -195,7 +209,11 @@ VARIANTS = [Sm90Config(), Sm90Config(tile_n=144, stages=6, cluster=(1, 2), epi_n
             Sm90Config(tile_m=128, tile_n=64, stages=8, cluster=(1, 1), swap_ab=True, splits=7),
             Sm90Config(tile_m=192, tile_n=192, stages=4, cluster=(2, 1), epi_stages=2),
             Sm90Config(tile_m=192, tile_n=112, stages=5, cluster=(1, 2), epi_n=16, epi_stages=2),
-            Sm90Config(tile_m=192, tile_n=128, stages=5, cluster=(1, 1), epi_stages=2, splits=3)]
+            Sm90Config(tile_m=192, tile_n=128, stages=5, cluster=(1, 1), epi_stages=2, splits=3),
+            Sm90Config(tile_n=128, stages=6, cluster=(1, 2), swap_ab=True, wg_rows=128),
+            Sm90Config(tile_n=192, stages=5, cluster=(2, 1), wg_rows=128),
+            Sm90Config(tile_n=144, stages=6, cluster=(2, 1), epi_n=16, wg_rows=128, splits=3),
+            Sm90Config(tile_n=112, stages=7, cluster=(1, 1), epi_n=16, swap_ab=True, wg_rows=128, splits=2)]
 
 
 @pytest.mark.gpu

@@ -29,6 +29,9 @@ SWIZZLE_ROW_BYTES = 128
 #: The widest tile of three consumer warpgroups (``tile_m = 192``): 128 x 40 + 384 x 152 registers fill the SM's 64 K,
 #: and a 64 x 192 FP32 accumulator takes 96 of a consumer thread's 152.
 MAX_TILE_N_192 = 192
+#: The widest tile one consumer warpgroup holds whole (``wg_rows = 128``): its FP32 accumulator takes ``tile_n`` of a
+#: thread's 232 registers.
+MAX_TILE_N_WG128 = 192
 #: Shared memory kept for mbarriers and alignment slack in every sm90 CTA.
 SM90_SMEM_SLACK = 1024
 
@@ -81,6 +84,7 @@ class Sm90Config:
     dtype: str = "bfloat16"
     out_dtype: str = "bfloat16"
     gated: bool = False
+    wg_rows: int = 64
 
     def __post_init__(self):
         # Every field is stored as the checked Python value (numpy ints become ints; 128.0 is refused).
@@ -113,6 +117,13 @@ class Sm90Config:
             if (self.tile_n // 2) % self.epi_n:
                 raise ValueError(f"gated: epi_n must divide tile_n / 2 = {self.tile_n // 2} (the output tile's "
                                  f"width); got epi_n={self.epi_n}")
+        put("wg_rows", check_choice("wg_rows", self.wg_rows, (64, 128)))
+        if self.wg_rows == 128:
+            if self.tile_m != 128 or self.tile_n > MAX_TILE_N_WG128 or self.gated:
+                raise ValueError(f"wg_rows=128 (one consumer warpgroup holding both 64-row halves of the tile) needs "
+                                 f"tile_m=128, tile_n <= {MAX_TILE_N_WG128} (tile_n accumulator registers a thread) "
+                                 f"and no gated epilogue; got tile_m={self.tile_m}, tile_n={self.tile_n}, "
+                                 f"gated={self.gated}")
         if self.tile_m == 192 and self.tile_n > MAX_TILE_N_192:
             raise ValueError(f"tile_n must be at most {MAX_TILE_N_192} with tile_m=192: three consumer warpgroups "
                              f"share the registers (152 per thread, tile_n / 2 of them accumulators); got {self.tile_n}")
@@ -123,8 +134,8 @@ class Sm90Config:
     # ---- the CTA
     @property
     def consumers(self) -> int:
-        """Consumer warpgroups: one per 64 rows of the tile (WGMMA's M is 64)."""
-        return self.tile_m // 64
+        """Consumer warpgroups: one per ``wg_rows`` rows of the tile (64: one WGMMA's M; 128: two WGMMAs a k-step)."""
+        return self.tile_m // self.wg_rows
 
     @property
     def threads(self) -> int:
@@ -218,7 +229,7 @@ class Sm90Config:
         back."""
         return (f"{self.tile_m}x{self.tile_n} c{self.cluster[0]}x{self.cluster[1]} {self.raster}{self.group} "
                 f"s{self.stages}" + (" swap" if self.swap_ab else "") + (f" split{self.splits}" if self.split_k else "")
-                + (" gated" if self.gated else ""))
+                + (" gated" if self.gated else "") + (" w128" if self.wg_rows == 128 else ""))
 
     @staticmethod
     def parse_name(name: str) -> dict:
@@ -232,7 +243,7 @@ class Sm90Config:
             stages = int(parts[3][1:])
             extra = parts[4:]
             splits = [int(p[5:]) for p in extra if p.startswith("split")]
-            if any(p not in ("swap", "gated") and not p.startswith("split") for p in extra) or len(splits) > 1:
+            if any(p not in ("swap", "gated", "w128") and not p.startswith("split") for p in extra) or len(splits) > 1:
                 raise ValueError
         except (IndexError, ValueError):
             raise ValueError(f"name must look like '128x256 c2x1 m8 s4' (+ ' swap', ' split5', ' gated'); "
@@ -241,6 +252,8 @@ class Sm90Config:
                    swap_ab="swap" in extra, splits=splits[0] if splits else 1)
         if "gated" in extra:
             out["gated"] = True
+        if "w128" in extra:
+            out["wg_rows"] = 128
         return out
 
 

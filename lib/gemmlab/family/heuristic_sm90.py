@@ -92,7 +92,7 @@ from dataclasses import dataclass, replace
 
 from ..checks import check_int
 from ..hardware import H100
-from .configs import MAX_TILE_N_192, Sm90Config, effective_splits
+from .configs import MAX_TILE_N_192, MAX_TILE_N_WG128, Sm90Config, effective_splits
 from .problem import GemmProblem
 
 #: Tile N candidates without swap: every multiple of 16 from 64 to 256 (WGMMA takes any multiple of 8).
@@ -156,6 +156,15 @@ class MachineModel:
     # without it the model picked 192 rows on 37 shapes and lost 0.4 % overall (the 192-row kernels alone: 13 of
     # 60 faster, 0.955x geomean); with it, on 16, 0.8 % faster than never picking them (in-sample: the same 60).
     tall_tile_penalty: float = 1.05
+    # A 128-row tile held by one consumer warpgroup (``wg_rows = 128``: two 64-row WGMMAs a k-step, two accumulators)
+    # runs its main loop this much faster than two warpgroups of 64 rows each; its epilogue stores both slabs, so it
+    # costs twice :attr:`epilogue_us`. Fitted on an H200 (2026-11-28, results/nvidia-h200/gemm_family_w128_first.json,
+    # the same configs with both forms in the same run): one tile per CTA, 1.018x to 1.052x faster on the five
+    # compute-bound shapes (512 x 4096 x 7168: 44.1 us -> 41.9); 4096^3 on 128 x 192 tiles (5.3 waves) and the
+    # split-K decode shapes within 1 %. Modelled only where it won (:func:`_one_warpgroup_worth_modelling`). cuBLAS's
+    # kernel at 512 x 4096 x 7168 (nvjet ..._128x128_64x6_2x1) issues both halves' WGMMAs from one warpgroup too
+    # (Nsight Compute's source view: results/nvidia-h200/gemm_family_ncu_vs_cublas.txt).
+    wg128_gain: float = 1.03
 
 
 MODEL = MachineModel()
@@ -195,7 +204,7 @@ class Candidate:
 
 
 @functools.lru_cache(maxsize=1024)
-def _stages(tile_m: int, tile_n: int, split: bool, dtype: str, out_dtype: str, cap: int = 8) -> int:
+def _stages(tile_m: int, tile_n: int, split: bool, dtype: str, out_dtype: str, cap: int = 8, wg_rows: int = 64) -> int:
     """The deepest A/B ring that fits (or the measured exception). Cached: :func:`candidates` asks for the same
     tiles many times, and each try builds (and checks) a config."""
     if (tile_m, tile_n, split) in STAGES_MEASURED:
@@ -204,7 +213,7 @@ def _stages(tile_m: int, tile_n: int, split: bool, dtype: str, out_dtype: str, c
     for s in range(cap, 1, -1):
         try:
             Sm90Config(tile_m=tile_m, tile_n=tile_n, stages=s, cluster=(1, 1), epi_n=epi_n, epi_stages=epi_stages,
-                       splits=2 if split else 1, dtype=dtype, out_dtype=out_dtype)
+                       splits=2 if split else 1, dtype=dtype, out_dtype=out_dtype, wg_rows=wg_rows)
             return s
         except ValueError:
             continue
@@ -256,10 +265,11 @@ def clusters_for(swap: bool, mt: int, nt: int, num_sms: int = H100.sms) -> tuple
 
 
 def make_config(problem: GemmProblem, tile_m: int, tile_n: int, *, swap: bool = False, splits: int = 1,
-                num_sms: int = H100.sms, cluster: tuple[int, int] | None = None) -> Sm90Config:
+                num_sms: int = H100.sms, cluster: tuple[int, int] | None = None, wg_rows: int = 64) -> Sm90Config:
     """The full config for a tile choice: cluster, raster, stages and epilogue by the rules above.
 
-    ``cluster``: one of :func:`clusters_for`'s; ``None`` takes its first (the preferred one).
+    ``cluster``: one of :func:`clusters_for`'s; ``None`` takes its first (the preferred one). ``wg_rows``: 128 for a
+    128-row tile held by one consumer warpgroup (:func:`wg_rows_for`).
     """
     m, n = (problem.n, problem.m) if swap else (problem.m, problem.n)
     mt, nt = -(-m // tile_m), -(-n // tile_n)
@@ -275,10 +285,10 @@ def make_config(problem: GemmProblem, tile_m: int, tile_n: int, *, swap: bool = 
     splits = effective_splits(k_tiles, splits)
     epi_n, epi_stages = epi_shape_for(tile_n, tile_m)
     return Sm90Config(tile_m=tile_m, tile_n=tile_n,
-                      stages=_stages(tile_m, tile_n, splits > 1, problem.dtype, problem.out_dtype),
+                      stages=_stages(tile_m, tile_n, splits > 1, problem.dtype, problem.out_dtype, wg_rows=wg_rows),
                       cluster=cluster, raster="m" if cmt >= cnt else "n", group=8, epi_n=epi_n,
                       epi_stages=epi_stages, swap_ab=swap, splits=splits, dtype=problem.dtype,
-                      out_dtype=problem.out_dtype)
+                      out_dtype=problem.out_dtype, wg_rows=wg_rows)
 
 
 def _check_args(problem, num_sms, model, cfg=None) -> int:
@@ -325,10 +335,13 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
     sm_flops = model.peak_tflops * 1e12 / num_sms
     eff = model.mma_efficiency * (intensity(cfg.tile_m, cfg.tile_n) / intensity(128, 256)) ** model.intensity_power
     t_mma = 2 * cfg.tile_m * cfg.tile_n * cfg.tile_k / (sm_flops * eff)
+    if cfg.wg_rows == 128:
+        t_mma /= model.wg128_gain  # one warpgroup's two WGMMAs a k-step ...
+    epilogue_us = model.epilogue_us * (cfg.wg_rows // 64)  # ... and its epilogue storing both slabs
     t_load = cfg.stage_bytes() / (model.sm_gbps * 1e9)
     kblock_us = max(t_mma, t_load) * 1e6
-    whole_us = k_tiles * kblock_us + model.epilogue_us
-    unit_us = kb * kblock_us + model.epilogue_us
+    whole_us = k_tiles * kblock_us + epilogue_us
+    unit_us = kb * kblock_us + epilogue_us
     bw = model.hbm_tbps * 1e12 * model.hbm_efficiency
     hbm_bytes = problem.min_bytes()
     # Every CTA reads its A' and B' blocks from L2 (a multicast block once per cluster).
@@ -429,23 +442,51 @@ def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineMode
         tried = set()
         for cluster in clusters_for(swap, -(-m // tile_m), -(-n // tile_n), num_sms):
             for s in range(1, min(MAX_SPLITS, k_tiles) + 1):
-                cfg = make_config(problem, tile_m, tile_n, swap=swap, splits=s, num_sms=num_sms, cluster=cluster)
-                if cfg in tried:
-                    continue
-                tried.add(cfg)
-                if cfg.split_k and not _split_worth_modelling(problem, cfg, num_sms):
-                    continue
-                out.append(predict(problem, cfg, num_sms, model))
+                for wg_rows in wg_rows_for(tile_m, tile_n):
+                    cfg = make_config(problem, tile_m, tile_n, swap=swap, splits=s, num_sms=num_sms, cluster=cluster,
+                                      wg_rows=wg_rows)
+                    if cfg in tried:
+                        continue
+                    tried.add(cfg)
+                    if cfg.split_k and not _split_worth_modelling(problem, cfg, num_sms):
+                        continue
+                    if cfg.wg_rows == 128 and not _one_warpgroup_worth_modelling(problem, cfg, num_sms):
+                        continue
+                    out.append(predict(problem, cfg, num_sms, model))
     return sorted(out, key=lambda c: rank_key(c, num_sms))
+
+
+def wg_rows_for(tile_m: int, tile_n: int) -> tuple[int, ...]:
+    """The rows per consumer warpgroup modelled for a tile: 64, and for a 128-row tile up to
+    :data:`~gemmlab.family.configs.MAX_TILE_N_WG128` wide also 128 (one warpgroup, two accumulators)."""
+    return (64, 128) if tile_m == 128 and tile_n <= MAX_TILE_N_WG128 else (64,)
+
+
+def _one_warpgroup_worth_modelling(problem: GemmProblem, cfg: Sm90Config, num_sms: int) -> bool:
+    """Whether :func:`candidates` models ``cfg`` with one consumer warpgroup (``wg_rows = 128``): at most two K slices,
+    and a swapped batch or a grid of at most one tile per cluster.
+
+    Measured on an H100 (2026-11-28, ``results/nvidia-h100-80gb-hbm3/gemm_family_w128.json``: the same tile both ways
+    in one run, on the 27 shapes of both families whose pick had a 128-row tile up to 192 wide):
+
+    * one tile per cluster: faster on all 14 shapes (1.005x to 1.065x; 384 x 4096 x 14336 with two K slices);
+    * swapped token tiles over several waves: faster on all five mid-M shapes (1.014x to 1.039x, 640 x 8192 x
+      28672), within 1 % on the decode batches, where HBM binds and the model ties the two;
+    * an unswapped grid of two waves: slower on both (1000 x 6144 x 4096, 128 x 192: 70.1 us against 68.7);
+    * four K slices: half the threads store and read back the partial tiles (1024 x 576 x 7168: 32.8 us against 23.9).
+    """
+    clusters = cfg.clusters_on(num_sms)
+    return cfg.splits <= 2 and (cfg.swap_ab or cfg.units(problem.m, problem.n, clusters) <= clusters)
 
 
 def rank_key(c: Candidate, num_sms: int = H100.sms) -> tuple:
     """How :func:`candidates` orders variants: fastest first; among equals (within 1 %: typically several variants
     all bound by HBM) the one with more CTAs (more SMs streaming), then fewer splits, then the bigger tile, then the
-    preferred cluster (:data:`CLUSTERS`, :data:`SWAP_CLUSTERS`)."""
+    preferred cluster (:data:`CLUSTERS`, :data:`SWAP_CLUSTERS`), then two consumer warpgroups over one
+    (``wg_rows``)."""
     return (round(math.log(c.time_us) / math.log(1.01)), -min(c.units * c.config.cluster_size, num_sms),
             c.config.splits, -c.config.tile_m * c.config.tile_n,
-            (SWAP_CLUSTERS if c.config.swap_ab else CLUSTERS).index(c.config.cluster))
+            (SWAP_CLUSTERS if c.config.swap_ab else CLUSTERS).index(c.config.cluster), c.config.wg_rows)
 
 
 def _split_worth_modelling(problem: GemmProblem, cfg: Sm90Config, num_sms: int) -> bool:

@@ -222,6 +222,19 @@ def mma_operands(tiled_mma: cute.TiledMma, sA: cute.Tensor, sB: cute.Tensor, cti
     return thr_mma, tCrA, tCrB, acc
 
 
+def slab_views(acc: cute.Tensor, epi_mma: cute.TiledMma, bn: int, slabs: int) -> list:
+    """A consumer's accumulator as ``slabs`` 64-row accumulators (``wg_rows = 128``: two).
+
+    The accumulator's layout is ``(values, MMA_M, MMA_N)``, compact with the values first and ``MMA_N = 1`` (one
+    WGMMA spans the tile's N), so slab ``s`` is the ``s``-th run of ``size(values)`` registers.
+    """
+    if slabs == 1:
+        return [acc]
+    layout = cute.make_layout(epi_mma.partition_shape_C((WG_ROWS, bn)))
+    per = cute.size(layout)
+    return [cute.make_tensor(acc.iterator + s * per, layout) for s in range(slabs)]
+
+
 def epilogue_operands(epi_mma: cute.TiledMma, acc: cute.Tensor, sC: cute.Tensor, ctid, c_type, c_major_m: bool):
     """What :func:`store_tile` moves: registers -> shared (stmatrix) copies of a warpgroup's slab.
 
@@ -250,9 +263,11 @@ def gate(x: Float32, y: Float32) -> Float32:
 @cute.jit
 def store_tile(tma_c: cute.CopyAtom, sC: cute.Tensor, gC_tile: cute.Tensor, r2s: cute.TiledCopy, tRS_acc: cute.Tensor,
                tRS_sC: cute.Tensor, sub_f32: cute.Tensor, sub_out: cute.Tensor, half, store_warp,
-               cfg: cutlass.Constexpr, c_type: cutlass.Constexpr, desc=None):
-    """The TMA-store epilogue of one warpgroup: its 64 rows of the tile, sub-tile by sub-tile through its ring.
+               cfg: cutlass.Constexpr, c_type: cutlass.Constexpr, desc=None, slab=None):
+    """The TMA-store epilogue of one warpgroup: 64 rows of the tile, sub-tile by sub-tile through its ring.
 
+    ``half``: the warpgroup (its ring of buffers and its named barrier); ``slab``: which 64-row slab of the tile
+    the values are (None: ``half``, the warpgroup's own; a warpgroup of ``wg_rows = 128`` stores two).
     ``desc``: a descriptor in global memory to store through (chapter 08's
     rewritten descriptors) instead of the kernel parameter's.
     """
@@ -260,6 +275,7 @@ def store_tile(tma_c: cute.CopyAtom, sC: cute.Tensor, gC_tile: cute.Tensor, r2s:
     gC_epi = cute.zipped_divide(gC_tile, (WG_ROWS, cfg.epi_n))
     bSG_sC, bSG_gC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_epi)
     epi_count = cfg.out_tile_n // cfg.epi_n
+    row = half if cutlass.const_expr(slab is None) else slab
     for e in cutlass.range_constexpr(epi_count):
         buf = half * cfg.epi_stages + e % cfg.epi_stages
         # sub-tile e's values; gated: sub-tile e of the tile's first half of columns and sub-tile e of its second
@@ -276,9 +292,9 @@ def store_tile(tma_c: cute.CopyAtom, sC: cute.Tensor, gC_tile: cute.Tensor, r2s:
         cute.arch.barrier(barrier_id=EPI_BARRIER + half, number_of_threads=128)
         if store_warp:
             if cutlass.const_expr(desc is None):
-                cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))])
+                cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (row, e))])
             else:
-                cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (half, e))], tma_desc_ptr=desc)
+                cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, (row, e))], tma_desc_ptr=desc)
             cute.arch.cp_async_bulk_commit_group()
             # Buffer reuse: the store issued epi_stages-1 ago must have *read*
             # its buffer; the newer ones stay in flight (and drain during the
@@ -415,7 +431,12 @@ def gemm_kernel(
         # Epilogue copies: registers -> shared (stmatrix), shared -> global (TMA).
         # A warpgroup's accumulator fragment is laid out as in a single 64-row
         # MMA, so the 64-row epi_mma partitions its own slab of the output.
-        r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, acc, sC, ctid, c_type, c_major_m)
+        # wg_rows = 128: the warpgroup's accumulator is two 64-row slabs (one per WGMMA of a k-step), stored one after
+        # the other through its ring; each slab is seen as a 64-row accumulator of its own.
+        slabs = cfg.wg_rows // WG_ROWS
+        slab_acc = slab_views(acc, epi_mma, BN, slabs)
+        r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, slab_acc[0], sC, ctid, c_type, c_major_m)
+        tRS_slabs = [tRS_acc] + [r2s.retile(a) for a in slab_acc[1:]]
         gC = cute.local_tile(mC, (BM, cfg.out_tile_n), (None, None))  # (BM, out_tile_n, m_tiles, n_tiles)
 
         read = DevicePipelineState.consumer(stages)  # next stage to compute on
@@ -434,8 +455,9 @@ def gemm_kernel(
 
             if cutlass.const_expr(not cfg.split_k):
                 # ---- epilogue: this warpgroup's 64 rows, sub-tiles of 64 x epi_n through its ring
-                store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
-                           half, warp % 4 == 0, cfg, c_type)
+                for sl in cutlass.range_constexpr(slabs):
+                    store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_slabs[sl], tRS_sC, sub_f32,
+                               sub_out, half, warp % 4 == 0, cfg, c_type, slab=half * slabs + sl)
             else:
                 # ---- split-K epilogue: a whole tile (the full waves) stores C at once; a tail unit publishes its
                 # slice's partial tile, and the tile's last unit adds them all and stores C. The branch is the whole
@@ -449,8 +471,9 @@ def gemm_kernel(
                     if last:
                         add_partials(acc, part, split, splits, BM * BN, 128 * consumers)
                 if last:
-                    store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_acc, tRS_sC, sub_f32, sub_out,
-                               half, warp % 4 == 0, cfg, c_type)
+                    for sl in cutlass.range_constexpr(slabs):
+                        store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_slabs[sl], tRS_sC, sub_f32,
+                                   sub_out, half, warp % 4 == 0, cfg, c_type, slab=half * slabs + sl)
             linear = linear + num_clusters
         if warp % 4 == 0:  # each warpgroup's store warp drains its stores before the CTA exits
             cute.arch.cp_async_bulk_wait_group(0, read=True)
