@@ -35,6 +35,8 @@ def test_chapter07_solutions_by_hand():
     assert ch07.solution_token_tiles() == (96, 32 * 4) == (96, 128)
     c = make_config(GemmProblem(384, 4096, 4096), 128, 96, swap=True, cluster=(1, 2))
     assert c.tiles(384, 4096) == (32, 4)
+    # 128 x 160: two warpgroups of 64 x 160 over 128 threads each, or one of 128 x 160
+    assert ch07.solution_accumulators() == (10240 // 128, 20480 // 128) == (80, 160)
 
 
 def test_chapters_00_to_06_solutions_by_hand():

@@ -108,3 +108,32 @@ def family_profile_table(doc: dict) -> str:
                                       ("l2_mb", "L2 MB", ".0f"), ("dram_read_mb", "DRAM read MB", ".0f"),
                                       ("l2_pct", "L2 % of peak", ".1f"), ("sm_pct", "SM % of peak", ".1f"),
                                       ("sm_ghz", "SM GHz", ".2f")])
+
+
+def w128_summary(doc: dict) -> str:
+    """A stored ``benchmarks/gemm_family.py w128`` run: per shape the same tile with two consumer warpgroups and with
+    one (``wg_rows = 128``), kernels alone, and which form the heuristic picks there now (with the model of the
+    run's GPU)."""
+    from ..family import heuristic_sm90 as h
+    from ..family.problem import GemmProblem
+    from ..hardware import spec_for
+
+    model = h.model_for(spec_for(doc["device"]))
+    by = {}
+    for r in doc["rows"]:
+        if "prepared_us" in r:
+            by.setdefault((r["m"], r["n"], r["k"], r["label"]), {})[r["kind"]] = r
+    rows = []
+    for (m, n, k, label), v in by.items():
+        if "w64" in v and "w128" in v:
+            pick = h.choose(GemmProblem(m, n, k), 132, model)
+            rows.append({"label": label, "config": v["w64"]["config"], "w64": v["w64"]["prepared_us"],
+                         "w128": v["w128"]["prepared_us"], "gain": v["w64"]["prepared_us"] / v["w128"]["prepared_us"],
+                         "picked": "one" if pick.wg_rows == 128 else "two"})
+    picked = [r["gain"] for r in rows if r["picked"] == "one"]
+    head = (f"{doc['device']}, {doc['date']}: {len(rows)} shapes timed both ways; the heuristic picks one warpgroup "
+            f"on {len(picked)}" + (f", {sum(g > 1 for g in picked)} of them faster that way (geometric mean "
+                                   f"{geomean(picked):.3f}x, {min(picked):.3f}x to {max(picked):.3f}x)" if picked else ""))
+    return head + "\n" + format_table(rows, [
+        ("label", "M x N x K", ""), ("config", "tile (two warpgroups)", ""), ("w64", "two: us", ".1f"),
+        ("w128", "one: us", ".1f"), ("gain", "two / one", ".3f"), ("picked", "heuristic", "")])

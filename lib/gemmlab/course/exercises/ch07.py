@@ -125,3 +125,33 @@ def explain_token_tiles() -> str:
             "one CTA in four computes padding, and at 640 x 8192 x 28672 that ran 728 us against 414 for 2 x 1 "
             "clusters along the weight's 64 tiles (an even count; with two K slices), so swapped grids pair only "
             "along an even count.")
+
+
+def check_accumulators(answer) -> bool:
+    """One warpgroup, two accumulators: ``(registers with wg_rows=64, registers with wg_rows=128)``, the FP32
+    accumulator registers one consumer thread holds for a 128 x 160 tile."""
+    return verdict("accumulator registers", answer, solution_accumulators(),
+                   "A warpgroup is 128 threads; its accumulator is the rows it owns x 160 FP32 values, spread evenly "
+                   "over them.")
+
+
+def solution_accumulators():
+    # wg_rows = 64: two warpgroups, each 64 x 160 = 10240 values over 128 threads -> 80 registers a thread.
+    # wg_rows = 128: one warpgroup holds all 128 x 160 = 20480 values -> 160 registers a thread (two WGMMAs of 80).
+    return (64 * 160 // 128, 128 * 160 // 128)
+
+
+def explain_accumulators() -> str:
+    """Why the config refuses one warpgroup for a 128 x 224 tile, and why the heuristic does not use it on an
+    unswapped grid of two waves."""
+    return ("With one warpgroup a thread holds tile_n accumulators: 224 for a 128 x 224 tile. setmaxnreg gives a "
+            "consumer thread 232 registers (the producer keeps 40 of the SM's 64 K: 128 x 40 + 128 x 232 threads' "
+            "worth, and no thread may have more than 255), and the WGMMA descriptors, the pipeline state and the "
+            "epilogue's conversions need a few dozen more, so the accumulators would spill to local memory; the "
+            "config stops at 192 (Sm90Config's MAX_TILE_N_WG128). On a grid with more tiles than clusters, each CTA "
+            "stores a tile and then starts the next: two warpgroups store their two 64-row slabs at the same time, one "
+            "warpgroup stores both in turn, so its epilogue takes about twice as long while the tensor cores wait. "
+            "Measured on an H100 (benchmarks/gemm_family.py w128): 1000 x 6144 x 4096 on 128 x 192 tiles, two waves, "
+            "ran 70.1 us with one warpgroup against 68.7 with two, where one-wave grids ran up to 1.065x faster with "
+            "one. A ping-pong schedule (two warpgroups, each holding a whole 128-row tile, one storing while the other "
+            "computes) would hide that epilogue; it is not built here.")
