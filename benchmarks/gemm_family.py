@@ -8,6 +8,7 @@
     python benchmarks/gemm_family.py tall           # 192-row tiles vs the best 64/128-row ones
     python benchmarks/gemm_family.py swap_tiled     # a batch of 257-1024 rows in several swapped token tiles vs unswapped
     python benchmarks/gemm_family.py w128           # a 128-row tile in one consumer warpgroup vs two, same tile
+    python benchmarks/gemm_family.py stages         # the deepest A/B ring that fits vs the picks' ring of at most 8
     python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
     python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
     python benchmarks/gemm_family.py l2_shared      # the picks the L2 floor's shared-panel term changes, old vs new
@@ -317,6 +318,35 @@ def w128(out_dir) -> list[dict]:
     return rows
 
 
+def deep_rings(out_dir, cap: int = 16) -> list[dict]:
+    """The heuristic's pick with its A/B ring of at most 8 stages against the same config with the deepest ring that
+    fits (up to ``cap``), kernels alone against torch's in the same run: every shape of both families where a deeper
+    ring fits (narrow 64-row tiles: a 64 x 64 tile's stage is 16 KiB, so 13 fit where 8 were used)."""
+    from dataclasses import replace
+
+    from gemmlab.hardware import spec_for
+
+    model = h.model_for(spec_for(torch.cuda.get_device_name()))  # this GPU's picks
+    rows = []
+    seen = set()
+    for case in fb.family_cases() + fb.wide_cases():
+        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, b_major=case.b_major)
+        if prob in seen:
+            continue
+        seen.add(prob)
+        cands = h.candidates(prob, 132, model)
+        pick = cands[0]
+        deep = h._stages(pick.config.tile_m, pick.config.tile_n, pick.config.split_k, prob.dtype, prob.out_dtype,
+                         cap=cap, wg_rows=pick.config.wg_rows)
+        if deep <= pick.config.stages:
+            continue
+        rows.append(_time_candidate(case, pick, cands, kind=f"s{pick.config.stages}"))
+        rows.append(_time_candidate(case, replace(pick, config=replace(pick.config, stages=deep)), cands,
+                                    kind=f"s{deep}"))
+    _write("gemm_family_stages", {"rows": rows}, out_dir)
+    return rows
+
+
 def family(out_dir, quick: bool = False) -> list[dict]:
     cases = fb.family_cases()
     if quick:
@@ -366,8 +396,8 @@ def l2_shared(out_dir) -> list[dict]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "w128", "family", "quick",
-                                    "wide", "l2_shared", "all"])
+    p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "w128", "stages", "family",
+                                    "quick", "wide", "l2_shared", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
     args = p.parse_args()
@@ -390,6 +420,8 @@ def main() -> int:
         tall_tiles(args.out)
     if args.what == "w128":
         w128(args.out)
+    if args.what == "stages":
+        deep_rings(args.out)
     if args.what in ("family", "all"):
         family(args.out)
     if args.what == "quick":
