@@ -292,7 +292,8 @@ def w128(out_dir) -> list[dict]:
     """A 128-row tile held by one consumer warpgroup (``wg_rows = 128``) against two, each as the model builds it
     (its own ring depth), same tile, cluster and splits, kernels alone against torch's in the same run: every shape of
     both families whose model pick has a 128-row tile up to 192 wide, and chapter 07's ten. A form the model does not
-    consider for the shape is built as :func:`~gemmlab.family.heuristic_sm90.make_config` would (``model_rank`` None)."""
+    consider for the shape is built as :func:`~gemmlab.family.heuristic_sm90.make_config` would
+    (``model_rank`` None)."""
     rows = []
     seen = set()
     cases = fb.family_cases() + fb.wide_cases() + [fb.Case(m, n, k, group="chapter 07")
@@ -310,7 +311,7 @@ def w128(out_dir) -> list[dict]:
                                      c.config.splits) == (top.tile_m, top.tile_n, top.swap_ab, top.cluster, top.splits)]
         for w in (64, 128):
             c = next((c for c in same if c.config.wg_rows == w), None)
-            if c is None:  # a form the model does not consider here (h._one_warpgroup_worth_modelling): built as it would
+            if c is None:  # a form the model does not consider here (h._one_warpgroup_worth_modelling)
                 c = h.predict(prob, h.make_config(prob, top.tile_m, top.tile_n, swap=top.swap_ab, splits=top.splits,
                                                   cluster=top.cluster, wg_rows=w), 132)
             rows.append(_time_candidate(case, c, cands, kind=f"w{w}"))

@@ -7,14 +7,18 @@
 Every kernel variant the heuristic can pick: 2x1 cluster with B multicast, 1x2 with A multicast and a
 narrow epilogue, a 64-row tile, 192-row tiles (three consumer warpgroups), swap A/B (M-major output through
 stmatrix.trans; a batch of several token tiles, paired along either side), split-K (each unit's FP32 partial
-tile in the workspace, the tile counters, the last unit's reduction inside the same launch), and swap with
-split-K. Each split-K variant also runs on a persistent grid of
-a few SMs (:data:`HYBRID_SMS`), where the tiles outnumber the clusters: whole tiles in whole waves, then only
-the tail split, its workspace and counters sized for the tail. M, N, K are not multiples of any tile, so TMA's
+tile in the workspace, the tile counters, the last unit's reduction inside the same launch), swap with
+split-K, a 128-row tile held by one consumer warpgroup, and two such warpgroups taking tiles in turn
+(ping-pong). Each split-K and ping-pong variant also runs on a persistent grid of
+a few SMs (:data:`HYBRID_SMS`), where the tiles outnumber the clusters: for split-K whole tiles in whole waves,
+then only the tail split, its workspace and counters sized for the tail; for ping-pong several tiles a CTA, so
+both warpgroups take turns. ``--only TEXT`` runs the configs whose name contains TEXT. M, N, K are not
+multiples of any tile, so TMA's
 zero fill and clipped stores are exercised. Without
 ``--report-api-errors no`` memcheck also lists host-side cuGetProcAddress probes made by the
 libraries at start-up, which are not kernel errors.
 """
+import argparse
 import os
 import sys
 
@@ -45,6 +49,10 @@ CONFIGS = (
     Sm90Config(tile_n=128, stages=6, cluster=(1, 2), swap_ab=True, wg_rows=128),
     Sm90Config(tile_n=192, stages=5, cluster=(2, 1), wg_rows=128),
     Sm90Config(tile_n=144, stages=6, cluster=(2, 1), epi_n=16, wg_rows=128, splits=3),
+    # ping-pong: two warpgroups taking whole 128-row tiles in turn (also on a few SMs, so each CTA runs several)
+    Sm90Config(tile_n=192, stages=4, cluster=(2, 1), wg_rows=128, pingpong=True),
+    Sm90Config(tile_n=128, stages=6, cluster=(1, 2), swap_ab=True, wg_rows=128, pingpong=True),
+    Sm90Config(tile_n=144, stages=5, cluster=(1, 1), epi_n=16, wg_rows=128, pingpong=True),
 )
 
 
@@ -52,15 +60,18 @@ CONFIGS = (
 HYBRID_SMS = 6
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    args = argparse.ArgumentParser(description=__doc__)
+    args.add_argument("--only", default="", help="run only the configs whose name contains this (e.g. 'pp')")
+    args = args.parse_args(argv)
     torch.manual_seed(0)
     worst = 0.0
     for m, n, k in ((300, 400, 264), (72, 296, 520)):
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()  # K x N view of an N x K weight
         ref = a.float() @ b.float()
-        for cfg in CONFIGS:
-            for sms in (None, HYBRID_SMS) if cfg.split_k else (None,):
+        for cfg in (c for c in CONFIGS if args.only in c.name):
+            for sms in (None, HYBRID_SMS) if cfg.split_k or cfg.pingpong else (None,):
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
                 if sms is None:
                     prepare(a, b, out, cfg)()
@@ -69,7 +80,7 @@ def main() -> int:
                     problem = problem_of(a, b, out)
                     plan = Plan(problem, cfg, "sm90", sms)
                     plan(*canonical_operands(a, b, out, problem.b_major))
-                    grid = f" on {sms} SMs ({plan.launch.dp_tiles} tiles whole)"
+                    grid = f" on {sms} SMs ({plan.launch.dp_tiles} tiles whole)" if cfg.split_k else f" on {sms} SMs"
                 torch.cuda.synchronize()
                 err = ((out.float() - ref).norm() / ref.norm()).item()
                 worst = max(worst, err)

@@ -169,6 +169,10 @@ def test_one_consumer_warpgroup_config_by_hand():
     with pytest.raises(ValueError, match="shared memory"):
         Sm90Config(tile_n=96, stages=7)
     assert one.name == "128x96 c2x1 m8 s6 w128" and one.kernel_key != two.kernel_key
+    # pingpong: two such warpgroups, each with its own ring of epilogue buffers
+    pp = Sm90Config(tile_n=96, stages=6, wg_rows=128, pingpong=True)
+    assert (pp.consumers, pp.threads, pp.epi_bytes()) == (2, 384, two.epi_bytes())
+    assert pp.name == "128x96 c2x1 m8 s6 w128 pp"
 
 
 def test_kernel_key_ignores_the_number_of_splits():
@@ -602,7 +606,8 @@ def test_gemm_without_tvm_ffi_raises_a_clear_error_on_the_gpu(monkeypatch):
 @pytest.mark.parametrize("cfg", [Sm90Config(), Sm90Config(tile_m=64, tile_n=96, stages=8, splits=5),
                                  Sm90Config(tile_m=128, tile_n=128, stages=6, cluster=(1, 1), swap_ab=True, splits=3),
                                  Sm90Config(cluster=(1, 2), raster="n", group=4),
-                                 Sm90Config(tile_n=144, stages=6, epi_n=16, wg_rows=128, swap_ab=True, splits=2)])
+                                 Sm90Config(tile_n=144, stages=6, epi_n=16, wg_rows=128, swap_ab=True, splits=2),
+                                 Sm90Config(tile_n=192, stages=4, wg_rows=128, pingpong=True)])
 def test_a_config_name_reads_back_into_the_config(cfg):
     """The stored results name their configs (Sm90Config.name); parse_name gives every field the name holds."""
     fields = Sm90Config.parse_name(cfg.name)

@@ -85,6 +85,7 @@ class Sm90Config:
     out_dtype: str = "bfloat16"
     gated: bool = False
     wg_rows: int = 64
+    pingpong: bool = False
 
     def __post_init__(self):
         # Every field is stored as the checked Python value (numpy ints become ints; 128.0 is refused).
@@ -124,6 +125,10 @@ class Sm90Config:
                                  f"tile_m=128, tile_n <= {MAX_TILE_N_WG128} (tile_n accumulator registers a thread) "
                                  f"and no gated epilogue; got tile_m={self.tile_m}, tile_n={self.tile_n}, "
                                  f"gated={self.gated}")
+        put("pingpong", check_choice("pingpong", self.pingpong, (False, True)))
+        if self.pingpong and (self.wg_rows != 128 or self.split_k):
+            raise ValueError(f"pingpong (two consumer warpgroups taking whole 128-row tiles in turn) needs wg_rows=128 "
+                             f"and splits 1; got wg_rows={self.wg_rows}, splits={self.splits}")
         if self.tile_m == 192 and self.tile_n > MAX_TILE_N_192:
             raise ValueError(f"tile_n must be at most {MAX_TILE_N_192} with tile_m=192: three consumer warpgroups "
                              f"share the registers (152 per thread, tile_n / 2 of them accumulators); got {self.tile_n}")
@@ -134,8 +139,9 @@ class Sm90Config:
     # ---- the CTA
     @property
     def consumers(self) -> int:
-        """Consumer warpgroups: one per ``wg_rows`` rows of the tile (64: one WGMMA's M; 128: two WGMMAs a k-step)."""
-        return self.tile_m // self.wg_rows
+        """Consumer warpgroups: one per ``wg_rows`` rows of the tile (64: one WGMMA's M; 128: two WGMMAs a k-step);
+        with ``pingpong`` two, each holding whole tiles, one tile after the other's."""
+        return 2 if self.pingpong else self.tile_m // self.wg_rows
 
     @property
     def threads(self) -> int:
@@ -229,7 +235,8 @@ class Sm90Config:
         back."""
         return (f"{self.tile_m}x{self.tile_n} c{self.cluster[0]}x{self.cluster[1]} {self.raster}{self.group} "
                 f"s{self.stages}" + (" swap" if self.swap_ab else "") + (f" split{self.splits}" if self.split_k else "")
-                + (" gated" if self.gated else "") + (" w128" if self.wg_rows == 128 else ""))
+                + (" gated" if self.gated else "") + (" w128" if self.wg_rows == 128 else "")
+                + (" pp" if self.pingpong else ""))
 
     @staticmethod
     def parse_name(name: str) -> dict:
@@ -243,7 +250,8 @@ class Sm90Config:
             stages = int(parts[3][1:])
             extra = parts[4:]
             splits = [int(p[5:]) for p in extra if p.startswith("split")]
-            if any(p not in ("swap", "gated", "w128") and not p.startswith("split") for p in extra) or len(splits) > 1:
+            known = ("swap", "gated", "w128", "pp")
+            if any(p not in known and not p.startswith("split") for p in extra) or len(splits) > 1:
                 raise ValueError
         except (IndexError, ValueError):
             raise ValueError(f"name must look like '128x256 c2x1 m8 s4' (+ ' swap', ' split5', ' gated'); "
@@ -254,6 +262,8 @@ class Sm90Config:
             out["gated"] = True
         if "w128" in extra:
             out["wg_rows"] = 128
+        if "pp" in extra:
+            out["pingpong"] = True
         return out
 
 

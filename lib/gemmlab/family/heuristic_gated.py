@@ -106,7 +106,9 @@ def w16_pass_us(m: int, n: int, k: int, model=None) -> float:
 
 def w16_candidate(m: int, n: int, k: int, num_sms: int = H100.sms, model=None):
     """``(W16Config, modelled microseconds)`` of the W16 route's best GEMM for M x N x K, or None where chapter 07's
-    heuristic has no candidate for it: the gated epilogue takes no swap and no split-K, a ``tile_n`` that is a multiple
+    heuristic has no candidate for it: the gated epilogue takes no swap, no split-K and two consumer warpgroups of 64
+    rows (``wg_rows`` 64: a warpgroup pairs the two halves of its columns in its own registers), a ``tile_n`` that is
+    a multiple
     of 64 (so the output tile, ``tile_n / 2``, is a multiple of the 32-column epilogue sub-tile) and N a multiple of
     ``tile_n / 2``. The GEMM is priced as chapter 07's model prices ``M x 2N x K`` in FP16
     (:func:`~gemmlab.family.heuristic_sm90.candidates`), plus :func:`w16_pass_us` and :data:`W16_FIXED_US`."""
@@ -127,7 +129,7 @@ def _w16_candidate(m: int, n: int, k: int, num_sms: int, model):
     model = MODEL if model is None else model
     for c in candidates(GemmProblem(m, 2 * n, k, "float16", "float16"), num_sms, model):
         g = c.config
-        if g.swap_ab or g.split_k or g.tile_n % 64 or n % (g.tile_n // 2):
+        if g.swap_ab or g.split_k or g.wg_rows != 64 or g.tile_n % 64 or n % (g.tile_n // 2):
             continue
         return W16Config(replace(g, gated=True)), c.time_us + w16_pass_us(m, n, k, model) + W16_FIXED_US
     return None

@@ -17,7 +17,14 @@ What it adds over chapter 06
       64-row WGMMAs a k-step into two accumulators (``tile_n`` registers a
       thread, so at most 192 wide) and stores the two slabs in turn
       (:func:`slab_views`). Where the heuristic picks it, it ran up to 6.5 %
-      faster than two warpgroups of 64 rows (chapter 07, section 5).
+      faster than two warpgroups of 64 rows (chapter 07, section 5). With
+      ``pingpong`` two such warpgroups take the CTA's tiles in turn: each
+      skips the other's ring stages (:func:`skipped`), and two more mbarriers
+      (``turn``) start a warpgroup's main loop only once the other's has
+      consumed its tile, so one stores while the other computes. Correct on
+      an H200 (tests and compute-sanitizer, 2026-11-28), but no faster than
+      the picks on the large shapes timed there (0.90x at 4096 x 4096 x 7168
+      against 128 x 256 tiles): the heuristic does not pick it.
     * **A persistent grid.** One CTA per SM (one cluster per SM pair); each
       walks work units ``cluster, cluster + num_clusters, ...`` in the grouped
       order of :class:`gemmlab.scheduler.TileScheduler`.
@@ -227,6 +234,14 @@ def mma_operands(tiled_mma: cute.TiledMma, sA: cute.Tensor, sB: cute.Tensor, cti
     return thr_mma, tCrA, tCrB, acc
 
 
+def skipped(state: DevicePipelineState, n) -> DevicePipelineState:
+    """``state`` advanced by ``n`` stages at once (ping-pong: the other warpgroup's tile): the index wraps, and the
+    phase flips once per wrap."""
+    nxt = state.index + n
+    return DevicePipelineState(state.stages, nxt % state.stages, state.phase ^ ((nxt // state.stages) % 2),
+                               state.count + n)
+
+
 def slab_views(acc: cute.Tensor, epi_mma: cute.TiledMma, bn: int, slabs: int) -> list:
     """A consumer's accumulator as ``slabs`` 64-row accumulators (``wg_rows = 128``: two).
 
@@ -353,6 +368,11 @@ def gemm_kernel(
     sC = smem.allocate_tensor(c_type, c_smem.outer, byte_alignment=1024, swizzle=c_smem.inner)
     full = smem.allocate_array(Int64, stages, byte_alignment=8)  # "stage s holds A and B": TMA bytes
     empty = smem.allocate_array(Int64, stages, byte_alignment=8)  # "stage s may be refilled": consumer warps
+    # Ping-pong: each stage is consumed by one warpgroup only, and "turn[w]: warpgroup w may start its main loop"
+    # (the other one has consumed all of its tile's stages, so w's next stages are at most one phase ahead).
+    readers = 1 if cutlass.const_expr(cfg.pingpong) else consumers
+    if cutlass.const_expr(cfg.pingpong):
+        turn = smem.allocate_array(Int64, 2, byte_alignment=8)
     if cutlass.const_expr(cfg.split_k):
         # Split-K: "this unit is its tile's last", from the thread that counted it to the others.
         last_flag = smem.allocate_tensor(Int32, cute.make_layout(1), byte_alignment=4)
@@ -364,7 +384,10 @@ def gemm_kernel(
         with cute.arch.elect_one():
             for s in cutlass.range_constexpr(stages):
                 cute.arch.mbarrier_init(full + s, 1)
-                cute.arch.mbarrier_init(empty + s, 4 * consumers * CS)
+                cute.arch.mbarrier_init(empty + s, 4 * readers * CS)
+            if cutlass.const_expr(cfg.pingpong):
+                for w in cutlass.range_constexpr(2):
+                    cute.arch.mbarrier_init(turn + w, 128)  # every thread of the other warpgroup
             cute.arch.mbarrier_init_fence()
     # Every CTA of the cluster must see its peers' barriers initialised before
     # a multicast or a remote arrive can touch them.
@@ -430,8 +453,8 @@ def gemm_kernel(
         # ============================================================ consumer warpgroups
         cute.arch.warpgroup_reg_alloc(consumer_regs(consumers))
         ctid = tidx - 128  # 0 .. 128 * consumers - 1
-        half = wg - 1  # which 64-row slab of the tile this warpgroup owns
-        thr_mma, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid, BM, BN)
+        half = wg - 1  # which 64-row slab of the tile this warpgroup owns (ping-pong: which tiles)
+        thr_mma, tCrA, tCrB, acc = mma_operands(tiled_mma, sA, sB, ctid % (128 * readers), BM, BN)
 
         # Epilogue copies: registers -> shared (stmatrix), shared -> global (TMA).
         # A warpgroup's accumulator fragment is laid out as in a single 64-row
@@ -447,22 +470,44 @@ def gemm_kernel(
         read = DevicePipelineState.consumer(stages)  # next stage to compute on
         release = DevicePipelineState.consumer(stages)  # next stage to hand back
         linear = cluster_id
+        step = num_clusters  # the CTA's units: cluster_id, + num_clusters, ...
+        first_slab = half * slabs  # the warpgroup's own slab(s) of the tile
+        if cutlass.const_expr(cfg.pingpong):
+            # Warpgroup w takes the CTA's units w, w + 2, ...: the other one's stages are skipped, not read.
+            step = 2 * num_clusters
+            first_slab = 0
+            linear = cluster_id + half * num_clusters
+            skip = Int32(0)
+            if half == 1:
+                skip = k_tiles  # warpgroup 0's first tile
+            read, release = skipped(read, skip), skipped(release, skip)
+            turn_phase = Int32(0)
         while linear < num_units:
             mc, nc, k0, kc, tile, split = unit_coords(linear, m_ctiles, n_ctiles, k_tiles, splits, dp_tiles,
                                                       cfg.raster, cfg.group, cfg.split_k)
             m_tile = mc * CM + rank_m
             n_tile = nc * CN + rank_n
 
+            if cutlass.const_expr(cfg.pingpong):
+                if linear >= 2 * num_clusters or half == 1:  # not the CTA's first tile: wait for the other's main loop
+                    cute.arch.mbarrier_wait(turn + half, turn_phase)
+                    turn_phase = turn_phase ^ 1
             # ---- main loop: keep one wgmma batch in flight, free the stage before it
             acc.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
             read, release = mma_tile(tiled_mma, acc, tCrA, tCrB, full, empty, read, release, kc, CS)
+            if cutlass.const_expr(cfg.pingpong):
+                cute.arch.mbarrier_arrive(turn + (1 - half))  # the other warpgroup's turn; then our epilogue
+                skip = Int32(0)
+                if linear + num_clusters < num_units:
+                    skip = k_tiles  # the other warpgroup's next tile
+                read, release = skipped(read, skip), skipped(release, skip)
 
             if cutlass.const_expr(not cfg.split_k):
-                # ---- epilogue: this warpgroup's 64 rows, sub-tiles of 64 x epi_n through its ring
+                # ---- epilogue: this warpgroup's rows, sub-tiles of 64 x epi_n through its ring
                 for sl in cutlass.range_constexpr(slabs):
                     store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_slabs[sl], tRS_sC, sub_f32,
-                               sub_out, half, warp % 4 == 0, cfg, c_type, slab=half * slabs + sl)
+                               sub_out, half, warp % 4 == 0, cfg, c_type, slab=first_slab + sl)
             else:
                 # ---- split-K epilogue: a whole tile (the full waves) stores C at once; a tail unit publishes its
                 # slice's partial tile, and the tile's last unit adds them all and stores C. The branch is the whole
@@ -478,8 +523,8 @@ def gemm_kernel(
                 if last:
                     for sl in cutlass.range_constexpr(slabs):
                         store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_slabs[sl], tRS_sC, sub_f32,
-                                   sub_out, half, warp % 4 == 0, cfg, c_type, slab=half * slabs + sl)
-            linear = linear + num_clusters
+                                   sub_out, half, warp % 4 == 0, cfg, c_type, slab=first_slab + sl)
+            linear = linear + step
         if warp % 4 == 0:  # each warpgroup's store warp drains its stores before the CTA exits
             cute.arch.cp_async_bulk_wait_group(0, read=True)
 
@@ -503,7 +548,7 @@ def mma_and_smem_layouts(kA: cute.Tensor, kB: cute.Tensor, kC: cute.Tensor, cfg:
     tile = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
     tiled_mma = sm90_utils.make_trivial_tiled_mma(
         ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-        Float32, (cfg.consumers, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
+        Float32, (1 if cfg.pingpong else cfg.consumers, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
     epi_mma = sm90_utils.make_trivial_tiled_mma(
         ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
         Float32, (1, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))

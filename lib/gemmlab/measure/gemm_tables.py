@@ -132,8 +132,10 @@ def w128_summary(doc: dict) -> str:
                          "picked": "one" if pick.wg_rows == 128 else "two"})
     picked = [r["gain"] for r in rows if r["picked"] == "one"]
     head = (f"{doc['device']}, {doc['date']}: {len(rows)} shapes timed both ways; the heuristic picks one warpgroup "
-            f"on {len(picked)}" + (f", {sum(g > 1 for g in picked)} of them faster that way (geometric mean "
-                                   f"{geomean(picked):.3f}x, {min(picked):.3f}x to {max(picked):.3f}x)" if picked else ""))
+            f"on {len(picked)}")
+    if picked:
+        head += (f", {sum(g > 1 for g in picked)} of them faster that way (geometric mean {geomean(picked):.3f}x, "
+                 f"{min(picked):.3f}x to {max(picked):.3f}x)")
     return head + "\n" + format_table(rows, [
         ("label", "M x N x K", ""), ("config", "tile (two warpgroups)", ""), ("w64", "two: us", ".1f"),
         ("w128", "one: us", ".1f"), ("gain", "two / one", ".3f"), ("picked", "heuristic", "")])
