@@ -67,7 +67,10 @@ class Sm90Config:
     last unit adds them up and stores C, in the same launch (split-K; 1 = off;
     :mod:`gemmlab.splitk`). On a grid with more tiles than the persistent grid has
     clusters, only the tiles of the partial last wave are split; the whole waves
-    run whole tiles (:func:`hybrid_tiles`).
+    run whole tiles (:func:`hybrid_tiles`). ``wg_rows``: the rows each consumer warpgroup owns, 64 (one WGMMA's M)
+    or, for a 128-row tile at most :data:`MAX_TILE_N_WG128` wide, 128 (one warpgroup issuing both halves' WGMMAs
+    into two accumulators). ``pingpong`` (with ``wg_rows = 128``, no split-K): two such warpgroups take the CTA's
+    tiles in turn, one storing while the other computes.
     """
 
     tile_m: int = 128
@@ -231,8 +234,8 @@ class Sm90Config:
 
     @property
     def name(self) -> str:
-        """A short name: ``128x256 c2x1 m8 s4`` (+ `` swap`` / `` split5``); :meth:`Sm90Config.parse_name` reads it
-        back."""
+        """A short name: ``128x256 c2x1 m8 s4`` (+ `` swap`` / `` split5`` / `` gated`` / `` w128`` / `` pp``);
+        :meth:`Sm90Config.parse_name` reads it back."""
         return (f"{self.tile_m}x{self.tile_n} c{self.cluster[0]}x{self.cluster[1]} {self.raster}{self.group} "
                 f"s{self.stages}" + (" swap" if self.swap_ab else "") + (f" split{self.splits}" if self.split_k else "")
                 + (" gated" if self.gated else "") + (" w128" if self.wg_rows == 128 else "")
@@ -254,8 +257,8 @@ class Sm90Config:
             if any(p not in known and not p.startswith("split") for p in extra) or len(splits) > 1:
                 raise ValueError
         except (IndexError, ValueError):
-            raise ValueError(f"name must look like '128x256 c2x1 m8 s4' (+ ' swap', ' split5', ' gated'); "
-                             f"got {name!r}") from None
+            raise ValueError(f"name must look like '128x256 c2x1 m8 s4' (+ ' swap', ' split5', ' gated', ' w128', "
+                             f"' pp'); got {name!r}") from None
         out = dict(tile_m=tile_m, tile_n=tile_n, cluster=cluster, raster=raster, group=group, stages=stages,
                    swap_ab="swap" in extra, splits=splits[0] if splits else 1)
         if "gated" in extra:

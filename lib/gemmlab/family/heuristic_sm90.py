@@ -475,7 +475,8 @@ def _one_warpgroup_worth_modelling(problem: GemmProblem, cfg: Sm90Config, num_sm
     Measured on an H100 (2026-11-28, ``results/nvidia-h100-80gb-hbm3/gemm_family_w128.json``: the same tile both ways
     in one run, on the 27 shapes of both families whose pick had a 128-row tile up to 192 wide):
 
-    * one tile per cluster: faster on all 14 shapes (1.005x to 1.065x; 384 x 4096 x 14336 with two K slices);
+    * one tile per cluster, at most two K slices: faster on 13 of 14 shapes (1.005x to 1.065x; 384 x 4096 x 14336
+      with two K slices), 0.992x on the decode batch 96 x 10240 x 8192, where HBM binds and the model ties the two;
     * swapped token tiles over several waves: faster on all five mid-M shapes (1.014x to 1.039x, 640 x 8192 x
       28672), within 1 % on the decode batches, where HBM binds and the model ties the two;
     * an unswapped grid of two waves: slower on both (1000 x 6144 x 4096, 128 x 192: 70.1 us against 68.7);
