@@ -50,6 +50,12 @@ has a reason a reader can check:
   It is modelled up to :data:`SWAP_TILED_MAX_M` rows: the batch in one token
   tile up to :data:`SWAP_MAX_M`, cut into several above it
   (:func:`swap_token_tiles`).
+* **One consumer warpgroup** may hold a 128-row tile up to 192 wide
+  (``wg_rows = 128``, :func:`wg_rows_for`): its main loop runs
+  :attr:`MachineModel.wg128_gain` faster and its epilogue, storing both
+  64-row slabs, twice as long. It is modelled only for swapped batches and
+  grids of one tile per cluster, with at most two K slices, where it measured
+  faster (:func:`_one_warpgroup_worth_modelling`); on ties two warpgroups stay.
 
 Predicted time = ``max(sum over waves of max(unit time, the wave's share of the HBM
 time), L2 time) + split waves x split-K tail + the split launch's fixed cost``: a wave's units
