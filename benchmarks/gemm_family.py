@@ -288,6 +288,17 @@ def tall_tiles(out_dir) -> list[dict]:
     return rows
 
 
+def _unique_problems(cases):
+    """``(case, problem)`` for each distinct problem of ``cases``, the first case that poses it (the families share
+    some shapes)."""
+    seen = set()
+    for case in cases:
+        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, b_major=case.b_major)
+        if prob not in seen:
+            seen.add(prob)
+            yield case, prob
+
+
 def w128(out_dir) -> list[dict]:
     """A 128-row tile held by one consumer warpgroup (``wg_rows = 128``) against two, each as the model builds it
     (its own ring depth), same tile, cluster and splits, kernels alone against torch's in the same run: every shape of
@@ -295,14 +306,9 @@ def w128(out_dir) -> list[dict]:
     consider for the shape is built as :func:`~gemmlab.family.heuristic_sm90.make_config` would
     (``model_rank`` None)."""
     rows = []
-    seen = set()
     cases = fb.family_cases() + fb.wide_cases() + [fb.Case(m, n, k, group="chapter 07")
                                                    for m, n, k in fb.CHAPTER07_SHAPES]
-    for case in cases:
-        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, b_major=case.b_major)
-        if prob in seen:
-            continue
-        seen.add(prob)
+    for case, prob in _unique_problems(cases):
         cands = h.candidates(prob, 132)
         top = cands[0].config
         if h.wg_rows_for(top.tile_m, top.tile_n) != (64, 128):
@@ -325,16 +331,11 @@ def deep_rings(out_dir, cap: int = 16) -> list[dict]:
     ring fits (narrow 64-row tiles: a 64 x 64 tile's stage is 16 KiB, so 13 fit where 8 were used)."""
     from dataclasses import replace
 
-    from gemmlab.hardware import spec_for
+    from gemmlab import hardware
 
-    model = h.model_for(spec_for(torch.cuda.get_device_name()))  # this GPU's picks
+    model = h.model_for(hardware.spec_of())  # this GPU's picks
     rows = []
-    seen = set()
-    for case in fb.family_cases() + fb.wide_cases():
-        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, b_major=case.b_major)
-        if prob in seen:
-            continue
-        seen.add(prob)
+    for case, prob in _unique_problems(fb.family_cases() + fb.wide_cases()):
         cands = h.candidates(prob, 132, model)
         pick = cands[0]
         deep = h._stages(pick.config.tile_m, pick.config.tile_n, pick.config.split_k, prob.dtype, prob.out_dtype,

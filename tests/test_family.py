@@ -172,6 +172,8 @@ def test_one_consumer_warpgroup_config_by_hand():
     # pingpong: two such warpgroups, each with its own ring of epilogue buffers
     pp = Sm90Config(tile_n=96, stages=6, wg_rows=128, pingpong=True)
     assert (pp.consumers, pp.threads, pp.epi_bytes()) == (2, 384, two.epi_bytes())
+    # warpgroups computing one tile (and reading each ring stage): both of two, the one, one of the ping-pong pair
+    assert (two.tile_warpgroups, one.tile_warpgroups, pp.tile_warpgroups) == (2, 1, 1)
     assert pp.name == "128x96 c2x1 m8 s6 w128 pp"
 
 
@@ -777,10 +779,10 @@ def test_mid_m_picks_the_measured_swapped_tiles():
 def test_one_warpgroup_tiles_where_the_main_loop_binds():
     # H200, kernels alone, both forms in one run (gemm_family_w128_first.json): 512 x 4096 x 7168 on 128 x 128 swapped
     # tiles, one tile per CTA, 41.9 us with one consumer warpgroup against 44.1 with two
-    c = h.choose(GemmProblem(512, 4096, 7168), 132)
+    p = GemmProblem(512, 4096, 7168)
+    c = h.choose(p, 132)
     assert (c.tile_m, c.tile_n, c.swap_ab, c.wg_rows) == (128, 128, True, 128)
     # the model: the same tile's main loop wg128_gain faster, its epilogue twice as long
-    p = GemmProblem(512, 4096, 7168)
     one, two = (h.predict(p, replace(c, wg_rows=w), 132) for w in (128, 64))
     assert one.whole_us == pytest.approx((two.whole_us - h.MODEL.epilogue_us) / h.MODEL.wg128_gain
                                          + 2 * h.MODEL.epilogue_us)

@@ -127,7 +127,7 @@ def test_chapter07_barrier_exercise_matches_the_kernel():
     from gemmlab.course.exercises import ch07
 
     prologue = show.source_region(g7.gemm_kernel, "---- shared memory", "---- global tiles")
-    assert "cute.arch.mbarrier_init(empty + s, 4 * readers * CS)" in prologue and "readers = 1 if" in prologue
+    assert "cute.arch.mbarrier_init(empty + s, 4 * readers * CS)" in prologue and "readers = cfg.tile_warpgroups" in prologue
     assert "cute.arch.mbarrier_init(full + s, 1)" in prologue
     assert "mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)" in show.source_region(
         g7.gemm_kernel, "producer warpgroup")

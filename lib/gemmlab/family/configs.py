@@ -147,6 +147,12 @@ class Sm90Config:
         return 2 if self.pingpong else self.tile_m // self.wg_rows
 
     @property
+    def tile_warpgroups(self) -> int:
+        """Consumer warpgroups that compute one tile together, and so read each ring stage: all of them, or one with
+        ``pingpong`` (each warpgroup its own tiles)."""
+        return 1 if self.pingpong else self.consumers
+
+    @property
     def threads(self) -> int:
         return 128 * (1 + self.consumers)
 

@@ -370,7 +370,7 @@ def gemm_kernel(
     empty = smem.allocate_array(Int64, stages, byte_alignment=8)  # "stage s may be refilled": consumer warps
     # Ping-pong: each stage is consumed by one warpgroup only, and "turn[w]: warpgroup w may start its main loop"
     # (the other one has consumed all of its tile's stages, so w's next stages are at most one phase ahead).
-    readers = 1 if cutlass.const_expr(cfg.pingpong) else consumers
+    readers = cfg.tile_warpgroups
     if cutlass.const_expr(cfg.pingpong):
         turn = smem.allocate_array(Int64, 2, byte_alignment=8)
     if cutlass.const_expr(cfg.split_k):
@@ -548,7 +548,7 @@ def mma_and_smem_layouts(kA: cute.Tensor, kB: cute.Tensor, kC: cute.Tensor, cfg:
     tile = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
     tiled_mma = sm90_utils.make_trivial_tiled_mma(
         ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-        Float32, (1 if cfg.pingpong else cfg.consumers, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
+        Float32, (cfg.tile_warpgroups, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
     epi_mma = sm90_utils.make_trivial_tiled_mma(
         ab_type, ab_type, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
         Float32, (1, 1, 1), tiler_mn=(WG_ROWS, cfg.tile_n))
