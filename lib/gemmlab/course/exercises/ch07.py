@@ -144,11 +144,11 @@ def solution_accumulators():
 def explain_accumulators() -> str:
     """Why the config refuses one warpgroup for a 128 x 224 tile, and why the heuristic does not use it on an
     unswapped grid of two waves."""
-    return ("With one warpgroup a thread holds tile_n accumulators: 224 for a 128 x 224 tile. setmaxnreg gives a "
-            "consumer thread 232 registers (the producer keeps 40 of the SM's 64 K: 128 x 40 + 128 x 232 threads' "
-            "worth, and no thread may have more than 255), and the WGMMA descriptors, the pipeline state and the "
-            "epilogue's conversions need a few dozen more, so the accumulators would spill to local memory; the "
-            "config stops at 192 (Sm90Config's MAX_TILE_N_WG128). On a grid with more tiles than clusters, each CTA "
+    return ("With one warpgroup a thread holds tile_n accumulators: 224 for a 128 x 224 tile. The kernel's "
+            "setmaxnreg gives a consumer thread 232 registers, and the WGMMA "
+            "descriptors, the pipeline state and the epilogue's conversions need a few dozen more: ptxas puts the "
+            "128 x 192 form, 192 accumulators, at 218 registers a thread, so 224 accumulators would leave too few and "
+            "spill to local memory; the config stops at 192 (Sm90Config's MAX_TILE_N_WG128). On a grid with more tiles than clusters, each CTA "
             "stores a tile and then starts the next: two warpgroups store their two 64-row slabs at the same time, one "
             "warpgroup stores both in turn, so its epilogue takes about twice as long while the tensor cores wait. "
             "Measured on an H100 (benchmarks/gemm_family.py w128): 1000 x 6144 x 4096 on 128 x 192 tiles, two waves, "
