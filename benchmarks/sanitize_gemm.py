@@ -12,8 +12,8 @@ split-K, a 128-row tile held by one consumer warpgroup, and two such warpgroups 
 (ping-pong). Each split-K and ping-pong variant also runs on a persistent grid of
 a few SMs (:data:`HYBRID_SMS`), where the tiles outnumber the clusters: for split-K whole tiles in whole waves,
 then only the tail split, its workspace and counters sized for the tail; for ping-pong several tiles a CTA, so
-both warpgroups take turns. ``--only TEXT`` runs the configs whose name contains TEXT. M, N, K are not
-multiples of any tile, so TMA's
+both warpgroups take turns. ``--only TEXT`` (repeatable) runs the configs whose name contains any TEXT. M, N, K
+are not multiples of any tile, so TMA's
 zero fill and clipped stores are exercised. Without
 ``--report-api-errors no`` memcheck also lists host-side cuGetProcAddress probes made by the
 libraries at start-up, which are not kernel errors.
@@ -53,6 +53,13 @@ CONFIGS = (
     Sm90Config(tile_n=192, stages=4, cluster=(2, 1), wg_rows=128, pingpong=True),
     Sm90Config(tile_n=128, stages=6, cluster=(1, 2), swap_ab=True, wg_rows=128, pingpong=True),
     Sm90Config(tile_n=144, stages=5, cluster=(1, 1), epi_n=16, wg_rows=128, pingpong=True),
+    # token tiles a multiple of 8 wide (sub-tiles of 40 and 8 columns: two-matrix stmatrix), with split-K, paired
+    # along the token tiles, in one warpgroup; 192-row weight tiles swapped (three consumer warpgroups)
+    Sm90Config(tile_m=128, tile_n=200, stages=4, cluster=(1, 1), swap_ab=True, epi_n=40, splits=3),
+    Sm90Config(tile_m=128, tile_n=104, stages=7, cluster=(1, 2), swap_ab=True, epi_n=8),
+    Sm90Config(tile_m=128, tile_n=104, stages=7, cluster=(1, 2), swap_ab=True, epi_n=8, wg_rows=128),
+    Sm90Config(tile_m=192, tile_n=104, stages=5, cluster=(1, 2), swap_ab=True, epi_n=8, epi_stages=2),
+    Sm90Config(tile_m=192, tile_n=168, stages=4, cluster=(1, 1), swap_ab=True, epi_n=56, epi_stages=2, splits=2),
 )
 
 
@@ -62,7 +69,8 @@ HYBRID_SMS = 6
 
 def main(argv=None) -> int:
     args = argparse.ArgumentParser(description=__doc__)
-    args.add_argument("--only", default="", help="run only the configs whose name contains this (e.g. 'pp')")
+    args.add_argument("--only", action="append", default=[],
+                      help="run only the configs whose name contains this (e.g. 'pp'); repeat it for several")
     args = args.parse_args(argv)
     torch.manual_seed(0)
     worst = 0.0
@@ -70,7 +78,7 @@ def main(argv=None) -> int:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()  # K x N view of an N x K weight
         ref = a.float() @ b.float()
-        for cfg in (c for c in CONFIGS if args.only in c.name):
+        for cfg in (c for c in CONFIGS if not args.only or any(o in c.name for o in args.only)):
             for sms in (None, HYBRID_SMS) if cfg.split_k or cfg.pingpong else (None,):
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
                 if sms is None:

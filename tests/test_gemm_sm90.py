@@ -64,6 +64,23 @@ def test_swap_ab_stores_c_transposed():
     assert not ptx_lines(c, r"\.multicast::cluster")
 
 
+def test_token_tiles_step_by_eight():
+    # 200 tokens swapped are one 200-wide token tile (WGMMA's N steps by 8), its 64 x 200 slab stored as five 40-column
+    # sub-tiles: two-matrix stmatrix (16 rows x 8 columns a warp, transposed: C' is M-major), five per sub-tile
+    c = compile_gemm("sm_90a", Sm90Config(tile_m=128, tile_n=200, stages=4, cluster=(1, 1), swap_ab=True, epi_n=40))
+    assert ptx_opcodes(c, r"^wgmma\.mma_async", r"^stmatrix") == [
+        "wgmma.mma_async.sync.aligned.m64n200k16.f32.bf16.bf16", "stmatrix.sync.aligned.m8n8.x2.trans.shared.b16"]
+    assert len(ptx_lines(c, r"^cp\.async\.bulk\.tensor\.2d\.global\.shared::cta")) == 5
+    assert len(ptx_lines(c, r"^stmatrix")) == 25
+    # two token tiles of 104 on a 192-row weight tile: three consumer warpgroups, the weight multicast to the pair;
+    # 104 = 8 x 13, so thirteen 8-column sub-tiles
+    c = compile_gemm("sm_90a", Sm90Config(tile_m=192, tile_n=104, stages=5, cluster=(1, 2), swap_ab=True, epi_n=8,
+                                          epi_stages=2))
+    assert "wgmma.mma_async.sync.aligned.m64n104k16.f32.bf16.bf16" in ptx_opcodes(c, r"^wgmma\.mma_async")
+    assert ptx_lines(c, r"^\.reqntid 512") and ptx_lines(c, r"\.multicast::cluster")
+    assert len(ptx_lines(c, r"^cp\.async\.bulk\.tensor\.2d\.global\.shared::cta")) == 13
+
+
 def test_split_k_reduces_in_the_same_launch():
     c = compile_gemm("sm_90a", SPLIT)
     # One kernel: every unit publishes its partial tile, the tile's last one adds them and stores C by TMA.
@@ -230,7 +247,17 @@ VARIANTS = [Sm90Config(), Sm90Config(tile_n=144, stages=6, cluster=(1, 2), epi_n
             Sm90Config(tile_n=144, stages=6, cluster=(2, 1), epi_n=16, wg_rows=128, splits=3),
             Sm90Config(tile_n=112, stages=7, cluster=(1, 1), epi_n=16, swap_ab=True, wg_rows=128, splits=2),
             Sm90Config(tile_n=192, stages=4, cluster=(2, 1), wg_rows=128, pingpong=True),
-            Sm90Config(tile_n=128, stages=6, cluster=(1, 2), swap_ab=True, wg_rows=128, pingpong=True)]
+            Sm90Config(tile_n=128, stages=6, cluster=(1, 2), swap_ab=True, wg_rows=128, pingpong=True),
+            # token tiles a multiple of 8 wide (two-matrix stmatrix sub-tiles), 192-row weight tiles swapped
+            Sm90Config(tile_m=128, tile_n=200, stages=4, cluster=(1, 1), swap_ab=True, epi_n=40),
+            Sm90Config(tile_m=128, tile_n=200, stages=4, cluster=(1, 1), swap_ab=True, epi_n=40, splits=3),
+            Sm90Config(tile_m=128, tile_n=104, stages=7, cluster=(1, 2), swap_ab=True, epi_n=8),
+            Sm90Config(tile_m=128, tile_n=104, stages=7, cluster=(1, 2), swap_ab=True, epi_n=8, wg_rows=128),
+            Sm90Config(tile_m=64, tile_n=104, stages=8, cluster=(1, 1), swap_ab=True, epi_n=8, splits=3),
+            Sm90Config(tile_m=192, tile_n=104, stages=5, cluster=(1, 2), swap_ab=True, epi_n=8, epi_stages=2),
+            Sm90Config(tile_m=192, tile_n=160, stages=4, cluster=(2, 1), swap_ab=True, epi_stages=2),
+            Sm90Config(tile_m=192, tile_n=168, stages=4, cluster=(1, 1), swap_ab=True, epi_n=56, epi_stages=2,
+                       splits=2)]
 
 PINGPONG = [c for c in VARIANTS if c.pingpong] + [
     Sm90Config(tile_n=144, stages=5, cluster=(1, 1), epi_n=16, wg_rows=128, pingpong=True)]

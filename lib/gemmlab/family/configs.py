@@ -57,12 +57,14 @@ class Sm90Config:
 
     ``tile_m``: 64 (one consumer warpgroup), 128 (two) or 192 (three, ``tile_n`` at most
     :data:`MAX_TILE_N_192`: they share the register file). ``tile_n``: WGMMA's N,
-    a multiple of 16 from 16 to 256. ``tile_k``: one 128-byte swizzle row of the
+    a multiple of 16 from 16 to 256, or with ``swap_ab`` of 8 (a token tile: 200 tokens are a 200-wide tile, not a
+    208-wide one, as cuBLAS cuts them). ``tile_k``: one 128-byte swizzle row of the
     input dtype. ``stages``: depth of the A/B ring. ``cluster``: ``(2, 1)`` pairs
     two CTAs along M' (B' is multicast), ``(1, 2)`` along N' (A' is multicast).
     ``raster``/``group``: the tile order (:mod:`gemmlab.scheduler`). ``epi_n`` x
     ``epi_stages``: each consumer warpgroup's ring of 64 x ``epi_n`` output
-    sub-tiles for the TMA store. ``splits``: K is cut into this many slices, each
+    sub-tiles for the TMA store (16, 32 or 64 columns; with ``swap_ab`` any multiple of 8 up to 64 that divides
+    ``tile_n``: a sub-tile not a multiple of 16 wide is written by two-matrix ``stmatrix``). ``splits``: K is cut into this many slices, each
     a separate work unit writing its FP32 partial tile to a workspace; the tile's
     last unit adds them up and stores C, in the same launch (split-K; 1 = off;
     :mod:`gemmlab.splitk`). On a grid with more tiles than the persistent grid has
@@ -98,7 +100,7 @@ class Sm90Config:
         check_choice("dtype", self.dtype, IN_DTYPES)
         check_choice("out_dtype", self.out_dtype, OUT_DTYPES)
         put("tile_m", check_choice("tile_m", self.tile_m, (64, 128, 192)))
-        put("tile_n", check_int("tile_n", self.tile_n, lo=16, hi=256, multiple_of=16))
+        put("tile_n", check_int("tile_n", self.tile_n, lo=16, hi=256, multiple_of=8))
         row = SWIZZLE_ROW_BYTES * 8 // DTYPE_BITS[self.dtype]
         put("tile_k", check_int("tile_k", self.tile_k))
         if self.tile_k != row:
@@ -107,12 +109,17 @@ class Sm90Config:
         put("cluster", check_choice("cluster", self.cluster, ((1, 1), (2, 1), (1, 2))))
         check_choice("raster", self.raster, RASTERS)
         put("group", check_int("group", self.group, lo=1))
-        put("epi_n", check_choice("epi_n", self.epi_n, (16, 32, 64)))
+        put("epi_n", check_int("epi_n", self.epi_n, lo=8, hi=64, multiple_of=8))
         put("epi_stages", check_int("epi_stages", self.epi_stages, lo=1, hi=8))
         put("swap_ab", check_choice("swap_ab", self.swap_ab, (False, True)))
         put("splits", check_int("splits", self.splits, lo=1, hi=64))
         if self.tile_n % self.epi_n:
             raise ValueError(f"epi_n must divide tile_n={self.tile_n}; got epi_n={self.epi_n}")
+        if not self.swap_ab and (self.tile_n % 16 or self.epi_n not in (16, 32, 64)):
+            raise ValueError(f"tile_n must be a multiple of 16 and epi_n one of (16, 32, 64) without swap_ab (C is "
+                             f"stored N-major in sub-tiles of 16-column stmatrix blocks); a multiple of 8 needs "
+                             f"swap_ab=True (a token tile: C' is M-major); got tile_n={self.tile_n}, "
+                             f"epi_n={self.epi_n}")
         put("gated", check_choice("gated", self.gated, (False, True)))
         if self.gated:
             if self.swap_ab or self.splits > 1:

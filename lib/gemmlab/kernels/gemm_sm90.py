@@ -255,7 +255,8 @@ def slab_views(acc: cute.Tensor, epi_mma: cute.TiledMma, bn: int, slabs: int) ->
     return [cute.make_tensor(acc.iterator + s * per, layout) for s in range(slabs)]
 
 
-def epilogue_operands(epi_mma: cute.TiledMma, acc: cute.Tensor, sC: cute.Tensor, ctid, c_type, c_major_m: bool):
+def epilogue_operands(epi_mma: cute.TiledMma, acc: cute.Tensor, sC: cute.Tensor, ctid, c_type, c_major_m: bool,
+                      epi_n: int = 16):
     """What :func:`store_tile` moves: registers -> shared (stmatrix) copies of a warpgroup's slab.
 
     A warpgroup's accumulator fragment is laid out as in a single 64-row MMA,
@@ -263,8 +264,13 @@ def epilogue_operands(epi_mma: cute.TiledMma, acc: cute.Tensor, sC: cute.Tensor,
     ``(r2s, tRS_acc, tRS_sC, sub_f32, sub_out)``: the copy, the accumulator and
     the ring buffers as it sees them (``tRS_sC``: (R2S, R2S_M, R2S_N, consumers *
     epi_stages)), and the registers of one sub-tile in FP32 and in ``c_type``.
+
+    ``epi_n``: the sub-tile's columns. A warp's ``stmatrix`` writes four 8 x 8 matrices, 16 rows by 16 columns of the
+    slab, where ``epi_n`` is a multiple of 16; otherwise (a token tile 8 columns wider than a multiple of 16, as a
+    200-wide one is) two, 16 rows by 8 columns.
     """
-    st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(c_major_m, 4), c_type)
+    matrices = 4 if epi_n % 16 == 0 else 2
+    st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(c_major_m, matrices), c_type)
     r2s = cute.make_tiled_copy_S(st_atom, cute.make_tiled_copy_C_atom(st_atom, epi_mma))
     thr_r2s = r2s.get_slice(ctid % 128)
     tRS_sC = thr_r2s.partition_D(sC)
@@ -410,8 +416,8 @@ def gemm_kernel(
     tBsB, tBgB = cpasync.tma_partition(tma_b, rank_m, cute.make_layout(b_parts),
                                        cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
     mcast_mask = cutlass.Int16((1 << CS) - 1)  # every CTA of the cluster receives the slice
-    stage_bytes = cute.size_in_bytes(ab_type, cute.slice_(a_smem, (None, None, 0))) + \
-        cute.size_in_bytes(ab_type, cute.slice_(b_smem, (None, None, 0)))
+    stage_bytes = cute.size_in_bytes(ab_type, cute.select(a_smem, mode=[0, 1])) + \
+        cute.size_in_bytes(ab_type, cute.select(b_smem, mode=[0, 1]))
 
     if wg == 0:
         # ============================================================ producer warpgroup
@@ -463,7 +469,8 @@ def gemm_kernel(
         # the other through its ring; each slab is seen as a 64-row accumulator of its own.
         slabs = cfg.wg_rows // WG_ROWS
         slab_acc = slab_views(acc, epi_mma, BN, slabs)
-        r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, slab_acc[0], sC, ctid, c_type, c_major_m)
+        r2s, tRS_acc, tRS_sC, sub_f32, sub_out = epilogue_operands(epi_mma, slab_acc[0], sC, ctid, c_type, c_major_m,
+                                                                       cfg.epi_n)
         tRS_slabs = [tRS_acc] + [r2s.retile(a) for a in slab_acc[1:]]
         gC = cute.local_tile(mC, (BM, cfg.out_tile_n), (None, None))  # (BM, out_tile_n, m_tiles, n_tiles)
 
@@ -587,12 +594,14 @@ def launch_gemm(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, ws, counters, sp
     cm, cn = cfg.cluster
     a_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1 else cpasync.CopyBulkTensorTileG2SOp()
     b_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1 else cpasync.CopyBulkTensorTileG2SOp()
-    tma_a, tA = cpasync.make_tiled_tma_atom(a_op, kA, cute.slice_(a_smem, (None, None, 0)),
+    # One stage's layout: its first two modes. (``cute.slice_(layout, (None, None, 0))`` says the same, but the DSL
+    # 4.8.1 aborts the process slicing a swizzled layout of an odd number of 8-row atoms: a 104-wide token tile.)
+    tma_a, tA = cpasync.make_tiled_tma_atom(a_op, kA, cute.select(a_smem, mode=[0, 1]),
                                             (cfg.tile_m, cfg.tile_k), num_multicast=cn)
-    tma_b, tB = cpasync.make_tiled_tma_atom(b_op, kB, cute.slice_(b_smem, (None, None, 0)),
+    tma_b, tB = cpasync.make_tiled_tma_atom(b_op, kB, cute.select(b_smem, mode=[0, 1]),
                                             (cfg.tile_n, cfg.tile_k), num_multicast=cm)
     tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), kC,
-                                            cute.slice_(c_smem, (None, None, 0)), epi_tile)
+                                            cute.select(c_smem, mode=[0, 1]), epi_tile)
 
     rows, cols = cute.size(kC, mode=[0]), cute.size(kC, mode=[1])
     k = cute.size(kA, mode=[1])
