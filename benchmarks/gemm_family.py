@@ -12,6 +12,7 @@
     python benchmarks/gemm_family.py family         # the family: public call + prepared launch vs torch
     python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
     python benchmarks/gemm_family.py l2_shared      # the picks the L2 floor's shared-panel term changes, old vs new
+    python benchmarks/gemm_family.py token8         # the picks 8-wide token steps / 192-row swap / cut batches change
     python benchmarks/gemm_family.py all            # check, host, family
 
 Results go to ``results/<device>/gemm_family*.json`` (``--out DIR`` writes there instead); the
@@ -396,12 +397,39 @@ def l2_shared(out_dir) -> list[dict]:
     return rows
 
 
+def token8(out_dir, only: str | None = None) -> list[dict]:
+    """Where the tile forms of :data:`~gemmlab.family.heuristic_sm90.FORMS` change this GPU's pick against
+    :data:`~gemmlab.family.heuristic_sm90.FORMS_BEFORE_TOKEN8` (token tiles a multiple of 8 wide, 192-row weight tiles
+    swapped, a batch of 193-256 rows cut in two): every shape of both families and chapter 07's ten, both picks timed,
+    kernels alone against torch's in the same run, inputs rotated beyond L2 (``only``: shapes whose label contains
+    it)."""
+    from gemmlab import hardware
+
+    model = h.model_for(hardware.spec_of())  # this GPU's picks
+    rows = []
+    cases = fb.family_cases() + fb.wide_cases() + [fb.Case(m, n, k, group="chapter 07")
+                                                   for m, n, k in fb.CHAPTER07_SHAPES]
+    for case, prob in _unique_problems(cases):
+        if only and only not in case.label:
+            continue
+        old, new = (h.candidates(prob, 132, model, forms)[0] for forms in (h.FORMS_BEFORE_TOKEN8, h.FORMS))
+        if old.config == new.config:
+            continue
+        cands = h.candidates(prob, 132, model)
+        for which, c in (("before", old), ("after", new)):
+            rows.append(_time_candidate(case, c, cands, which=which))
+    _write("gemm_family_token8", {"rows": rows, "before": repr(h.FORMS_BEFORE_TOKEN8), "after": repr(h.FORMS)},
+           out_dir)
+    return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "w128", "stages", "family",
-                                    "quick", "wide", "l2_shared", "all"])
+                                    "quick", "wide", "l2_shared", "token8", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
+    p.add_argument("--only", default=None, help="token8: only the shapes whose label contains this")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 references in FP32
     t0 = time.time()
@@ -432,6 +460,8 @@ def main() -> int:
         wide(args.out)
     if args.what == "l2_shared":
         l2_shared(args.out)
+    if args.what == "token8":
+        token8(args.out, args.only)
     print(f"done in {time.time() - t0:.0f} s")
     return 0
 

@@ -137,8 +137,18 @@ def test_hybrid_tiles_by_hand():
 
 
 def test_sm90_config_rules():
-    with pytest.raises(ValueError, match="tile_n must be a multiple of 16"):
+    with pytest.raises(ValueError, match="tile_n must be a multiple of 8"):
         Sm90Config(tile_n=100)
+    # a multiple of 8 that is no multiple of 16 is a token tile: swapped only, with a sub-tile that divides it
+    with pytest.raises(ValueError, match="tile_n must be a multiple of 16 and epi_n one of .* without swap_ab"):
+        Sm90Config(tile_n=104, epi_n=8)
+    with pytest.raises(ValueError, match="without swap_ab"):
+        Sm90Config(tile_n=128, epi_n=8)  # an 8-column sub-tile of C stored N-major: not built
+    with pytest.raises(ValueError, match="epi_n must divide tile_n=200; got epi_n=16"):
+        Sm90Config(tile_n=200, epi_n=16, swap_ab=True, stages=4)
+    with pytest.raises(ValueError, match="epi_n must be a multiple of 8"):
+        Sm90Config(tile_n=200, epi_n=20, swap_ab=True, stages=4)
+    assert Sm90Config(tile_n=200, epi_n=40, swap_ab=True, stages=4).epi_n == 40
     with pytest.raises(ValueError, match="tile_m"):
         Sm90Config(tile_m=96)
     with pytest.raises(ValueError, match="cluster"):
@@ -264,11 +274,11 @@ def test_split_k_pays_its_hand_offs_tail_and_workspace():
 
 
 def test_the_model_prices_whole_waves_then_the_split_tail():
-    # 200 x 37888 x 3584 swapped on 128 x 208 tiles: 296 tiles on 132 SMs. Unsplit, a third wave runs 32 whole
+    # 200 x 37888 x 3584 swapped on 128 x 200 tiles: 296 tiles on 132 SMs. Unsplit, a third wave runs 32 whole
     # tiles on 132 SMs; split in 3, two waves of whole tiles, then 96 slices of 19 k-blocks (of 56) in one wave.
     p = GemmProblem(200, 37888, 3584)
-    one = h.predict(p, h.make_config(p, 128, 208, swap=True))
-    hy = h.predict(p, h.make_config(p, 128, 208, swap=True, splits=3))
+    one = h.predict(p, h.make_config(p, 128, 200, swap=True))
+    hy = h.predict(p, h.make_config(p, 128, 200, swap=True, splits=3))
     m = h.MODEL
     assert (one.units, one.waves, one.dp_tiles) == (296, 3, 0) and (hy.units, hy.waves, hy.dp_tiles) == (360, 3, 264)
     assert hy.whole_us == one.whole_us == one.unit_us
@@ -276,7 +286,7 @@ def test_the_model_prices_whole_waves_then_the_split_tail():
     assert hy.unit_us == pytest.approx((one.unit_us - m.epilogue_us) * 19 / 56 + m.epilogue_us + publish)
     # Only the tail pays split-K: one wave of hand-offs and reads, the fixed cost, its 32 tiles' workspace.
     assert hy.extra_us == pytest.approx(publish + tail + m.splitk_fixed_us)
-    ws = 4 * 32 * 3 * 128 * 208
+    ws = 4 * 32 * 3 * 128 * 200
     assert hy.hbm_us - one.hbm_us == pytest.approx(ws / (m.hbm_tbps * 1e12 * m.hbm_efficiency) * 1e6)
     assert hy.l2_us - one.l2_us == pytest.approx(ws * 5 / 3 / (m.l2_tbps * 1e12) * 1e6)
 
@@ -292,9 +302,10 @@ def test_the_model_prices_whole_waves_then_the_split_tail():
                    key=lambda c: c.time_us)
     assert best_128.config == hy.config
     assert any("(264 whole)" in line for line in h.explain(p, top=12).splitlines()[1:])
-    # the pick itself is a 64-row tile, whose swapped token panel every CTA shares: the H100's sweep timed it at
-    # 117.2 us against the 128-row split's 120.3 (gemm_family_sweep_wide.json)
-    assert (h.choose(p).tile_m, h.choose(p).swap_ab) == (64, True)
+    # the pick itself is two 104-wide token tiles on 192-row weight tiles, the weight multicast to both (the H200 timed
+    # it at 90.6 us against 95.1 for the 128 x 208 split in 4 it replaced: gemm_family_token8.json)
+    c = h.choose(p)
+    assert (c.tile_m, c.tile_n, c.swap_ab, c.cluster, c.splits) == (192, 104, True, (1, 2), 1)
 
 
 def test_candidates_split_a_tail_into_at_most_one_wave():
@@ -303,9 +314,9 @@ def test_candidates_split_a_tail_into_at_most_one_wave():
                                                              c.config.swap_ab) == (tile_m, tile_n, swap)}
 
     # 32 tail tiles: up to 4 slices fit 132 SMs (5 would be 160 units, a second partial wave)
-    assert splits(GemmProblem(200, 37888, 3584), 128, 208, True) == {1, 2, 3, 4}
+    assert splits(GemmProblem(200, 37888, 3584), 128, 200, True) == {1, 2, 3, 4}
     # 264 tiles are two whole waves: nothing to split
-    assert splits(GemmProblem(200, 33792, 3584), 128, 208, True) == {1}
+    assert splits(GemmProblem(200, 33792, 3584), 128, 200, True) == {1}
     # a grid of one wave splits every tile, in as many slices as it likes (9 tiles x 16 is more than one wave)
     assert 16 in splits(GemmProblem(64, 576, 7168), 64, 64, True)
 
@@ -361,7 +372,7 @@ def test_tall_tiles_fit_the_register_file():
 def test_small_m_is_swapped_and_covered_by_one_tile():
     for m in (1, 17, 64, 100, 128):
         c = h.choose(GemmProblem(m, 2112, 7168))
-        assert c.swap_ab and c.tile_n == max(16, -(-m // 16) * 16) and c.cluster == (1, 1)
+        assert c.swap_ab and c.tile_n == max(16, -(-m // 8) * 8) and c.cluster == (1, 1)  # WGMMA's N steps by 8
 
 
 def test_few_tiles_split_k():
@@ -436,8 +447,12 @@ def _assert_valid_choice(p):
         assert c.cluster == (1, 1)  # one token tile: nothing to pair
     if c.swap_ab and c.cluster != (1, 1):  # several token tiles: a pair only along an even count
         assert (mt if c.cluster[0] == 2 else nt) % 2 == 0
-    if c.swap_ab and nt > 1:
-        assert h.SWAP_MAX_M < p.m <= h.SWAP_TILED_MAX_M and c.tile_n >= h.SWAP_MIN_TOKEN_TILE
+    if c.swap_ab and nt > 1:  # several token tiles: each at least SWAP_MIN_TOKEN_TILE wide; a small batch in two
+        assert p.m <= h.SWAP_TILED_MAX_M and c.tile_n >= h.SWAP_MIN_TOKEN_TILE
+        assert p.m > h.SWAP_MAX_M or (nt == 2 and c.tile_m != 128)
+    if c.swap_ab and c.tile_m == 192:
+        assert nt > 1  # 192-row weight tiles only for several token tiles
+    assert c.tile_n % 16 == 0 or c.swap_ab  # a tile 8 past a multiple of 16 is a token tile
     if c.split_k:
         assert 4 * c.workspace_floats(p.m, p.n) < 2**31
 
@@ -734,14 +749,24 @@ def test_plan_takes_the_timed_choice_on_the_callers_tensors(monkeypatch):
 
 
 def test_swap_token_tiles_by_hand():
-    assert h.swap_token_tiles(200) == (208,)  # up to SWAP_MAX_M: the whole batch, rounded up to 16
-    assert h.swap_token_tiles(64) == (64,) and h.swap_token_tiles(1) == (16,)
+    # up to SWAP_MAX_M: the whole batch rounded up to 8 (WGMMA's N step), at least 16; and two tiles where each is at
+    # least SWAP_MIN_TOKEN_TILE wide once rounded up (177 to 256 rows)
+    assert h.swap_token_tiles(200) == (200, 104) and h.swap_token_tiles(100) == (104,)
+    assert h.swap_token_tiles(64) == (64,) and h.swap_token_tiles(1) == (16,) and h.swap_token_tiles(17) == (24,)
+    assert h.swap_token_tiles(177) == (184, 96) and h.swap_token_tiles(176) == (176,)
     # 384 rows: 2, 3, 4 tiles of 192, 128, 96 (5 tiles would be 80 wide: under SWAP_MIN_TOKEN_TILE)
     assert h.swap_token_tiles(384) == (192, 128, 96)
-    # 640: 2 tiles of 320 are too wide for WGMMA; 3 .. 7 tiles of 224 (213.3 up to 16), 160, 128, 112, 96 (91.4)
-    assert h.swap_token_tiles(640) == (224, 160, 128, 112, 96)
-    assert h.swap_token_tiles(1024) == (256, 208, 176, 160, 128)
+    # 640: 2 tiles of 320 are too wide for WGMMA; 3 .. 7 tiles of 216 (213.3 up to 8), 160, 128, 112 (106.7), 96 (91.4)
+    assert h.swap_token_tiles(640) == (216, 160, 128, 112, 96)
+    assert h.swap_token_tiles(1024) == (256, 208, 176, 152, 128)
     assert h.swap_token_tiles(1025) == ()  # above SWAP_TILED_MAX_M: not swapped
+    # the forms before (token tiles rounded up to 16, no small batch cut): what benchmarks/gemm_family.py token8 times
+    before = h.FORMS_BEFORE_TOKEN8
+    assert h.swap_token_tiles(200, before) == (208,) and h.swap_token_tiles(640, before) == (224, 160, 128, 112, 96)
+    with pytest.raises(TypeError, match="forms must be a Forms"):
+        h.swap_token_tiles(200, (8, True, True))
+    with pytest.raises(ValueError, match="token_step must be one of"):
+        h.Forms(token_step=4)
     assert h.swap_token_tiles(np.int64(384)) == h.swap_token_tiles(torch.tensor(384)) == (192, 128, 96)
     for bad, err, msg in ((0, ValueError, "m must be >= 1"), (384.0, TypeError, "m must be an int"),
                           (True, TypeError, "m must be an int")):
@@ -771,8 +796,11 @@ def test_mid_m_picks_the_measured_swapped_tiles():
     for cand in h.candidates(GemmProblem(640, 8192, 28672), 132):
         if cand.config.swap_ab and cand.config.tile_n == 224:
             assert cand.config.cluster != (1, 2)
-    # M <= SWAP_MAX_M keeps its one whole-batch tile; M > SWAP_TILED_MAX_M is never swapped
-    assert h.choose(GemmProblem(200, 4096, 4096), 132).tile_n == 208
+    # M <= SWAP_MAX_M: the whole batch in one token tile, or cut in two: at 200 x 4096 x 4096 two 104-wide ones on
+    # 64-row weight tiles, paired along the token tiles (H200: 17.4 us against 18.8 for the 64 x 208 split in 2 it
+    # replaced, gemm_family_token8.json); M > SWAP_TILED_MAX_M is never swapped
+    c = h.choose(GemmProblem(200, 4096, 4096), 132)
+    assert (c.tile_m, c.tile_n, c.swap_ab, c.cluster) == (64, 104, True, (1, 2))
     assert not any(c.config.swap_ab for c in h.candidates(GemmProblem(1536, 4096, 4096), 132))
 
 

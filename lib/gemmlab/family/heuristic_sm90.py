@@ -45,17 +45,22 @@ has a reason a reader can check:
   an H200 (``results/<device>/splitk_hybrid.json``), it over-prices most tails
   by 3 to 7 us and misses some wins (640 x 29568 x 8192, where the L2 floor
   binds).
-* **Swap A/B** puts a small M on WGMMA's N (a multiple of 16 here), so a
-  64-row decode batch is a 64-wide tile instead of half of a 128-row one.
-  It is modelled up to :data:`SWAP_TILED_MAX_M` rows: the batch in one token
-  tile up to :data:`SWAP_MAX_M`, cut into several above it
-  (:func:`swap_token_tiles`).
+* **Swap A/B** puts a small M on WGMMA's N (a multiple of 8), so a
+  64-row decode batch is a 64-wide tile instead of half of a 128-row one,
+  and 200 tokens a 200-wide one, not 208. It is modelled up to
+  :data:`SWAP_TILED_MAX_M` rows: the batch in one token tile up to
+  :data:`SWAP_MAX_M` (or, from 177 rows, in two), cut into several above it
+  (:func:`swap_token_tiles`). Weight tiles are 64 or 128 rows, and 192 for a
+  batch in several token tiles; a batch of at most :data:`SWAP_MAX_M` rows cut
+  in two takes no 128-row weight tile (:func:`_tile_choices` says what each rule
+  measured; :class:`Forms` switches the newer forms off for a benchmark).
 * **One consumer warpgroup** may hold a 128-row tile up to 192 wide
   (``wg_rows = 128``, :func:`wg_rows_for`): its main loop runs
   :attr:`MachineModel.wg128_gain` faster and its epilogue, storing both
   64-row slabs, twice as long. It is modelled only for swapped batches and
   grids of one tile per cluster, with at most two K slices, where it measured
-  faster (:func:`_one_warpgroup_worth_modelling`); on ties two warpgroups stay.
+  faster (:func:`_one_warpgroup_worth_modelling`); on ties one warpgroup takes an
+  unswapped tile up to 160 wide, and two the rest (:func:`_prefers_one_warpgroup`).
 
 Predicted time = ``max(sum over waves of max(unit time, the wave's share of the HBM
 time), L2 time) + split waves x split-K tail + the split launch's fixed cost``: a wave's units
@@ -96,7 +101,7 @@ import math
 import numbers
 from dataclasses import dataclass, replace
 
-from ..checks import check_int
+from ..checks import check_choice, check_int
 from ..hardware import H100
 from .configs import MAX_TILE_N_192, MAX_TILE_N_WG128, Sm90Config, effective_splits
 from .problem import GemmProblem
@@ -127,6 +132,33 @@ SWAP_TOKEN_TILES = range(2, 9)
 SWAP_MIN_TOKEN_TILE = 96
 #: The most K slices split-K may use.
 MAX_SPLITS = 16
+
+
+@dataclass(frozen=True)
+class Forms:
+    """Which families of tiles :func:`candidates` enumerates for a swapped batch (the rest is the model's to rank).
+
+    ``token_step``: a token tile's width is rounded up to a multiple of this: 8, WGMMA's N step (200 tokens are one
+    200-wide tile, or two of 104, as cuBLAS cuts them: ``results/nvidia-h100-80gb-hbm3/cublas_picks_weak.json``), or
+    16, as the kernel's epilogue first required. ``tall_swap``: weight tiles of 192 rows (three consumer warpgroups)
+    too, where the token tile is at most :data:`~gemmlab.family.configs.MAX_TILE_N_192` wide. ``cut_small``: a batch
+    of at most :data:`SWAP_MAX_M` rows may also be cut into token tiles at least :data:`SWAP_MIN_TOKEN_TILE` wide (200
+    rows into two of 104). :data:`FORMS` is what the heuristic uses; :data:`FORMS_BEFORE_TOKEN8` the forms before
+    these three, which ``benchmarks/gemm_family.py token8`` times against it.
+    """
+
+    token_step: int = 8
+    tall_swap: bool = True
+    cut_small: bool = True
+
+    def __post_init__(self):
+        check_choice("token_step", self.token_step, (8, 16))
+        check_choice("tall_swap", self.tall_swap, (False, True))
+        check_choice("cut_small", self.cut_small, (False, True))
+
+
+FORMS = Forms()
+FORMS_BEFORE_TOKEN8 = Forms(token_step=16, tall_swap=False, cut_small=False)
 
 
 @dataclass(frozen=True)
@@ -224,8 +256,10 @@ def _stages(tile_m: int, tile_n: int, split: bool, dtype: str, out_dtype: str, c
     epi_n, epi_stages = epi_shape_for(tile_n, tile_m)
     for s in range(cap, 1, -1):
         try:
+            # (a tile no multiple of 16 wide is a token tile: swapped; the bytes are the same either way)
             Sm90Config(tile_m=tile_m, tile_n=tile_n, stages=s, cluster=(1, 1), epi_n=epi_n, epi_stages=epi_stages,
-                       splits=2 if split else 1, dtype=dtype, out_dtype=out_dtype, wg_rows=wg_rows)
+                       splits=2 if split else 1, dtype=dtype, out_dtype=out_dtype, wg_rows=wg_rows,
+                       swap_ab=tile_n % 16 != 0)
             return s
         except ValueError:
             continue
@@ -241,9 +275,15 @@ STAGES_MEASURED = {(128, 176, False): 4}
 
 
 def epi_shape_for(tile_n: int, tile_m: int = 128) -> tuple[int, int]:
-    """``(epi_n, epi_stages)``: 32-column sub-tiles when they divide the tile, else 16; a ring of 4 per consumer
-    warpgroup, of 2 with three of them (``tile_m = 192``: their rings would otherwise cost the A/B ring a stage)."""
-    return (32 if tile_n % 32 == 0 else 16), (2 if tile_m == 192 else 4)
+    """``(epi_n, epi_stages)``: 32-column sub-tiles when they divide the tile, else 16; a token tile that is no
+    multiple of 16 wide (swapped only) takes the widest multiple of 8 up to 64 that divides it (200: 40, 104: 8). A
+    ring of 4 per consumer warpgroup, of 2 with three of them (``tile_m = 192``: their rings would otherwise cost the
+    A/B ring a stage)."""
+    if tile_n % 16:
+        epi_n = max(w for w in range(8, 65, 8) if tile_n % w == 0)
+    else:
+        epi_n = 32 if tile_n % 32 == 0 else 16
+    return epi_n, (2 if tile_m == 192 else 4)
 
 
 #: The clusters the heuristic models, in the order it prefers among equals.
@@ -409,47 +449,73 @@ def splitk_costs(cfg: Sm90Config, model: MachineModel = MODEL) -> tuple[float, f
     return tile_us + model.splitk_sync_us, (cfg.splits - 1) * tile_us
 
 
-def _tile_choices(problem: GemmProblem):
-    """(tile_m, tile_n, swap) triples worth modelling for this problem.
+def _tile_choices(problem: GemmProblem, forms: Forms = FORMS):
+    """(tile_m, tile_n, swap) triples worth modelling for this problem (``forms``: :class:`Forms`).
 
     A row-major (N-contiguous) B is loaded in 64-column swizzle atoms along N, so
     its tiles are multiples of 64 wide (measured on an H100: 4096 x 2112 x 7168 with
     a 176-wide tile ran at 0.72x torch with B row-major, 0.97x with B a weight's view).
+
+    Swapped, every token width of :func:`swap_token_tiles` goes on weight tiles of 64 and 128 rows, and of 192 rows
+    where the batch is in several token tiles (each at most 192 wide), with two rules from the first run of
+    ``benchmarks/gemm_family.py token8`` on an H200 (2026-12-02, ``results/nvidia-h200/gemm_family_token8_first.json``,
+    kernels alone): 192 rows over one token tile lost (128 x 24576 x 1536: 26.0 us against 25.0 for 64 x 128), where
+    over several they won (200 x 10240 x 8192 on two 104-wide token tiles: 62.0 us against 71.5); and a batch of at
+    most :data:`SWAP_MAX_M` rows cut in two lost on 128-row weight tiles, on both shapes they were picked for
+    (200 x 6144 x 4096: 24.1 us against 23.7 for one 64 x 208 tile), where 64 rows (200 x 4096 x 4096: 17.3 against
+    18.7) and 192 rows won.
     """
     tns = TILE_NS if problem.b_major == "k" else tuple(t for t in TILE_NS if t % 64 == 0)
     out = [] if problem.m <= SWAP_ONLY_M else [(tm, tn, False) for tm in (128, 64) for tn in tns]
     if problem.m > SWAP_ONLY_M:
         out += [(192, tn, False) for tn in tns if tn <= MAX_TILE_N_192]
-    out += [(tm, tn, True) for tn in swap_token_tiles(problem.m) for tm in (128, 64)]
+    for tn in swap_token_tiles(problem.m, forms):
+        cut = tn < problem.m  # the batch in several token tiles
+        for tm in (192, 128, 64):
+            if tm == 192 and not (forms.tall_swap and cut and tn <= MAX_TILE_N_192):
+                continue  # 192 rows: only over several token tiles
+            if tm == 128 and cut and problem.m <= SWAP_MAX_M:
+                continue  # a small batch cut in two: not on 128-row weight tiles
+            out.append((tm, tn, True))
     return out
 
 
-def swap_token_tiles(m: int) -> tuple[int, ...]:
+def swap_token_tiles(m: int, forms: Forms = FORMS) -> tuple[int, ...]:
     """Widths of the token tile (WGMMA's N) worth modelling for a swapped batch of ``m`` rows, widest first.
 
-    Up to :data:`SWAP_MAX_M`: the whole batch in one tile, rounded up to 16. Above it, up to
-    :data:`SWAP_TILED_MAX_M`: the batch cut into :data:`SWAP_TOKEN_TILES` tiles of equal width rounded up to 16,
-    where that width lies from :data:`SWAP_MIN_TOKEN_TILE` to 256. Above that: none.
+    Widths are rounded up to ``forms.token_step`` (:class:`Forms`; 8 by default), and are at least 16. Up to
+    :data:`SWAP_MAX_M`: the whole batch in one tile, and (``forms.cut_small``) two of equal width where that is at
+    least :data:`SWAP_MIN_TOKEN_TILE` once rounded up (177 to 256 rows). Above it, up to :data:`SWAP_TILED_MAX_M`:
+    the batch cut into :data:`SWAP_TOKEN_TILES` tiles of equal width, where that width lies from
+    :data:`SWAP_MIN_TOKEN_TILE` to 256. Above that: none.
     """
     m = check_int("m", m, lo=1)
+    if not isinstance(forms, Forms):
+        raise TypeError(f"forms must be a Forms; got {type(forms).__name__}")
+    step = forms.token_step
+
+    def width(tiles: int) -> int:  # ``tiles`` token tiles of equal width, rounded up to the step
+        return max(16, -(-(-(-m // tiles)) // step) * step)
+
+    if m > SWAP_TILED_MAX_M:
+        return ()
     if m <= SWAP_MAX_M:
-        return (max(16, -(-m // 16) * 16),)
-    out = set()
-    if m <= SWAP_TILED_MAX_M:
-        for t in SWAP_TOKEN_TILES:
-            rows = -(-m // t)  # t tiles of equal width ...
-            tn = -(-rows // 16) * 16  # ... rounded up to 16
-            if SWAP_MIN_TOKEN_TILE <= tn <= 256:
-                out.add(tn)
+        cuts = (2,) if forms.cut_small else ()
+        out = {width(1)} | {width(t) for t in cuts if width(t) >= SWAP_MIN_TOKEN_TILE}
+    else:
+        out = {width(t) for t in SWAP_TOKEN_TILES if SWAP_MIN_TOKEN_TILE <= width(t) <= 256}
     return tuple(sorted(out, reverse=True))
 
 
-def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineModel = MODEL) -> list[Candidate]:
-    """Every variant the heuristic considers, with its predicted time; best first."""
+def candidates(problem: GemmProblem, num_sms: int = H100.sms, model: MachineModel = MODEL,
+               forms: Forms = FORMS) -> list[Candidate]:
+    """Every variant the heuristic considers, with its predicted time; best first (``forms``: :class:`Forms`)."""
     num_sms = _check_args(problem, num_sms, model)
+    if not isinstance(forms, Forms):
+        raise TypeError(f"forms must be a Forms; got {type(forms).__name__}")
     k_tiles = -(-problem.k // 64)
     out = []
-    for tile_m, tile_n, swap in _tile_choices(problem):
+    for tile_m, tile_n, swap in _tile_choices(problem, forms):
         m, n = (problem.n, problem.m) if swap else (problem.m, problem.n)
         tried = set()
         for cluster in clusters_for(swap, -(-m // tile_m), -(-n // tile_n), num_sms):
@@ -494,12 +560,27 @@ def _one_warpgroup_worth_modelling(problem: GemmProblem, cfg: Sm90Config, num_sm
 
 def rank_key(c: Candidate, num_sms: int = H100.sms) -> tuple:
     """How :func:`candidates` orders variants: fastest first; among equals (within 1 %: typically several variants
-    all bound by HBM) the one with more CTAs (more SMs streaming), then fewer splits, then the bigger tile, then the
-    preferred cluster (:data:`CLUSTERS`, :data:`SWAP_CLUSTERS`), then two consumer warpgroups over one
-    (``wg_rows``)."""
+    all bound by HBM or by L2) the one with more CTAs (more SMs streaming), then fewer splits, then the bigger tile,
+    then the preferred cluster (:data:`CLUSTERS`, :data:`SWAP_CLUSTERS`), then the preferred consumer warpgroups
+    (:func:`_prefers_one_warpgroup`)."""
     return (round(math.log(c.time_us) / math.log(1.01)), -min(c.units * c.config.cluster_size, num_sms),
             c.config.splits, -c.config.tile_m * c.config.tile_n,
-            (SWAP_CLUSTERS if c.config.swap_ab else CLUSTERS).index(c.config.cluster), c.config.wg_rows)
+            (SWAP_CLUSTERS if c.config.swap_ab else CLUSTERS).index(c.config.cluster),
+            c.config.wg_rows != (128 if _prefers_one_warpgroup(c.config) else 64))
+
+
+def _prefers_one_warpgroup(cfg: Sm90Config) -> bool:
+    """Whether, between two variants the model ties, :func:`rank_key` takes one consumer warpgroup (``wg_rows = 128``)
+    over two: for an unswapped tile at most 160 wide, yes; otherwise two.
+
+    Where they tie the L2 floor binds, which the main loop's gain does not move. Measured, the same tile both ways in
+    one run (``results/<device>/gemm_family_w128.json``, kernels alone): unswapped 128 x 128 and 128 x 144 tiles with
+    one warpgroup were faster on all 10 shape-GPU pairs timed (1.004x to 1.035x; 1024 x 2112 x 7168 on the H200: 46.7
+    us against 47.9); 128 x 192 with one warpgroup lost on 5 of 6 (640 x 4608 x 3584 on the H200: 32.8 us against
+    32.1), and the swapped decode batches the model ties were within 1 % either way (96 x 10240 x 8192 on the H100:
+    64.7 us against 64.2).
+    """
+    return not cfg.swap_ab and cfg.tile_n <= 160
 
 
 def _split_worth_modelling(problem: GemmProblem, cfg: Sm90Config, num_sms: int) -> bool:

@@ -139,3 +139,24 @@ def w128_summary(doc: dict) -> str:
     return head + "\n" + format_table(rows, [
         ("label", "M x N x K", ""), ("config", "tile (two warpgroups)", ""), ("w64", "two: us", ".1f"),
         ("w128", "one: us", ".1f"), ("gain", "two / one", ".3f"), ("picked", "heuristic", "")])
+
+
+def token8_summary(doc: dict) -> str:
+    """A stored ``benchmarks/gemm_family.py token8`` run: per shape the pick with the forms before
+    (:data:`~gemmlab.family.heuristic_sm90.FORMS_BEFORE_TOKEN8`) and with today's, kernels alone in one run."""
+    by = {}
+    for r in doc["rows"]:
+        if "prepared_us" in r:
+            by.setdefault(r["label"], {})[r["which"]] = r
+    rows = [{"label": label, "before": v["before"]["config"], "before_us": v["before"]["prepared_us"],
+             "after": v["after"]["config"], "after_us": v["after"]["prepared_us"],
+             "gain": v["before"]["prepared_us"] / v["after"]["prepared_us"]}
+            for label, v in by.items() if "before" in v and "after" in v]
+    gains = [r["gain"] for r in rows]
+    head = f"{doc['device']}, {doc['date']}: {len(rows)} shapes whose pick changed"
+    if gains:
+        head += (f"; the new pick faster on {sum(g > 1 for g in gains)} (geometric mean {geomean(gains):.3f}x, "
+                 f"{min(gains):.3f}x to {max(gains):.3f}x)")
+    return head + "\n" + format_table(rows, [
+        ("label", "M x N x K", ""), ("before", "pick before", ""), ("before_us", "us", ".1f"),
+        ("after", "pick now", ""), ("after_us", "us", ".1f"), ("gain", "before / now", ".3f")])
