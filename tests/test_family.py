@@ -822,6 +822,50 @@ def test_one_warpgroup_tiles_where_the_main_loop_binds():
     assert h.wg_rows_for(128, 192) == (64, 128) and h.wg_rows_for(128, 208) == h.wg_rows_for(64, 128) == (64,)
 
 
+def test_ties_take_one_warpgroup_for_unswapped_tiles_up_to_160_wide():
+    # an unswapped grid of one tile per cluster: the L2 floor binds and the two forms tie; one warpgroup was faster
+    # there on every 128 x 128 and 128 x 144 tile timed (H200, gemm_family_w128.json: 1024 x 2112 x 7168 46.7 us
+    # against 47.9), so the tie goes to it; on 128 x 192 it lost (640 x 4608 x 3584: 32.8 against 32.1)
+    model = h.model_for(hardware.H200)
+    p = GemmProblem(1024, 2112, 7168)
+    cands = h.candidates(p, 132, model)
+    c = cands[0].config
+    assert (c.tile_m, c.tile_n, c.swap_ab, c.wg_rows) == (128, 144, False, 128)
+    other = next(x for x in cands if x.config == replace(c, wg_rows=64))
+    assert other.time_us == pytest.approx(cands[0].time_us)  # the model ties them
+    c = h.choose(GemmProblem(640, 4608, 3584), 132, model)
+    assert (c.tile_m, c.tile_n, c.swap_ab, c.wg_rows) == (128, 192, False, 64)
+    assert h._prefers_one_warpgroup(Sm90Config(tile_n=160, stages=5)) and not h._prefers_one_warpgroup(
+        Sm90Config(tile_n=128, stages=6, swap_ab=True))
+
+
+def test_forms_before_token8_are_the_previous_picks():
+    # benchmarks/gemm_family.py token8 times these against today's: the forms before reproduce the picks the stored
+    # runs of 2026-11-28 made (results/nvidia-h200/gemm_family_token8.json, "before")
+    model = h.model_for(hardware.H200)
+    for (m, n, k), before, now in (((200, 10240, 8192), "128x208 c1x1 m8 s4 swap split3", "192x104 c1x2 m8 s5 swap"),
+                                   ((640, 37888, 3584), "128x160 c1x2 m8 s5 swap w128", "192x160 c1x2 m8 s4 swap"),
+                                   ((100, 2120, 7168), "64x112 c1x1 m8 s8 swap split3", "64x104 c1x1 m8 s8 swap split3")):
+        p = GemmProblem(m, n, k)
+        assert h.candidates(p, 132, model, h.FORMS_BEFORE_TOKEN8)[0].config.name == before
+        assert h.choose(p, 132, model).name == now
+    with pytest.raises(TypeError, match="forms must be a Forms"):
+        h.candidates(GemmProblem(200, 4096, 4096), 132, h.MODEL, "before")
+
+
+def test_token8_summary_reads_a_stored_run():
+    from gemmlab.measure import gemm_tables
+
+    row = dict(m=200, n=4096, k=4096, label="200x4096x4096")
+    doc = {"device": "NVIDIA H200", "date": "2026-12-02", "rows": [
+        {**row, "which": "before", "config": "64x208 c1x1 m8 s6 swap split2", "prepared_us": 18.8},
+        {**row, "which": "after", "config": "64x104 c1x2 m8 s8 swap", "prepared_us": 17.4},
+        {**row, "label": "1x8x8", "which": "after", "config": "64x16 c1x1 m8 s8 swap", "error": "failed"}]}
+    text = gemm_tables.token8_summary(doc)
+    assert "1 shapes whose pick changed; the new pick faster on 1 (geometric mean 1.080x" in text
+    assert "64x104 c1x2 m8 s8 swap" in text and "1x8x8" not in text  # a row without a timing is left out
+
+
 def test_equal_swapped_variants_prefer_the_weight_multicast():
     p = GemmProblem(640, 4096, 4096)
     same = [c for c in h.candidates(p, 132) if (c.config.tile_m, c.config.tile_n, c.config.swap_ab, c.config.splits)
