@@ -64,8 +64,8 @@ class Sm90Config:
     ``raster``/``group``: the tile order (:mod:`gemmlab.scheduler`). ``epi_n`` x
     ``epi_stages``: each consumer warpgroup's ring of 64 x ``epi_n`` output
     sub-tiles for the TMA store (16, 32 or 64 columns; with ``swap_ab`` any multiple of 8 up to 64 that divides
-    ``tile_n``: a sub-tile not a multiple of 16 wide is written by two-matrix ``stmatrix``). ``splits``: K is cut into this many slices, each
-    a separate work unit writing its FP32 partial tile to a workspace; the tile's
+    ``tile_n``: a sub-tile not a multiple of 16 wide is written by two-matrix ``stmatrix``). ``splits``: K is cut
+    into this many slices, each a separate work unit writing its FP32 partial tile to a workspace; the tile's
     last unit adds them up and stores C, in the same launch (split-K; 1 = off;
     :mod:`gemmlab.splitk`). On a grid with more tiles than the persistent grid has
     clusters, only the tiles of the partial last wave are split; the whole waves
