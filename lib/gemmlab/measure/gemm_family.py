@@ -213,6 +213,10 @@ def run(cases=None, *, rounds: int = 10, per_round: int = 10, progress=print) ->
 #: When the dense kernel's split-K started adding its slices in the same launch (UTC): stored runs older than this
 #: timed split-K with a second reduction kernel.
 SPLITK_ONE_LAUNCH_SINCE = "2026-11-27 13:24"
+#: When the heuristic's tile forms became :data:`~gemmlab.family.heuristic_sm90.FORMS` (token tiles in steps of 8,
+#: 192-row weight tiles swapped; UTC): stored runs older than this chose among
+#: :data:`~gemmlab.family.heuristic_sm90.FORMS_BEFORE_TOKEN8`'s.
+TOKEN8_SINCE = "2026-12-02 01:16"
 
 
 def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
@@ -225,13 +229,16 @@ def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
     ``(regret, (M, N, K), picked, best)``).
     Split-K rows of runs made before split-K ran in one launch (:data:`SPLITK_ONE_LAUNCH_SINCE`) are left out, pick
     and best alike: they timed a second reduction kernel that the model no longer prices. Rows without a timing (a
-    variant that failed in that run, stored with its ``error``) are left out too."""
+    variant that failed in that run, stored with its ``error``) are left out too. The variants the heuristic would
+    consider are those of the tile forms of the run's day (:data:`TOKEN8_SINCE`): a sweep timed 208-wide token tiles
+    for M = 200, which today's forms round to 200."""
     from ..family import heuristic_sm90 as h
     from ..family.configs import Sm90Config
     from ..family.problem import GemmProblem
 
     model = model or h.MODEL
     two_launches = str(doc.get("date", "")) < SPLITK_ONE_LAUNCH_SINCE
+    forms = h.FORMS if str(doc.get("date", "")) >= TOKEN8_SINCE else h.FORMS_BEFORE_TOKEN8
     by_shape = {}
     for r in doc["rows"]:
         by_shape.setdefault((r["m"], r["n"], r["k"], r.get("dtype", "bfloat16"), r.get("b_major", "k")), []).append(r)
@@ -239,7 +246,7 @@ def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
     worst = (1.0, None, None, None)
     for (m, n, k, dtype, b_major), rows in by_shape.items():
         problem = GemmProblem(m, n, k, dtype=dtype, b_major=b_major)
-        allowed = set(h._tile_choices(problem))
+        allowed = set(h._tile_choices(problem, forms))
         scored = []
         for r in rows:
             if "prepared_us" not in r:

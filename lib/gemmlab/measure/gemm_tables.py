@@ -113,8 +113,9 @@ def family_profile_table(doc: dict) -> str:
 def w128_summary(doc: dict) -> str:
     """A stored ``benchmarks/gemm_family.py w128`` run: per shape the same tile with two consumer warpgroups and with
     one (``wg_rows = 128``), kernels alone, and which form the heuristic picks there now (with the model of the
-    run's GPU)."""
+    run's GPU; ``other`` where it now picks another tile)."""
     from ..family import heuristic_sm90 as h
+    from ..family.configs import Sm90Config
     from ..family.problem import GemmProblem
     from ..hardware import spec_for
 
@@ -127,9 +128,11 @@ def w128_summary(doc: dict) -> str:
     for (m, n, k, label), v in by.items():
         if "w64" in v and "w128" in v:
             pick = h.choose(GemmProblem(m, n, k), 132, model)
+            tile = Sm90Config.parse_name(v["w64"]["config"])
+            same = (pick.tile_m, pick.tile_n, pick.swap_ab) == (tile["tile_m"], tile["tile_n"], tile["swap_ab"])
             rows.append({"label": label, "config": v["w64"]["config"], "w64": v["w64"]["prepared_us"],
                          "w128": v["w128"]["prepared_us"], "gain": v["w64"]["prepared_us"] / v["w128"]["prepared_us"],
-                         "picked": "one" if pick.wg_rows == 128 else "two"})
+                         "picked": ("one" if pick.wg_rows == 128 else "two") if same else "other"})
     picked = [r["gain"] for r in rows if r["picked"] == "one"]
     head = (f"{doc['device']}, {doc['date']}: {len(rows)} shapes timed both ways; the heuristic picks one warpgroup "
             f"on {len(picked)}")
