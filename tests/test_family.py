@@ -661,6 +661,14 @@ def test_model_regret_by_hand():
     doc["date"] = "2026-11-28 09:00:00 UTC"  # a later run's split rows count: the split row is now the best
     pick_us = 10.0 if h.predict(p, split).time_us < h.predict(p, big).time_us else 50.0
     assert model_regret(doc)["geomean"] == pytest.approx(pick_us / 10.0)
+    # a run is judged by the tile forms of its day: 200 tokens were a 208-wide token tile before TOKEN8_SINCE
+    p, row = GemmProblem(200, 4096, 4096), dict(m=200, n=4096, k=4096)
+    old = replace(h.make_config(p, 64, 200, swap=True), tile_n=208, epi_n=16)
+    doc = {"date": "2026-11-28 09:00:00 UTC", "rows": [dict(row, config=old.name, prepared_us=18.8)]}
+    assert model_regret(doc)["shapes"] == 1
+    doc["date"] = "2026-12-03 09:00:00 UTC"  # today's forms round 200 to 200: no 208-wide tile to pick, no shape left
+    with pytest.raises(ValueError, match="non-empty list"):
+        model_regret(doc)
 
 
 # ---------------------------------------------------------------- the first call's timing of the model's best few
