@@ -400,7 +400,7 @@ def l2_shared(out_dir) -> list[dict]:
 def token8(out_dir, only: str | None = None) -> list[dict]:
     """Where the tile forms of :data:`~gemmlab.family.heuristic_sm90.FORMS` change this GPU's pick against
     :data:`~gemmlab.family.heuristic_sm90.FORMS_BEFORE_TOKEN8` (token tiles a multiple of 8 wide, 192-row weight tiles
-    swapped, a batch of 193-256 rows cut in two): every shape of both families and chapter 07's ten, both picks timed,
+    swapped, a batch of 177-256 rows cut in two): every shape of both families and chapter 07's ten, both picks timed,
     kernels alone against torch's in the same run, inputs rotated beyond L2 (``only``: shapes whose label contains
     it)."""
     from gemmlab import hardware
@@ -412,10 +412,10 @@ def token8(out_dir, only: str | None = None) -> list[dict]:
     for case, prob in _unique_problems(cases):
         if only and only not in case.label:
             continue
-        old, new = (h.candidates(prob, 132, model, forms)[0] for forms in (h.FORMS_BEFORE_TOKEN8, h.FORMS))
+        cands = h.candidates(prob, 132, model)  # today's forms (h.FORMS)
+        old, new = h.candidates(prob, 132, model, h.FORMS_BEFORE_TOKEN8)[0], cands[0]
         if old.config == new.config:
             continue
-        cands = h.candidates(prob, 132, model)
         for which, c in (("before", old), ("after", new)):
             rows.append(_time_candidate(case, c, cands, which=which))
     _write("gemm_family_token8", {"rows": rows, "before": repr(h.FORMS_BEFORE_TOKEN8), "after": repr(h.FORMS)},

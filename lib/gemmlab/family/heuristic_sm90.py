@@ -494,8 +494,9 @@ def swap_token_tiles(m: int, forms: Forms = FORMS) -> tuple[int, ...]:
         raise TypeError(f"forms must be a Forms; got {type(forms).__name__}")
     step = forms.token_step
 
-    def width(tiles: int) -> int:  # ``tiles`` token tiles of equal width, rounded up to the step
-        return max(16, -(-(-(-m // tiles)) // step) * step)
+    def width(tiles: int) -> int:
+        rows = -(-m // tiles)  # ``tiles`` token tiles of equal width ...
+        return max(16, -(-rows // step) * step)  # ... rounded up to the step, at least 16
 
     if m > SWAP_TILED_MAX_M:
         return ()
