@@ -775,6 +775,12 @@ def test_swap_token_tiles_by_hand():
         h.swap_token_tiles(200, (8, True, True))
     with pytest.raises(ValueError, match="token_step must be one of"):
         h.Forms(token_step=4)
+    for bad, msg in ((dict(token_step=16.0), "token_step must be one of 8, 16; got float 16.0"),
+                     (dict(tall_swap=1), "tall_swap must be one of False, True; got int 1")):
+        with pytest.raises(TypeError, match=msg):
+            h.Forms(**bad)
+    f = h.Forms(token_step=np.int64(16), tall_swap=np.bool_(False), cut_small=torch.tensor(False))
+    assert f == before and type(f.token_step) is int and type(f.cut_small) is bool  # numpy and torch scalars count
     assert h.swap_token_tiles(np.int64(384)) == h.swap_token_tiles(torch.tensor(384)) == (192, 128, 96)
     for bad, err, msg in ((0, ValueError, "m must be >= 1"), (384.0, TypeError, "m must be an int"),
                           (True, TypeError, "m must be an int")):

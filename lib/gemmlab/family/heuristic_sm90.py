@@ -151,10 +151,9 @@ class Forms:
     tall_swap: bool = True
     cut_small: bool = True
 
-    def __post_init__(self):
-        check_choice("token_step", self.token_step, (8, 16))
-        check_choice("tall_swap", self.tall_swap, (False, True))
-        check_choice("cut_small", self.cut_small, (False, True))
+    def __post_init__(self):  # each field stored as the checked Python value, as Sm90Config does (np.int64(8) -> 8)
+        for name, choices in (("token_step", (8, 16)), ("tall_swap", (False, True)), ("cut_small", (False, True))):
+            object.__setattr__(self, name, check_choice(name, getattr(self, name), choices))
 
 
 FORMS = Forms()
