@@ -13,6 +13,8 @@
     python benchmarks/gemm_family.py wide           # other models' layers (Llama-3, Qwen2.5), M off powers of two
     python benchmarks/gemm_family.py l2_shared      # the picks the L2 floor's shared-panel term changes, old vs new
     python benchmarks/gemm_family.py token8         # the picks 8-wide token steps / 192-row swap / cut batches change
+    python benchmarks/gemm_family.py clusters       # clusters of 4 and 8 CTAs on the weakest shapes vs the picks
+    python benchmarks/gemm_family.py model_change --set l2_tbps=10   # the picks a model constant changes, both timed
     python benchmarks/gemm_family.py all            # check, host, family
 
 Results go to ``results/<device>/gemm_family*.json`` (``--out DIR`` writes there instead); the
@@ -294,7 +296,7 @@ def _unique_problems(cases):
     some shapes)."""
     seen = set()
     for case in cases:
-        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, b_major=case.b_major)
+        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, out_dtype=case.dtype, b_major=case.b_major)
         if prob not in seen:
             seen.add(prob)
             yield case, prob
@@ -423,13 +425,114 @@ def token8(out_dir, only: str | None = None) -> list[dict]:
     return rows
 
 
+#: The clusters of more than two CTAs (cuBLAS runs 4 x 2, 2 x 4, 4 x 1 and 1 x 4 on the shapes the family loses most:
+#: ``results/nvidia-h100-80gb-hbm3/cublas_picks_weak.json``).
+WIDE_CLUSTERS = ((2, 2), (4, 1), (1, 4), (4, 2), (2, 4))
+
+
+def load_active_clusters(path: str) -> dict:
+    """``{(SMs, cluster size): clusters}`` from the occupancy query's output (lines ``... cluster N
+    max_active_clusters C ...`` of the 384-thread block, the dense kernel's common size) into
+    :data:`gemmlab.family.configs.ACTIVE_CLUSTERS`, so this run's persistent grids fit the GPU."""
+    from gemmlab.family import configs
+
+    found = {}
+    with open(path) as f:
+        for line in f:
+            p = line.split()
+            if line.startswith("threads 384") and "max_active_clusters" in p:
+                found[(torch.cuda.get_device_properties(0).multi_processor_count, int(p[3]))] = int(p[5])
+    configs.ACTIVE_CLUSTERS.update(found)
+    return found
+
+
+def clusters(out_dir, count: int = 16, bases: int = 1) -> list[dict]:
+    """Clusters of 4 and 8 CTAs against the model's picks: on the ``count`` shapes of both families this GPU's stored
+    runs (``gemm_family.json``, ``gemm_family_wide.json``) rank weakest (kernel against cuBLAS), the model's ``bases``
+    best tile choices (tile, swap, splits), each with its own cluster and with every one of :data:`WIDE_CLUSTERS` the
+    tile cuts into (no more than a quarter of the cluster grid padding), kernels alone against torch's in the same
+    run."""
+    from dataclasses import replace
+
+    from gemmlab import hardware
+    from gemmlab.family import configs
+    from gemmlab.measure.bench import load_results
+
+    model = h.model_for(hardware.spec_of())
+    name = torch.cuda.get_device_name()
+    stored = []
+    for doc_name in ("gemm_family", "gemm_family_wide"):
+        doc = load_results(doc_name, name)
+        stored += doc["rows"] if doc else []
+    stored.sort(key=lambda r: r["ratio_prepared"])
+    cases, seen = [], set()
+    for r in stored:
+        key = (r["m"], r["n"], r["k"], r["dtype"], r["b_major"])
+        if key not in seen and len(cases) < count:
+            seen.add(key)
+            cases.append(fb.Case(r["m"], r["n"], r["k"], dtype=r["dtype"], b_major=r["b_major"], group="weak"))
+    rows = []
+    for case in cases:
+        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, out_dtype=case.dtype, b_major=case.b_major)
+        cands = h.candidates(prob, 132, model)
+        picked, shapes = [], set()
+        for c in cands:
+            key = (c.config.tile_m, c.config.tile_n, c.config.swap_ab, c.config.splits, c.config.wg_rows)
+            if key not in shapes and len(picked) < bases:
+                shapes.add(key)
+                picked.append(c)
+        for rank, c in enumerate(picked):
+            rows.append(_time_candidate(case, c, cands, base=rank, cluster="own"))
+            m, n = (prob.n, prob.m) if c.config.swap_ab else (prob.m, prob.n)
+            mt, nt = -(-m // c.config.tile_m), -(-n // c.config.tile_n)
+            for cl in WIDE_CLUSTERS:
+                if cl[0] > mt or cl[1] > nt or (mt * nt) < 0.75 * (-(-mt // cl[0]) * cl[0] * -(-nt // cl[1]) * cl[1]):
+                    continue
+                try:
+                    cfg = replace(c.config, cluster=cl)
+                except ValueError:  # the tile does not cut into the cluster's parts
+                    continue
+                rows.append(_time_candidate(case, h.predict(prob, cfg, 132, model), cands, base=rank,
+                                            cluster=f"{cl[0]}x{cl[1]}"))
+    active = {f"{sms} SMs, {size} CTAs": v for (sms, size), v in configs.ACTIVE_CLUSTERS.items()}
+    _write("gemm_family_clusters", {"rows": rows, "active_clusters": active}, out_dir)
+    return rows
+
+
+def model_change(out_dir, changes: list[str]) -> list[dict]:
+    """Where changing constants of this GPU's :class:`~gemmlab.family.heuristic_sm90.MachineModel` (``changes``:
+    ``name=value`` strings, e.g. ``l2_tbps=10``) changes the pick: every shape of both families and chapter 07's ten,
+    both picks timed, kernels alone against torch's in the same run, inputs rotated beyond L2; written to
+    ``gemm_family_model_<changes>.json`` (``l2_tbps10``)."""
+    from dataclasses import replace
+
+    from gemmlab import hardware
+
+    old = h.model_for(hardware.spec_of())
+    new = replace(old, **{k: float(v) for k, v in (c.split("=") for c in changes)})
+    rows = []
+    cases = fb.family_cases() + fb.wide_cases() + [fb.Case(m, n, k, group="chapter 07")
+                                                   for m, n, k in fb.CHAPTER07_SHAPES]
+    for case, prob in _unique_problems(cases):
+        a, b = h.candidates(prob, 132, old), h.candidates(prob, 132, new)
+        if a[0].config == b[0].config:
+            continue
+        for which, c, cands in (("old", a[0], a), ("new", b[0], b)):
+            rows.append(_time_candidate(case, c, cands, which=which))
+    slug = "_".join(c.replace("=", "").replace(".", "p") for c in changes)
+    _write(f"gemm_family_model_{slug}", {"rows": rows, "changes": changes}, out_dir)
+    return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "w128", "stages", "family",
-                                    "quick", "wide", "l2_shared", "token8", "all"])
+                                    "quick", "wide", "l2_shared", "token8", "clusters", "model_change", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
     p.add_argument("--only", default=None, help="token8: only the shapes whose label contains this")
+    p.add_argument("--set", action="append", default=[], help="model_change: a model constant, name=value")
+    p.add_argument("--occupancy", default=None, help="the cluster occupancy query's output: persistent grids that fit")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 references in FP32
     t0 = time.time()
@@ -462,6 +565,12 @@ def main() -> int:
         l2_shared(args.out)
     if args.what == "token8":
         token8(args.out, args.only)
+    if args.occupancy:
+        print("active clusters:", load_active_clusters(args.occupancy))
+    if args.what == "clusters":
+        clusters(args.out)
+    if args.what == "model_change":
+        model_change(args.out, args.set)
     print(f"done in {time.time() - t0:.0f} s")
     return 0
 

@@ -8,8 +8,8 @@ Every kernel variant the heuristic can pick: 2x1 cluster with B multicast, 1x2 w
 narrow epilogue, a 64-row tile, 192-row tiles (three consumer warpgroups), swap A/B (M-major output through
 stmatrix.trans; a batch of several token tiles, paired along either side), split-K (each unit's FP32 partial
 tile in the workspace, the tile counters, the last unit's reduction inside the same launch), swap with
-split-K, a 128-row tile held by one consumer warpgroup, and two such warpgroups taking tiles in turn
-(ping-pong). Each split-K and ping-pong variant also runs on a persistent grid of
+split-K, a 128-row tile held by one consumer warpgroup, two such warpgroups taking tiles in turn
+(ping-pong), and clusters of 4 and 8 CTAs multicasting along both sides. Each split-K and ping-pong variant also runs on a persistent grid of
 a few SMs (:data:`HYBRID_SMS`), where the tiles outnumber the clusters: for split-K whole tiles in whole waves,
 then only the tail split, its workspace and counters sized for the tail; for ping-pong several tiles a CTA, so
 both warpgroups take turns. ``--only TEXT`` (repeatable) runs the configs whose name contains any TEXT. M, N, K
@@ -60,6 +60,14 @@ CONFIGS = (
     Sm90Config(tile_m=128, tile_n=104, stages=7, cluster=(1, 2), swap_ab=True, epi_n=8, wg_rows=128),
     Sm90Config(tile_m=192, tile_n=104, stages=5, cluster=(1, 2), swap_ab=True, epi_n=8, epi_stages=2),
     Sm90Config(tile_m=192, tile_n=168, stages=4, cluster=(1, 1), swap_ab=True, epi_n=56, epi_stages=2, splits=2),
+    # clusters of 4 and 8 CTAs: each CTA multicasts its part of an A' panel along its cluster column and of a B'
+    # panel along its row (with split-K, swapped, a line of 4)
+    Sm90Config(tile_n=128, stages=6, cluster=(2, 2)),
+    Sm90Config(tile_n=144, stages=6, cluster=(2, 2), epi_n=16, splits=4),
+    Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(4, 2)),
+    Sm90Config(tile_m=128, tile_n=96, stages=6, cluster=(2, 4), swap_ab=True),
+    Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(1, 4), swap_ab=True, splits=3),
+    Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(4, 1)),
 )
 
 

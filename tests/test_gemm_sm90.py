@@ -81,6 +81,16 @@ def test_token_tiles_step_by_eight():
     assert len(ptx_lines(c, r"^cp\.async\.bulk\.tensor\.2d\.global\.shared::cta")) == 13
 
 
+@pytest.mark.parametrize("cluster,a_mc,b_mc", [((2, 1), False, True), ((1, 4), True, False), ((2, 2), True, True),
+                                              ((4, 2), True, True)])
+def test_a_cluster_multicasts_the_panels_it_shares(cluster, a_mc, b_mc):
+    # CN > 1: CTAs along N' share the A' panel; CM > 1: along M' the B' panel. The A' load comes first in the PTX.
+    # (Which ranks each slice goes to is checked by running: the emulator's 2x2 and 2x4 cases, the GPU tests.)
+    c = compile_gemm("sm_90a", Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=cluster))
+    loads = ptx_lines(c, r"^cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global|^cp\.async\.bulk\.tensor\.2d\.shared::cta")
+    assert [".multicast::cluster" in l for l in loads[:2]] == [a_mc, b_mc]
+
+
 def test_split_k_reduces_in_the_same_launch():
     c = compile_gemm("sm_90a", SPLIT)
     # One kernel: every unit publishes its partial tile, the tile's last one adds them and stores C by TMA.
@@ -258,6 +268,21 @@ VARIANTS = [Sm90Config(), Sm90Config(tile_n=144, stages=6, cluster=(1, 2), epi_n
             Sm90Config(tile_m=192, tile_n=160, stages=4, cluster=(2, 1), swap_ab=True, epi_stages=2),
             Sm90Config(tile_m=192, tile_n=168, stages=4, cluster=(1, 1), swap_ab=True, epi_n=56, epi_stages=2,
                        splits=2)]
+#: Clusters of 4 and 8 CTAs: each CTA multicasts its part of the A' panel to the CTAs of its column of the cluster
+#: and its part of the B' panel to those of its row.
+WIDE_CLUSTER_VARIANTS = [
+    Sm90Config(tile_m=128, tile_n=128, stages=6, cluster=(2, 2)),
+    Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(1, 4)),
+    Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(4, 1)),
+    Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(4, 2)),
+    Sm90Config(tile_m=128, tile_n=96, stages=6, cluster=(2, 4)),
+    Sm90Config(tile_m=192, tile_n=128, stages=4, cluster=(2, 2), epi_stages=2),
+    Sm90Config(tile_n=144, stages=6, cluster=(2, 2), epi_n=16, splits=4),
+    Sm90Config(tile_n=128, stages=6, cluster=(2, 2), wg_rows=128),
+    Sm90Config(tile_m=128, tile_n=64, stages=8, cluster=(2, 2), swap_ab=True, splits=3),
+    Sm90Config(tile_m=64, tile_n=104, stages=8, cluster=(1, 4), swap_ab=True, epi_n=8),
+    Sm90Config(tile_m=128, tile_n=96, stages=6, cluster=(4, 2), swap_ab=True)]
+VARIANTS += WIDE_CLUSTER_VARIANTS
 
 PINGPONG = [c for c in VARIANTS if c.pingpong] + [
     Sm90Config(tile_n=144, stages=5, cluster=(1, 1), epi_n=16, wg_rows=128, pingpong=True)]
@@ -284,14 +309,30 @@ def test_every_variant_on_partial_tiles(cfg, k_major):
 def test_pingpong_on_a_few_sms(cfg, sms):
     # On a grid of a few SMs every CTA runs many tiles, so the two warpgroups take turns many times (an odd count of
     # tiles for some CTAs: the last turn has no partner).
+    _check_on_a_few_sms(cfg, sms, seed=11)
+
+
+def _check_on_a_few_sms(cfg, sms, seed):
+    """``cfg``'s plan for a GPU of ``sms`` SMs (the persistent grid it launches) on two partial-tile shapes, poisoned
+    outputs, against FP32."""
     for m, n, k in ((1000, 1232, 520), (300, 2120, 1600)):
-        a, b = _cuda_ab(m, n, k, k_major=True, seed=11)
+        a, b = _cuda_ab(m, n, k, k_major=True, seed=seed)
         out = _poisoned(m, n)
         problem = P.problem_of(a, b, out)
         P.Plan(problem, cfg, "sm90", sms)(*P.canonical_operands(a, b, out, problem.b_major))
         torch.cuda.synchronize()
         assert not out.isnan().any()
         assert _rel(out, a, b) <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.sm90
+@pytest.mark.parametrize("cfg", WIDE_CLUSTER_VARIANTS, ids=lambda c: c.name.replace(" ", "_"))
+@pytest.mark.parametrize("sms", [8, 16])
+def test_wide_clusters_on_a_few_sms(cfg, sms):
+    # One or two clusters of up to 8 CTAs take every tile in turn: each CTA's ring is refilled across many tiles, so
+    # a stage freed in the wrong CTA of the cluster (or a slice multicast to the wrong ones) shows up as a wrong tile.
+    _check_on_a_few_sms(cfg, sms, seed=13)
 
 
 @pytest.mark.gpu

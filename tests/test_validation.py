@@ -240,3 +240,32 @@ def _check_int_accepts_numpy() -> bool:
 ])
 def test_numpy_integers_accepted_where_ints_are(call):
     assert call()
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(cluster=(3, 1)), "cluster must be one of"),
+    (dict(cluster=(4, 4)), "cluster must be one of"),  # 16 CTAs: past the portable 8
+    (dict(tile_m=64, tile_n=64, stages=8, cluster=(1, 8)), "cluster must be one of"),
+    (dict(tile_m=128, tile_n=112, stages=6, cluster=(4, 1), swap_ab=True, epi_n=16), "tile_n of 32"),
+    (dict(tile_m=128, tile_n=104, stages=6, cluster=(2, 2), swap_ab=True, epi_n=8), "tile_n of 16"),
+])
+def test_wide_clusters_need_tiles_that_cut_into_whole_atoms(kw, words):
+    # each of CM CTAs loads tile_n / CM rows of the B' panel: 112 / 4 = 28 and 104 / 2 = 52 are not whole 8-row atoms
+    # (a pair keeps the rule it always had: a 104-wide token tile still pairs along M' in a 1-D cluster)
+    with pytest.raises(ValueError, match=words):
+        Sm90Config(**kw)
+
+
+def test_persistent_grids_of_wide_clusters_fit_the_gpcs():
+    # a 132-SM GH100 runs 66 pairs but only 30 clusters of 4 and 15 of 8 at once (120 SMs)
+    assert Sm90Config(cluster=(2, 1)).clusters_on(132) == 66
+    assert Sm90Config(tile_n=128, stages=6, cluster=(2, 2)).clusters_on(132) == 30
+    assert Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(4, 2)).clusters_on(132) == 15
+    assert Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(1, 4)).clusters_on(16) == 4  # no table: SMs // 4
+    assert Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(4, 2)).clusters_on(6) == 1  # at least one
+
+
+def test_the_heuristic_keeps_to_pairs():
+    # clusters of 4 and 8 were no faster on the weakest shapes (H200, gemm_family_clusters.json): never picked
+    for shape in ((256, 2112, 7168), (1024, 576, 7168), (64, 4096, 7168), (640, 3584, 18944), (4096, 4096, 4096)):
+        assert h.choose(GemmProblem(*shape), 132).cluster_size <= 2

@@ -795,6 +795,13 @@ def _gemm_cases():
         ("swap-AB 192-row weight tile, 40 wide", Sm90Config(tile_m=192, tile_n=40, stages=3, cluster=(1, 1),
                                                            swap_ab=True, epi_n=40, epi_stages=2), (36, 400, 136), "k",
          2),
+        # a 2-D cluster: each CTA loads half its A' panel and half its B' panel and multicasts each to the two CTAs
+        # that share it (masks 0b0101 / 0b1010 for A', 0b0011 / 0b1100 for B'); 5 N tiles pad the cluster grid to 6
+        ("64-row tile, cluster 2x2 (A and B multicast)", Sm90Config(tile_m=64, tile_n=64, stages=3, cluster=(2, 2)),
+         (200, 264, 136), "k", 1),
+        ("swap-AB 64x32, cluster 2x4, split-K 2", Sm90Config(tile_m=64, tile_n=32, stages=3, cluster=(2, 4),
+                                                             swap_ab=True, epi_n=16, splits=2), (100, 136, 264), "k",
+         1),
         ("FP16, cluster 2x1, swap-AB", Sm90Config(tile_m=64, tile_n=48, stages=4, cluster=(2, 1), swap_ab=True,
                                                  epi_n=16, dtype="float16", out_dtype="float16"), (72, 200, 136), "k",
          2),

@@ -34,6 +34,15 @@ MAX_TILE_N_192 = 192
 MAX_TILE_N_WG128 = 192
 #: Shared memory kept for mbarriers and alignment slack in every sm90 CTA.
 SM90_SMEM_SLACK = 1024
+#: Clusters a 132-SM GH100 runs at once, one CTA per SM, keyed by (SMs, CTAs per cluster): a cluster's CTAs must
+#: share a GPC, so SMs left over in a GPC stay idle: 30 clusters of 4 and 15 of 8, 120 SMs either way (66 pairs use
+#: all 132). Measured on an H200 with ``cudaOccupancyMaxActiveClusters`` (2026-12-02, 256 to 512 threads, 200 KiB of
+#: shared memory a CTA: ``results/nvidia-h200/cluster_occupancy.txt``); the H100 SXM5 has the same 132-SM
+#: configuration but was not measured. A size not here is taken to fit ``SMs // size`` times.
+ACTIVE_CLUSTERS: dict[tuple[int, int], int] = {(132, 4): 30, (132, 8): 15}
+#: The dense kernel's clusters ``(CM, CN)``: CM CTAs along M' share each B' panel, CN along N' each A' panel (TMA
+#: multicast). At most 8 CTAs, the portable cluster size (CUDA programming guide, "Thread Block Clusters").
+SM90_CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4))
 
 
 def _bytes(elements: int, dtype: str) -> int:
@@ -60,7 +69,9 @@ class Sm90Config:
     a multiple of 16 from 16 to 256, or with ``swap_ab`` of 8 (a token tile: 200 tokens are a 200-wide tile, not a
     208-wide one, as cuBLAS cuts them). ``tile_k``: one 128-byte swizzle row of the
     input dtype. ``stages``: depth of the A/B ring. ``cluster``: ``(2, 1)`` pairs
-    two CTAs along M' (B' is multicast), ``(1, 2)`` along N' (A' is multicast).
+    two CTAs along M' (B' is multicast), ``(1, 2)`` along N' (A' is multicast); ``(CM, CN)`` of
+    :data:`SM90_CLUSTERS` in general, CM CTAs along M' sharing each B' panel and CN along N' each A' panel (beyond
+    pairs, the tiles must cut into whole 8-row atoms: ``tile_m`` a multiple of ``8 CN``, ``tile_n`` of ``8 CM``).
     ``raster``/``group``: the tile order (:mod:`gemmlab.scheduler`). ``epi_n`` x
     ``epi_stages``: each consumer warpgroup's ring of 64 x ``epi_n`` output
     sub-tiles for the TMA store (16, 32 or 64 columns; with ``swap_ab`` any multiple of 8 up to 64 that divides
@@ -106,7 +117,7 @@ class Sm90Config:
         if self.tile_k != row:
             raise ValueError(f"tile_k must be {row} for {self.dtype} (one 128-byte swizzle row); got {self.tile_k}")
         put("stages", check_int("stages", self.stages, lo=2, hi=16))
-        put("cluster", check_choice("cluster", self.cluster, ((1, 1), (2, 1), (1, 2))))
+        put("cluster", check_choice("cluster", self.cluster, SM90_CLUSTERS))
         check_choice("raster", self.raster, RASTERS)
         put("group", check_int("group", self.group, lo=1))
         put("epi_n", check_int("epi_n", self.epi_n, lo=8, hi=64, multiple_of=8))
@@ -142,6 +153,12 @@ class Sm90Config:
         if self.tile_m == 192 and self.tile_n > MAX_TILE_N_192:
             raise ValueError(f"tile_n must be at most {MAX_TILE_N_192} with tile_m=192: three consumer warpgroups "
                              f"share the registers (152 per thread, tile_n / 2 of them accumulators); got {self.tile_n}")
+        cm, cn = self.cluster
+        if cm * cn > 2 and (self.tile_m % (8 * cn) or self.tile_n % (8 * cm)):
+            raise ValueError(f"cluster {self.cluster}: each of the {cn} CTAs sharing an A' panel loads tile_m / {cn} of "
+                             f"its rows and each of the {cm} sharing a B' panel tile_n / {cm}, in whole 8-row swizzle "
+                             f"atoms, so tile_m must be a multiple of {8 * cn} and tile_n of {8 * cm}; got tile_m="
+                             f"{self.tile_m}, tile_n={self.tile_n}")
         if self.smem_bytes() > SMEM_PER_BLOCK:
             raise ValueError(f"stages={self.stages} with a {self.tile_m} x {self.tile_n} tile needs "
                              f"{self.smem_bytes()} bytes of shared memory; a CTA may use {SMEM_PER_BLOCK}")
@@ -168,8 +185,9 @@ class Sm90Config:
         return self.cluster[0] * self.cluster[1]
 
     def clusters_on(self, num_sms: int) -> int:
-        """The persistent grid's clusters on ``num_sms`` SMs: one CTA per SM, whole clusters, at least one."""
-        return max(1, num_sms // self.cluster_size)
+        """The persistent grid's clusters on ``num_sms`` SMs: one CTA per SM, whole clusters, at least one, and no
+        more than the GPU runs at once (:data:`ACTIVE_CLUSTERS`: a cluster's CTAs share one GPC)."""
+        return max(1, min(num_sms // self.cluster_size, ACTIVE_CLUSTERS.get((num_sms, self.cluster_size), num_sms)))
 
     @property
     def split_k(self) -> bool:

@@ -285,7 +285,13 @@ def epi_shape_for(tile_n: int, tile_m: int = 128) -> tuple[int, int]:
     return epi_n, (2 if tile_m == 192 else 4)
 
 
-#: The clusters the heuristic models, in the order it prefers among equals.
+#: The clusters the heuristic models, in the order it prefers among equals. Not those of 4 and 8 CTAs the kernel also
+#: runs (:data:`~gemmlab.family.configs.SM90_CLUSTERS`): on an H200 (2026-12-02, ``benchmarks/gemm_family.py clusters``,
+#: ``results/nvidia-h200/gemm_family_clusters.json``) the model's pick on the 16 shapes the families lose most, each
+#: with every wider cluster its tile cuts into, was never beaten by more than 2 % (640 x 3584 x 18944: 122.9 us in
+#: 2 x 4 against 125.5 in 1 x 2) and mostly slower, up to 1.8x where a cluster of 4 leaves 12 SMs idle
+#: (:data:`~gemmlab.family.configs.ACTIVE_CLUSTERS`; 1024 x 576 x 7168: 36.6 us in 2 x 2 against 22.1). cuBLAS runs
+#: 2 x 4 and 4 x 2 on several of those shapes; what it gains there is not the L2 traffic multicast saves.
 CLUSTERS = ((2, 1), (1, 2), (1, 1))
 #: The same for a swapped batch cut into token tiles: the weight (A') is the big operand, and ``(1, 2)``
 #: multicasts it. On the H100's sweep ``(1, 2)`` beat ``(2, 1)`` on 13 of the 15 tiles where both ran (same shape, tile

@@ -38,6 +38,16 @@ What it adds over chapter 06
       shared panel and multicasts it to both, halving that operand's L2 -> SM
       traffic. A consumer then frees a stage in *both* CTAs (a remote mbarrier
       arrive), because the peer's producer writes into its shared memory.
+      The kernel also runs 2-D clusters of 4 and 8 CTAs (``cluster`` (2, 2),
+      (4, 1), (1, 4), (4, 2), (2, 4); rank = rank_m + CM x rank_n): each CTA
+      loads 1 / CN of its A' panel for the CN CTAs of its cluster column and
+      1 / CM of its B' panel for the CM of its row (masks ``a_mask`` and
+      ``b_mask``), and frees each stage in every CTA of the cluster. Correct
+      on an H200 (GPU tests, compute-sanitizer, the emulator), but no faster
+      than the pairs on the 16 weakest shapes of the families (2026-12-02,
+      ``results/nvidia-h200/gemm_family_clusters.json``), and a GH100 runs
+      only 30 clusters of 4 or 15 of 8 at once (120 of its 132 SMs): the
+      heuristic keeps to pairs.
     * **A TMA-store epilogue that overlaps the next tile.** Each consumer
       warpgroup converts its 64 rows to BF16/FP16, writes them with
       ``stmatrix`` into its own ring of shared-memory sub-tiles and stores them
@@ -362,9 +372,13 @@ def gemm_kernel(
     cluster_id = bid // CS
     num_clusters = grid // CS
     rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-    # Which neighbour this CTA is inside its cluster: along M or along N.
-    rank_m = rank if cutlass.const_expr(CM > 1) else 0
-    rank_n = rank if cutlass.const_expr(CN > 1) else 0
+    # Where this CTA sits in its CM x CN cluster (ranks run along M first: rank = rank_m + CM * rank_n).
+    rank_m, rank_n = 0, 0
+    if cutlass.const_expr(CN == 1):
+        rank_m = rank if cutlass.const_expr(CM > 1) else 0
+    else:
+        rank_n = rank if cutlass.const_expr(CM == 1) else rank // CM
+        rank_m = 0 if cutlass.const_expr(CM == 1) else rank % CM
 
     # ---------------------------------------------------------------- shared memory
     smem = SmemAllocator()
@@ -407,15 +421,23 @@ def gemm_kernel(
     gA = cute.local_tile(mA, (BM, BK), (None, None))  # (BM, BK, m_tiles, k_tiles)
     gB = cute.local_tile(mB, (BN, BK), (None, None))  # (BN, BK, n_tiles, k_tiles)
 
-    # The multicast operand is split across the CTAs that share it: each loads
-    # its slice and sends it to all of them (mask 0b11).
+    # A multicast panel is split across the CTAs that share it: each loads its
+    # slice and sends it to all of them. An A' panel (tile m_tile) is shared by
+    # the CN CTAs of the cluster with our rank_m, a B' panel by the CM CTAs with
+    # our rank_n (a pair: mask 0b11 either way).
     a_parts = CN  # CTAs sharing an A panel (cluster along N)
     b_parts = CM  # CTAs sharing a B panel (cluster along M)
     tAsA, tAgA = cpasync.tma_partition(tma_a, rank_n, cute.make_layout(a_parts),
                                        cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
     tBsB, tBgB = cpasync.tma_partition(tma_b, rank_m, cute.make_layout(b_parts),
                                        cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
-    mcast_mask = cutlass.Int16((1 << CS) - 1)  # every CTA of the cluster receives the slice
+    # A pair (or a line of CTAs) sends to the whole cluster; in a 2-D cluster an A' slice goes to ranks rank_m,
+    # rank_m + CM, ... and a B' slice to ranks CM rank_n .. CM rank_n + CM - 1.
+    a_mask = cutlass.Int16((1 << CS) - 1)
+    b_mask = cutlass.Int16((1 << CS) - 1)
+    if cutlass.const_expr(CM > 1 and CN > 1):
+        a_mask = cutlass.Int16(sum(1 << (CM * j) for j in range(CN))) << rank_m
+        b_mask = cutlass.Int16((1 << CM) - 1) << (CM * rank_n)
     stage_bytes = cute.size_in_bytes(ab_type, cute.select(a_smem, mode=[0, 1])) + \
         cute.size_in_bytes(ab_type, cute.select(b_smem, mode=[0, 1]))
 
@@ -438,13 +460,13 @@ def gemm_kernel(
                         cute.arch.mbarrier_arrive_and_expect_tx(full + state.index, stage_bytes)
                     if cutlass.const_expr(a_parts > 1):
                         cute.copy(tma_a, tAgA[(None, m_tile, k0 + k)], tAsA[(None, state.index)],
-                                  tma_bar_ptr=full + state.index, mcast_mask=mcast_mask)
+                                  tma_bar_ptr=full + state.index, mcast_mask=a_mask)
                     else:
                         cute.copy(tma_a, tAgA[(None, m_tile, k0 + k)], tAsA[(None, state.index)],
                                   tma_bar_ptr=full + state.index)
                     if cutlass.const_expr(b_parts > 1):
                         cute.copy(tma_b, tBgB[(None, n_tile, k0 + k)], tBsB[(None, state.index)],
-                                  tma_bar_ptr=full + state.index, mcast_mask=mcast_mask)
+                                  tma_bar_ptr=full + state.index, mcast_mask=b_mask)
                     else:
                         cute.copy(tma_b, tBgB[(None, n_tile, k0 + k)], tBsB[(None, state.index)],
                                   tma_bar_ptr=full + state.index)
