@@ -181,8 +181,14 @@ class MachineModel:
     # Split-K in one launch (gemmlab.splitk). Fitted on an H100 (2026-11-27, build/splitk_gpu.sh ->
     # results/nvidia-h100-80gb-hbm3/splitk_gpu.json: 25 split-K kernels on 11 shapes, each against the rest of the
     # model's error on the same tile without split where that was timed): 3.4 us rms. A split-K launch costs about
-    # 8 us more than its partial tiles' traffic and hand-offs say (not yet explained: the reducers' tail, the stage
-    # a split config gives up for the output ring, or both). Those launches split every tile; a multi-wave grid's
+    # 8 us more than its partial tiles' traffic and hand-offs say. Where it goes (H200, 2026-12-02,
+    # results/nvidia-h200/splitk_fixed_cost_probe.txt): 1024 x 576 x 7168 in 4 slices on 128 x 144 tiles ran 21.8 us,
+    # the same 128 units of 28 k-blocks unsplit (4096 x 576 x 1792) 15.6 us, so the split epilogue costs 6.2 us, not
+    # the launch or the main loop; Nsight Compute counted 3.5 K more active cycles on the average SM (the partial
+    # tile's stores and the release fence every unit pays) and 8.8 K more on the busiest (a reducer reading three
+    # partial tiles after its own). Refitting this constant and the two above on every stored sweep of both GPUs
+    # moved the geomean regret by under 0.1 % (1.0066 -> 1.0060; the timed pairs of
+    # results/nvidia-h200/gemm_family_model_*.json), so they stay. Those launches split every tile; a multi-wave grid's
     # split tail after whole waves (configs.hybrid_tiles) is priced with the same three constants (timed since:
     # results/<device>/splitk_hybrid.json; not refitted).
     splitk_sm_gbps: float = 80.0  # what one SM's 16-byte stores (or .cg loads) of FP32 partial tiles move, GB/s
