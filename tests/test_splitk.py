@@ -13,6 +13,7 @@ import torch
 from cutlass import Int32
 
 from gemmlab import splitk
+from gemmlab.splitk import reduce_group
 from gemmlab.compile import ptx_lines, ptx_opcodes
 from gemmlab.emulator import sm90_cases as S
 from gemmlab.family.configs import Sm90Config, effective_splits, hybrid_tiles, split_ranges
@@ -334,10 +335,32 @@ def test_no_spills_in_the_split_kernels():
 
 def test_add_partials_reads_s_minus_1_slices_where_it_can():
     # own 0 or 1: p1 + p0 == p0 + p1, so the reducer's slice stays in registers; own >= 2: it is read back.
-    # The PTX has the three load groups of add_partials: own >= 2 (acc = p0), own == 1 (acc += p0), the loop.
+    # The PTX has the load groups of add_partials: own >= 2 (acc = p0), own == 1 (acc += p0), and the loop's body,
+    # which reads reduce_group slices at once (a 64 x 64 tile's 32 floats a thread: 4 slices, 128 floats in flight).
     c = _kernel(_SMALL)
     per_slice = _SMALL.tile_m * _SMALL.tile_n // 128 // 4  # 16-byte vectors per thread and slice
-    assert len(ptx_lines(c, r"ld\.global\.cg\.v4\.f32")) == 3 * per_slice
+    group = reduce_group(_SMALL.tile_m * _SMALL.tile_n // 128, 1)
+    assert group == 4
+    assert len(ptx_lines(c, r"ld\.global\.cg\.v4\.f32")) == (2 + group) * per_slice
+
+
+def test_the_loop_issues_a_groups_loads_before_its_additions():
+    # In the loop body every one of the group's loads comes before the first addition of a loaded value, so the
+    # group costs one round trip to L2; the additions then run in split order, slice by slice.
+    c = _kernel(_SMALL)
+    per_slice = _SMALL.tile_m * _SMALL.tile_n // 128 // 4
+    ops = ptx_lines(c, r"^(@!?%p\d+\s+)?(ld\.global\.cg|add\.(rn\.)?f32)")
+    loads = [i for i, o in enumerate(ops) if "ld.global.cg" in o]
+    body = loads[2 * per_slice:]
+    assert len(body) == 4 * per_slice
+    assert not any(o.startswith("add") for o in ops[body[0]:body[-1]])
+
+
+@pytest.mark.parametrize("floats,consumers,want", [(32, 1, 4), (16, 1, 4), (40, 1, 3), (48, 1, 2), (52, 1, 1),
+                                                   (64, 1, 1), (128, 1, 1), (32, 2, 1), (72, 2, 1), (24, 3, 1)])
+def test_reduce_group_only_where_it_was_measured_faster(floats, consumers, want):
+    # one warpgroup, at most 48 floats a thread: 128 floats in flight; elsewhere one slice at a time
+    assert reduce_group(floats, consumers) == want
 
 
 # ---------------------------------------------------------------- on the GPU

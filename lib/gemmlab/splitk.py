@@ -67,7 +67,10 @@ The protocol (one counter per split CTA tile, int32, zero between launches)
        adds) and stores 0 to the counter; it tells the other threads through
        shared memory and a second barrier;
     4. the reducer's threads load the slices with ``ld.global.cg`` (L2, never
-       a stale L1 line) and add them in split order.
+       a stale L1 line) and add them in split order; a one-warpgroup tile of
+       at most 48 floats a thread loads several slices before adding any
+       (:func:`reduce_group`: 64 x 576 x 7168 in 11 slices, 12.6 -> 10.4 us on
+       an H200).
 
 The code, in the chapter modules' order
     * PTX wrappers: ``ld.global.v4.f32`` / ``ld.global.cg.v4.f32`` / ``st.global.v4.f32``
@@ -106,6 +109,8 @@ THREADS = 256
 VEC = 8  # output elements per thread: 8 x 2 bytes = one 16-byte store
 #: FP32 values per 16-byte access of the in-kernel form's workspace.
 PART_VEC = 4
+#: The largest accumulator fragment (floats a thread) whose reducer reads several slices at once (:func:`reduce_group`).
+GROUPED_MAX_FLOATS = 48
 
 # --------------------------------------------------------------------------------------
 # PTX wrappers
@@ -248,7 +253,7 @@ def add_slice(acc: cute.Tensor, part, threads: cutlass.Constexpr, fresh: cutlass
 
 @cute.jit
 def add_partials(acc: cute.Tensor, part, own: Int32, splits: Int32, slice_floats: cutlass.Constexpr,
-                 threads: cutlass.Constexpr):
+                 threads: cutlass.Constexpr, group: cutlass.Constexpr = 1):
     """``acc`` (slice ``own``'s fragment) <- ``((p0 + p1) + p2) + ...``: every slice in split order.
 
     Slice ``s`` of this thread is at ``part + s * slice_floats``. The sum is
@@ -258,14 +263,54 @@ def add_partials(acc: cute.Tensor, part, own: Int32, splits: Int32, slice_floats
     cannot wait there while the slices before it are added, so the reducer
     reads its own partial back (it stored it before counting itself): S - 1
     slices read when ``own`` is 0 or 1 (always, with two splits), S otherwise.
+
+    The slices after the first are read ``group`` at a time (:func:`read_group`): all of a group's loads are in
+    flight before the first of its additions, so S - 1 slices cost ``ceil((S - 1) / group)`` round trips to L2
+    instead of S - 1, and the additions still run in split order.
     """
+    first = Int32(1)  # the first slice still to add after acc holds p0 (own 0 or >= 2) or p0 + p1 (own 1)
     if own >= 2:
         add_slice(acc, part, threads, True)  # acc = p0 (its own partial is in the workspace)
     elif own == 1:
         add_slice(acc, part, threads, False)  # acc = p1 + p0
-    for s in cutlass.range(1, splits, unroll=1):
-        if s != own or own >= 2:
-            add_slice(acc, part + s * slice_floats, threads, False)
+        first = Int32(2)
+    for s0 in cutlass.range(first, splits, group, unroll=1):
+        read_group(acc, part, s0, splits, slice_floats, threads, group)
+
+
+@cute.jit
+def read_group(acc: cute.Tensor, part, s0: Int32, splits: Int32, slice_floats: cutlass.Constexpr,
+               threads: cutlass.Constexpr, group: cutlass.Constexpr):
+    """``acc += p[s0] + ...`` for the ``group`` slices from ``s0`` that exist (``< splits``), added in order after
+    every one of their 16-byte loads was issued (a slice past the last is neither read nor added)."""
+    vecs = cute.size(acc) // PART_VEC
+    loaded = []
+    for g in cutlass.range_constexpr(group):
+        base = part + (s0 + g) * slice_floats
+        ok = s0 + g < splits
+        loaded.append([ld_global_cg_v4_f32(base + j * PART_VEC * threads, ok) for j in range(vecs)])
+    for g in cutlass.range_constexpr(group):
+        if s0 + g < splits:
+            for j in cutlass.range_constexpr(vecs):
+                for q in cutlass.range_constexpr(PART_VEC):
+                    acc[PART_VEC * j + q] = acc[PART_VEC * j + q] + loaded[g][j][q]
+
+
+def reduce_group(fragment_floats: int, consumers: int) -> int:
+    """Slices a reducer thread reads at once (:func:`add_partials`'s ``group``), 1 to 4: with one consumer warpgroup
+    and at most :data:`GROUPED_MAX_FLOATS` accumulator floats a thread, as many as keep 128 loaded floats in flight;
+    otherwise 1 (one slice per round trip, as before grouping).
+
+    Measured on an H200 (2026-12-02, ``results/nvidia-h200/splitk_grouped_reads.json``, each split pick of the two
+    families timed with both forms in one run): 64 x 64 tiles (32 floats, 4 slices a group) 12.6 -> 10.4 us at
+    64 x 576 x 7168 (split 11), 64 x 96 (48 floats, 2) 13.7 -> 12.7 us at 256 x 576 x 7168 (split 5); 64 x 104 (52
+    floats, 2) no change; 64 x 128 (64 floats, 2) 0.4-0.6 us *slower* on all four shapes it runs (128 x 2112 x 7168:
+    16.2 -> 16.7 us, not explained: no spills, 167 registers), hence the bound. Tiles of two or three warpgroups were not
+    timed grouped.
+    """
+    if consumers != 1 or fragment_floats > GROUPED_MAX_FLOATS:
+        return 1
+    return max(1, min(4, 128 // fragment_floats))
 
 
 # --------------------------------------------------------------------------------------

@@ -128,7 +128,7 @@ from cutlass.memory import SmemAllocator
 from ..family.configs import Sm90Config
 from ..pipeline import DevicePipelineState
 from ..scheduler import device_tile
-from ..splitk import add_partials, arrive, store_partial
+from ..splitk import add_partials, arrive, reduce_group, store_partial
 
 PRODUCER_REGS = 40  # setmaxnreg.dec: TMA issue needs a handful of registers
 CONSUMER_REGS = 232  # setmaxnreg.inc: 128 accumulator registers + operands; 128*40 + 256*232 <= 64K
@@ -548,7 +548,8 @@ def gemm_kernel(
                     store_partial(acc, part + split * (BM * BN), 128 * consumers)
                     last = arrive(mCount.iterator + ctile, last_flag, splits, ctid, 128 * consumers, SPLIT_BARRIER)
                     if last:
-                        add_partials(acc, part, split, splits, BM * BN, 128 * consumers)
+                        add_partials(acc, part, split, splits, BM * BN, 128 * consumers,
+                                     reduce_group(cute.size(acc), consumers))
                 if last:
                     for sl in cutlass.range_constexpr(slabs):
                         store_tile(tma_c, sC, gC[(None, None, m_tile, n_tile)], r2s, tRS_slabs[sl], tRS_sC, sub_f32,
