@@ -152,7 +152,7 @@ def test_sm90_config_rules():
     with pytest.raises(ValueError, match="tile_m"):
         Sm90Config(tile_m=96)
     with pytest.raises(ValueError, match="cluster"):
-        Sm90Config(cluster=(2, 2))
+        Sm90Config(cluster=(2, 3))  # (2, 2) is a cluster of 4 now: SM90_CLUSTERS
     with pytest.raises(ValueError, match="shared memory"):
         Sm90Config(tile_n=256, stages=5)
     with pytest.raises(ValueError, match="epi_n must divide"):

@@ -101,7 +101,7 @@ def test_chapter07_sections_of_the_kernel():
     assert "mma_tile(" in loop and "tma_b" not in loop and "store_tile" not in loop
     assert "warpgroup.wait_group(1)" in show.source_of(g7.mma_tile)
     producer = show.source_region(g7.gemm_kernel, "producer warpgroup")
-    assert "mcast_mask=mcast_mask" in producer and "cute.gemm" not in producer
+    assert "mcast_mask=a_mask" in producer and "mcast_mask=b_mask" in producer and "cute.gemm" not in producer
     # "epilogue" alone names three comments: refused rather than guessed.
     with pytest.raises(ValueError, match="exactly one comment"):
         show.region_lines(g7.gemm_kernel, "epilogue")
