@@ -456,24 +456,12 @@ def clusters(out_dir, count: int = 16, bases: int = 1) -> list[dict]:
 
     from gemmlab import hardware
     from gemmlab.family import configs
-    from gemmlab.measure.bench import load_results
 
     model = h.model_for(hardware.spec_of())
-    name = torch.cuda.get_device_name()
-    stored = []
-    for doc_name in ("gemm_family", "gemm_family_wide"):
-        doc = load_results(doc_name, name)
-        stored += doc["rows"] if doc else []
-    stored.sort(key=lambda r: r["ratio_prepared"])
-    cases, seen = [], set()
-    for r in stored:
-        key = (r["m"], r["n"], r["k"], r["dtype"], r["b_major"])
-        if key not in seen and len(cases) < count:
-            seen.add(key)
-            cases.append(fb.Case(r["m"], r["n"], r["k"], dtype=r["dtype"], b_major=r["b_major"], group="weak"))
+    weak = fb.weakest_rows(torch.cuda.get_device_name(), count, ("gemm_family", "gemm_family_wide"), "ratio_prepared")
+    cases = [fb.Case(r["m"], r["n"], r["k"], dtype=r["dtype"], b_major=r["b_major"], group="weak") for r in weak or []]
     rows = []
-    for case in cases:
-        prob = GemmProblem(case.m, case.n, case.k, dtype=case.dtype, out_dtype=case.dtype, b_major=case.b_major)
+    for case, prob in _unique_problems(cases):
         cands = h.candidates(prob, 132, model)
         picked, shapes = [], set()
         for c in cands:
@@ -483,14 +471,16 @@ def clusters(out_dir, count: int = 16, bases: int = 1) -> list[dict]:
                 picked.append(c)
         for rank, c in enumerate(picked):
             rows.append(_time_candidate(case, c, cands, base=rank, cluster="own"))
-            m, n = (prob.n, prob.m) if c.config.swap_ab else (prob.m, prob.n)
-            mt, nt = -(-m // c.config.tile_m), -(-n // c.config.tile_n)
+            mt, nt = c.config.tiles(prob.m, prob.n)
             for cl in WIDE_CLUSTERS:
-                if cl[0] > mt or cl[1] > nt or (mt * nt) < 0.75 * (-(-mt // cl[0]) * cl[0] * -(-nt // cl[1]) * cl[1]):
+                if cl[0] > mt or cl[1] > nt:
                     continue
                 try:
                     cfg = replace(c.config, cluster=cl)
                 except ValueError:  # the tile does not cut into the cluster's parts
+                    continue
+                cmt, cnt = cfg.cluster_tiles(prob.m, prob.n)
+                if mt * nt < 0.75 * cmt * cl[0] * cnt * cl[1]:  # more than a quarter of the cluster grid padding
                     continue
                 rows.append(_time_candidate(case, h.predict(prob, cfg, 132, model), cands, base=rank,
                                             cluster=f"{cl[0]}x{cl[1]}"))

@@ -421,6 +421,26 @@ def test_weakest_wide_reads_the_stored_run(tmp_path, monkeypatch):
     assert weakest_wide("NVIDIA H100 80GB HBM3", 2) == [(384, 64, 64), (640, 64, 64)]
 
 
+def test_weakest_rows_merge_runs_one_row_a_problem(tmp_path, monkeypatch):
+    import json
+
+    from gemmlab.measure import bench
+    from gemmlab.measure.gemm_family import weakest_rows
+
+    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
+    d = tmp_path / "nvidia-h200"
+    d.mkdir()
+    fam = [{"m": 64, "n": 64, "k": 64, "ratio_prepared": 0.7}, {"m": 128, "n": 64, "k": 64, "ratio_prepared": 0.9},
+           {"m": 64, "n": 64, "k": 64, "dtype": "float16", "ratio_prepared": 0.95}]
+    wide = [{"m": 64, "n": 64, "k": 64, "ratio_prepared": 0.8}, {"m": 200, "n": 64, "k": 64, "ratio_prepared": 0.85}]
+    (d / "gemm_family.json").write_text(json.dumps({"rows": fam}))
+    (d / "gemm_family_wide.json").write_text(json.dumps({"rows": wide}))
+    got = weakest_rows("NVIDIA H200", 3, ("gemm_family", "gemm_family_wide"), "ratio_prepared")
+    # 64 x 64 x 64 BF16 is in both runs: its weakest row only; the FP16 one is another problem, past the count
+    assert [(r["m"], r["ratio_prepared"]) for r in got] == [(64, 0.7), (200, 0.85), (128, 0.9)]
+    assert weakest_rows("NVIDIA H200", 3, ("gemm_family_sweep",)) is None
+
+
 def test_every_family_choice_is_valid():
     from gemmlab.measure.gemm_family import wide_cases
 

@@ -310,7 +310,7 @@ def reduce_group(fragment_floats: int, consumers: int) -> int:
     """
     if consumers != 1 or fragment_floats > GROUPED_MAX_FLOATS:
         return 1
-    return max(1, min(4, 128 // fragment_floats))
+    return min(4, 128 // fragment_floats)
 
 
 # --------------------------------------------------------------------------------------

@@ -372,7 +372,8 @@ def gemm_kernel(
     cluster_id = bid // CS
     num_clusters = grid // CS
     rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-    # Where this CTA sits in its CM x CN cluster (ranks run along M first: rank = rank_m + CM * rank_n).
+    # Where this CTA sits in its CM x CN cluster (ranks run along M first: rank = rank_m + CM * rank_n). A pair or a
+    # line of CTAs takes rank itself, with no % or //, so the 1-D clusters' PTX is what it was before 2-D ones.
     rank_m, rank_n = 0, 0
     if cutlass.const_expr(CN == 1):
         rank_m = rank if cutlass.const_expr(CM > 1) else 0

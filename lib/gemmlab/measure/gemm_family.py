@@ -88,16 +88,28 @@ def wide_cases() -> list[Case]:
     return [Case(m, n, k, group=name) for name, (n, k) in LLM_NK.items() for m in WIDE_MS]
 
 
+def weakest_rows(device_name: str, count: int, names=("gemm_family_wide",), key: str = "ratio_public"):
+    """The stored rows of ``device_name``'s runs ``names`` with the lowest ``key``, one a problem (M, N, K, dtype, B's
+    major), weakest first, at most ``count``; None when that device has none of those runs."""
+    from .bench import load_results
+
+    docs = [d for d in (load_results(name, device_name) for name in names) if d is not None]
+    if not docs:
+        return None
+    rows, seen = [], set()
+    for r in sorted((r for d in docs for r in d["rows"]), key=lambda r: r[key]):
+        problem = (r["m"], r["n"], r["k"], r.get("dtype", "bfloat16"), r.get("b_major", "k"))
+        if problem not in seen and len(rows) < count:
+            seen.add(problem)
+            rows.append(r)
+    return rows
+
+
 def weakest_wide(device_name: str, count: int = 12) -> list[tuple[int, int, int]] | None:
     """The ``count`` shapes of ``device_name``'s stored wide family (``gemm_family_wide.json``) with the lowest
     public ratio, weakest first; None when that device has no stored run."""
-    from .bench import load_results
-
-    doc = load_results("gemm_family_wide", device_name)
-    if doc is None:
-        return None
-    rows = sorted(doc["rows"], key=lambda r: r["ratio_public"])
-    return [(r["m"], r["n"], r["k"]) for r in rows[:count]]
+    rows = weakest_rows(device_name, count)
+    return None if rows is None else [(r["m"], r["n"], r["k"]) for r in rows]
 
 
 def _operands(case: Case, sets: int, seed: int = 0):
