@@ -14,6 +14,8 @@
     python benchmarks/gemm_family.py l2_shared      # the picks the L2 floor's shared-panel term changes, old vs new
     python benchmarks/gemm_family.py token8         # the picks 8-wide token steps / 192-row swap / cut batches change
     python benchmarks/gemm_family.py clusters       # clusters of 4 and 8 CTAs on the weakest shapes vs the picks
+    python benchmarks/gemm_family.py cluster_tiles  # small tiles on wide clusters, unsplit or split, vs the picks
+    python benchmarks/gemm_family.py split_sweep    # split-K against whole tiles with today's reducer, M <= 1024
     python benchmarks/gemm_family.py model_change --set l2_tbps=10   # the picks a model constant changes, both timed
     python benchmarks/gemm_family.py all            # check, host, family
 
@@ -489,6 +491,93 @@ def clusters(out_dir, count: int = 16, bases: int = 1) -> list[dict]:
     return rows
 
 
+#: The shapes :func:`cluster_tiles` searches by default: the family shapes below 0.90x as called on the H200
+#: (2026-12-02), the two closest above it, and chapter 07's weakest.
+CLUSTER_TILE_SHAPES = ((256, 2112, 7168), (1024, 576, 7168), (64, 4096, 7168), (200, 4096, 14336),
+                       (384, 6144, 4096), (4096, 576, 7168), (512, 576, 7168))
+#: Variants close to what cuBLAS ran on the H100 (``cublas_picks_weak.json``: tile, ring depth, cluster, split-K),
+#: timed beside the grid where the grid's per-cluster cut leaves them out: ``(M, N, K) -> [(tile_m, tile_n, swap,
+#: splits, cluster, stages)]``.
+CLUSTER_TILE_EXTRAS = {
+    (256, 2112, 7168): [(64, 64, False, 1, (2, 1), 13), (64, 64, False, 1, (2, 1), 8)],
+    (200, 4096, 14336): [(128, 104, True, 2, (1, 2), 7), (128, 104, True, 2, (1, 1), 7)],
+    (64, 4096, 7168): [(64, 64, True, 2, (2, 1), 13)],
+    (1024, 576, 7168): [(64, 96, False, 1, (4, 2), 10), (64, 96, False, 1, (2, 2), 10)],
+}
+
+
+def cluster_tiles(out_dir, only: str | None = None) -> list[dict]:
+    """Small tiles on wide clusters, unsplit or split, against the model's pick: :func:`~gemmlab.measure.gemm_family.cluster_tile_grid` on each of
+    :data:`CLUSTER_TILE_SHAPES` (``only``: the shapes whose ``MxNxK`` label contains it), kernels alone against
+    torch's in the same run. cuBLAS runs 64 x 96 tiles in clusters of 2 x 4 on 96 CTAs, all of K, at 1024 x 576 x 7168
+    on the H100 (``results/nvidia-h100-80gb-hbm3/cublas_picks_weak.json``), where the model's pick splits K in four.
+    :data:`CLUSTER_TILE_EXTRAS` adds variants like cuBLAS's where the grid leaves them out."""
+    from dataclasses import replace
+
+    from gemmlab import hardware
+
+    model = h.model_for(hardware.spec_of())
+    rows = []
+    for m, n, k in CLUSTER_TILE_SHAPES:
+        case = fb.Case(m, n, k, group="cluster tiles")
+        if only and only not in f"{m}x{n}x{k}":
+            continue
+        prob = GemmProblem(m, n, k)
+        cands = h.candidates(prob, 132, model)
+        rows.append(_time_candidate(case, cands[0], cands, kind="pick"))
+        grid = fb.cluster_tile_grid(prob, model)
+        for tm, tn, swap, splits, cl, stages in CLUSTER_TILE_EXTRAS.get((m, n, k), ()):
+            base = h.make_config(prob, tm, tn, swap=swap, splits=splits)
+            mt, nt = base.tiles(m, n)
+            cmt, cnt = -(-mt // cl[0]), -(-nt // cl[1])
+            cfg = replace(base, cluster=cl, stages=stages, raster="m" if cmt >= cnt else "n")
+            if all(c.config != cfg for c in grid):
+                grid.append(h.predict(prob, cfg, 132, model))
+        for c in grid:
+            if c.config == cands[0].config:
+                continue
+            try:
+                rows.append(_time_candidate(case, c, cands, kind="grid"))
+            except Exception as e:  # a variant that fails is reported, and the search goes on
+                traceback.print_exc()
+                print(f"FAIL {case.label} {c.config.name}: {e}", flush=True)
+    slug = f"_{only}" if only else ""
+    _write(f"gemm_family_cluster_tiles{slug}", {"rows": rows}, out_dir)
+    return rows
+
+
+#: The largest M and best modelled time :func:`split_sweep` looks at (above them split-K is a tail's business).
+SPLIT_SWEEP_MAX_M, SPLIT_SWEEP_MAX_US = 1024, 80.0
+
+
+def split_sweep(out_dir, only: str | None = None) -> list[dict]:
+    """Split-K against whole tiles with today's reducer (grouped reads since 2026-12-02; the split-K constants were
+    fitted before it): :func:`~gemmlab.measure.gemm_family.split_pairs` on every shape of both families up to :data:`SPLIT_SWEEP_MAX_M` rows whose
+    best modelled time is at most :data:`SPLIT_SWEEP_MAX_US`, kernels alone against torch's in the same run
+    (``only``: shapes whose label contains it)."""
+    from gemmlab import hardware
+
+    model = h.model_for(hardware.spec_of())
+    rows = []
+    for case, prob in _unique_problems(fb.family_cases() + fb.wide_cases()):
+        if prob.m > SPLIT_SWEEP_MAX_M or (only and only not in case.label):
+            continue
+        picks = fb.split_pairs(prob, model)
+        if not picks or picks[0].time_us > SPLIT_SWEEP_MAX_US:
+            continue
+        cands = h.candidates(prob, 132, model)
+        for c in picks:
+            kind = f"split{c.config.splits}" if c.config.split_k else "whole"
+            try:
+                rows.append(_time_candidate(case, c, cands, kind=kind))
+            except Exception as e:
+                traceback.print_exc()
+                print(f"FAIL {case.label} {c.config.name}: {e}", flush=True)
+    slug = f"_{only}" if only else ""
+    _write(f"gemm_family_split_sweep{slug}", {"rows": rows}, out_dir)
+    return rows
+
+
 def model_change(out_dir, changes: list[str]) -> list[dict]:
     """Where changing constants of this GPU's :class:`~gemmlab.family.heuristic_sm90.MachineModel` (``changes``:
     ``name=value`` strings, e.g. ``l2_tbps=10``) changes the pick: every shape of both families and chapter 07's ten,
@@ -517,10 +606,10 @@ def model_change(out_dir, changes: list[str]) -> list[dict]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "w128", "stages", "family",
-                                    "quick", "wide", "l2_shared", "token8", "clusters", "model_change", "all"])
+                                    "quick", "wide", "l2_shared", "token8", "clusters", "cluster_tiles", "split_sweep", "model_change", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
-    p.add_argument("--only", default=None, help="token8: only the shapes whose label contains this")
+    p.add_argument("--only", default=None, help="token8, cluster_tiles: only the shapes whose label contains this")
     p.add_argument("--set", action="append", default=[], help="model_change: a model constant, name=value")
     p.add_argument("--occupancy", default=None, help="the cluster occupancy query's output: persistent grids that fit")
     args = p.parse_args()
@@ -561,6 +650,10 @@ def main() -> int:
         clusters(args.out)
     if args.what == "model_change":
         model_change(args.out, args.set)
+    if args.what == "cluster_tiles":
+        cluster_tiles(args.out, args.only)
+    if args.what == "split_sweep":
+        split_sweep(args.out, args.only)
     print(f"done in {time.time() - t0:.0f} s")
     return 0
 

@@ -255,7 +255,7 @@ def test_split_k_pays_its_hand_offs_tail_and_workspace():
     assert h.splitk_costs(eight.config) == pytest.approx((tile_us + m.splitk_sync_us, 7 * tile_us))
     assert eight.units == 72 and eight.waves == 1
     # one wave's hand-off + tail, and the launch's fixed cost
-    assert eight.extra_us == pytest.approx(tile_us + m.splitk_sync_us + 7 * tile_us + m.splitk_fixed_us)
+    assert eight.extra_us == pytest.approx(tile_us + m.splitk_sync_us + 7 * tile_us + m.splitk_fixed_64_us)
     assert eight.unit_us == pytest.approx((one.unit_us - m.epilogue_us) / 8 + m.epilogue_us + tile_us + m.splitk_sync_us)
     # The workspace, 9 tiles x 8 slices x 16 KiB, is written back to HBM once; through L2 it is written and 7/8 read.
     ws = 9 * 8 * 4 * 64 * 64
@@ -264,13 +264,14 @@ def test_split_k_pays_its_hand_offs_tail_and_workspace():
     assert eight.l2_us - one.l2_us == pytest.approx(ws * 15 / 8 / (m.l2_tbps * 1e12) * 1e6)
     # One wave, bound by its units (the HBM floor is lower): the wave, then the tail, then the launch's fixed cost.
     assert eight.time_us == pytest.approx(max(eight.unit_us, eight.hbm_us, eight.l2_us) + 7 * tile_us
-                                          + m.splitk_fixed_us)
-    assert m.splitk_fixed_us > 0 and one.time_us == pytest.approx(max(one.unit_us, one.hbm_us, one.l2_us))
+                                          + m.splitk_fixed_64_us)
+    # a 64-row tile's launch costs less than a taller one's (refitted after the grouped reducer; H200 split sweep)
+    assert 0 < m.splitk_fixed_64_us < m.splitk_fixed_us and one.time_us == pytest.approx(max(one.unit_us, one.hbm_us, one.l2_us))
     # Two waves: each ends with its reducers' reads.
     big = GemmProblem(64, 1280, 7168)  # 20 tiles x 8 slices = 160 units on 132 SMs
     two = h.predict(big, h.make_config(big, 64, 64, swap=True, splits=8))
     assert two.waves == 2 and two.extra_us == pytest.approx(2 * (tile_us + m.splitk_sync_us + 7 * tile_us)
-                                                            + m.splitk_fixed_us)
+                                                            + m.splitk_fixed_64_us)
 
 
 def test_the_model_prices_whole_waves_then_the_split_tail():
@@ -689,6 +690,71 @@ def test_model_regret_by_hand():
     doc["date"] = "2026-12-03 09:00:00 UTC"  # today's forms round 200 to 200: no 208-wide tile to pick, no shape left
     with pytest.raises(ValueError, match="non-empty list"):
         model_regret(doc)
+
+
+def test_model_regret_ranks_wide_clusters_and_skips_what_configs_refuse():
+    """A stored sweep may time clusters of 4 and 8 CTAs (which the heuristic does not enumerate) and rings sized for
+    an older epilogue (which today's Sm90Config refuses): the first are ranked, the second left out."""
+    from gemmlab.measure.gemm_family import model_regret
+
+    p, row = GemmProblem(1024, 576, 7168), dict(m=1024, n=576, k=7168)
+    wide = replace(h.make_config(p, 64, 96), cluster=(2, 2), stages=10)
+    pair = h.make_config(p, 64, 96)
+    assert h._cluster_preference(wide) == len(h.CLUSTERS) > h._cluster_preference(pair)
+    doc = {"date": "2026-12-02 17:00:00 UTC",
+           "rows": [dict(row, config=wide.name, prepared_us=21.4), dict(row, config=pair.name, prepared_us=22.1),
+                    dict(row, config="128x96 c2x1 m8 s9", prepared_us=1.0)]}  # 9 stages of 128 x 96 do not fit
+    with pytest.raises(ValueError, match="stages=9"):
+        Sm90Config(**Sm90Config.parse_name("128x96 c2x1 m8 s9"))
+    got = model_regret(doc)
+    assert got["shapes"] == 1
+    # the pick is whichever of the two the model ranks first; the 1 us row is neither pick nor best
+    first = min((wide, pair), key=lambda c: h.rank_key(h.predict(p, c)))
+    assert got["geomean"] == pytest.approx({wide: 1.0, pair: 22.1 / 21.4}[first])
+
+
+def test_cluster_tile_grid_keeps_one_wave_grids_per_cluster():
+    """Every variant of the cluster-tile search runs in one wave of its cluster's persistent grid, at most a quarter
+    of it idle or padding; each cluster gets at most two tile choices, each also with its deepest ring."""
+    from gemmlab.measure.gemm_family import cluster_tile_grid
+
+    p = GemmProblem(1024, 576, 7168)
+    grid = cluster_tile_grid(p, h.MODEL)
+    assert grid and len({c.config for c in grid}) == len(grid)
+    for c in grid:
+        cfg = c.config
+        clusters = cfg.clusters_on(132)
+        units = cfg.units(p.m, p.n, clusters)
+        mt, nt = cfg.tiles(p.m, p.n)
+        assert units <= clusters and units * cfg.cluster_size >= 0.75 * clusters * cfg.cluster_size
+        assert mt * nt * cfg.splits >= 0.75 * units * cfg.cluster_size
+        assert c.time_us == pytest.approx(h.predict(p, cfg).time_us)
+    by_cluster = {}
+    for c in grid:
+        by_cluster.setdefault(c.config.cluster, set()).add((c.config.tile_m, c.config.tile_n, c.config.splits))
+    assert all(len(v) <= 2 for v in by_cluster.values())
+    # cuBLAS's form on this shape (64 x 96 tiles, all of K, clusters of 4): in the grid, with a ring deeper than 8
+    assert any(c.config.tile_m == 64 and c.config.tile_n == 96 and not c.config.split_k and c.config.cluster_size == 4
+               and c.config.stages > 8 for c in grid)
+
+
+def test_split_pairs_time_split_against_whole():
+    """The split sweep's variants: the model's best split one first, then its best whole one, then the best split one
+    of each consumer count and of two slices, all within 1.3x of the model's best, no repeats; none where no
+    near variant splits K."""
+    from gemmlab.hardware import H200
+    from gemmlab.measure.gemm_family import split_pairs
+
+    p, model = GemmProblem(64, 4096, 7168), h.model_for(H200)
+    picks = split_pairs(p, model)
+    best = h.candidates(p, 132, model)[0].time_us
+    assert picks[0].config.split_k and not picks[1].config.split_k
+    assert len({c.config for c in picks}) == len(picks)
+    assert all(c.time_us <= 1.3 * best for c in picks)
+    assert any(c.config.splits == 2 for c in picks)
+    assert split_pairs(GemmProblem(4096, 4096, 64), model) == []  # one k-block: nothing to split
+    whole = h.candidates(p, 132, h.MODEL)[0]  # the H100's model prices every split variant above its whole tiles
+    assert not whole.config.split_k and split_pairs(p, h.MODEL, near=1.0) == []  # none near enough
 
 
 # ---------------------------------------------------------------- the first call's timing of the model's best few

@@ -33,7 +33,9 @@ has a reason a reader can check:
   unit reads the other S - 1 partial tiles back (``splitk_tail``, once per wave),
   and the workspace passes through L2 (written and read) and is written back to
   HBM once; a split launch also pays a fixed cost. The three split-K constants
-  were fitted on an H100 on launches that split every tile.
+  were fitted on an H100 on launches that split every tile; a 64-row tile's
+  fixed cost was refitted on an H200 after the reducer's grouped reads
+  (:attr:`MachineModel.splitk_fixed_64_us`).
 * **Data-parallel waves + split-K tail.** On a grid with more tiles than
   clusters only the partial last wave's tiles are split
   (:func:`~gemmlab.family.configs.hybrid_tiles`): the whole waves run whole
@@ -194,6 +196,18 @@ class MachineModel:
     splitk_sm_gbps: float = 80.0  # what one SM's 16-byte stores (or .cg loads) of FP32 partial tiles move, GB/s
     splitk_sync_us: float = 0.5  # a unit's hand-off: barrier, release fence (its stores drained), atomic
     splitk_fixed_us: float = 8.0  # once per split-K launch: what the timings show beyond the two terms above
+    # The same for a tile of 64 rows (one consumer warpgroup of 64). Fitted on an H200 (2026-12-02, after the grouped
+    # reducer of gemmlab.splitk, which the constant above predates): on every shape of both families up to M = 1024
+    # where split-K is near the model's best (benchmarks/gemm_family.py split_sweep, 36 shapes,
+    # results/nvidia-h200/gemm_family_split_sweep.json) and on the weakest shapes' cluster-tile search
+    # (gemm_family_cluster_tiles.json), the fastest variant of 6 shapes was a 64-row tile in two K slices the model
+    # had priced 5 to 15 us too slow (200 x 4096 x 14336 on 64 x 200 tiles: 53.0 us predicted, 43.2 measured). With 4
+    # the geomean regret over every stored sweep of both GPUs went 1.0104 -> 1.0080 (H200 1.0133 -> 1.0079; H100
+    # 1.0069 -> 1.0081, all of its sweeps timed before the grouped reducer), and the six H200 picks it changes in the
+    # families were timed old against new in one run (gemm_family_model_splitk_fixed_one_us3_sm_shared_boost1p25.json
+    # and the split sweep): 256 x 2112 x 7168 23.0 -> 18.9 us, 64 x 4096 x 7168 23.2 -> 20.7, 1024 x 576 x 7168
+    # 21.8 -> 20.8, 96 x 4096 x 4096 15.7 -> 15.2.
+    splitk_fixed_64_us: float = 4.0
     # 192-row tiles (three consumer warpgroups) take this much longer than the rest of the model says. Fitted on
     # ``benchmarks/gemm_family.py tall`` (H100, 60 shapes, the model's best 192-row variant against its best other):
     # without it the model picked 192 rows on 37 shapes and lost 0.4 % overall (the 192-row kernels alone: 13 of
@@ -421,7 +435,7 @@ def predict(problem: GemmProblem, cfg: Sm90Config, num_sms: int = H100.sms, mode
         ws_bytes = 4 * cfg.workspace_floats(m, n, clusters=clusters)  # one partial tile per tail CTA tile and slice
         hbm_bytes += ws_bytes  # written back once (the reducer reads it from L2 soon after)
         l2_bytes += ws_bytes * (2 * cfg.splits - 1) / cfg.splits  # S tiles written, S - 1 read back
-        fixed_us = model.splitk_fixed_us
+        fixed_us = model.splitk_fixed_64_us if cfg.tile_m == 64 else model.splitk_fixed_us
     hbm_us = hbm_bytes / bw * 1e6
     l2_us = l2_bytes / (model.l2_tbps * 1e12) * 1e6
     # Each wave moves its units' share of the bytes (a whole tile's, or 1 / splits of it for a slice): a full wave
@@ -577,8 +591,15 @@ def rank_key(c: Candidate, num_sms: int = H100.sms) -> tuple:
     (:func:`_prefers_one_warpgroup`)."""
     return (round(math.log(c.time_us) / math.log(1.01)), -min(c.units * c.config.cluster_size, num_sms),
             c.config.splits, -c.config.tile_m * c.config.tile_n,
-            (SWAP_CLUSTERS if c.config.swap_ab else CLUSTERS).index(c.config.cluster),
+            _cluster_preference(c.config),
             c.config.wg_rows != (128 if _prefers_one_warpgroup(c.config) else 64))
+
+
+def _cluster_preference(cfg: Sm90Config) -> int:
+    """Where ``cfg``'s cluster stands in :data:`CLUSTERS` (or :data:`SWAP_CLUSTERS`) for :func:`rank_key`; a cluster
+    of 4 or 8 CTAs, which the heuristic does not enumerate but a stored sweep may have timed, after them all."""
+    order = SWAP_CLUSTERS if cfg.swap_ab else CLUSTERS
+    return order.index(cfg.cluster) if cfg.cluster in order else len(order)
 
 
 def _prefers_one_warpgroup(cfg: Sm90Config) -> bool:

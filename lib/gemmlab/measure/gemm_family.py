@@ -241,7 +241,8 @@ def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
     ``(regret, (M, N, K), picked, best)``).
     Split-K rows of runs made before split-K ran in one launch (:data:`SPLITK_ONE_LAUNCH_SINCE`) are left out, pick
     and best alike: they timed a second reduction kernel that the model no longer prices. Rows without a timing (a
-    variant that failed in that run, stored with its ``error``) are left out too. The variants the heuristic would
+    variant that failed in that run, stored with its ``error``) are left out too, and so are variants today's
+    :class:`~gemmlab.family.configs.Sm90Config` refuses (a ring sized for an older epilogue). The variants the heuristic would
     consider are those of the tile forms of the run's day (:data:`TOKEN8_SINCE`): a sweep timed 208-wide token tiles
     for M = 200, which today's forms round to 200."""
     from ..family import heuristic_sm90 as h
@@ -267,7 +268,10 @@ def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
             if fields["splits"] > 1 and two_launches:
                 continue  # timed with the second reduction kernel; the model prices split-K in one launch
             epi_n, epi_stages = h.epi_shape_for(fields["tile_n"], fields["tile_m"])
-            cfg = Sm90Config(**fields, epi_n=epi_n, epi_stages=epi_stages, dtype=dtype, out_dtype=dtype)
+            try:
+                cfg = Sm90Config(**fields, epi_n=epi_n, epi_stages=epi_stages, dtype=dtype, out_dtype=dtype)
+            except ValueError:
+                continue  # a variant today's configs do not build (an older epilogue ring): nothing to rank
             if (cfg.tile_m, cfg.tile_n, cfg.swap_ab) in allowed:
                 scored.append((h.rank_key(h.predict(problem, cfg, num_sms, model), num_sms), r))
         if not scored:
@@ -280,3 +284,77 @@ def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
             worst = (regret, (m, n, k), pick["config"], best["config"])
     return {"shapes": len(regrets), "geomean": geomean(regrets), "worst": worst,
             "over_5pct": sum(r > 1.05 for r in regrets)}
+
+
+def cluster_tile_grid(prob, model, num_sms: int = 132, per_cluster: int = 2) -> list:
+    """The variants ``benchmarks/gemm_family.py cluster_tiles`` times for ``prob`` (a
+    :class:`~gemmlab.family.problem.GemmProblem`; ``model``: a
+    :class:`~gemmlab.family.heuristic_sm90.MachineModel`): for each cluster of
+    :data:`~gemmlab.family.configs.SM90_CLUSTERS`, the ``per_cluster`` best-modelled (tile, swap, splits) choices whose
+    grid runs in one wave of that cluster's persistent grid with at most a quarter of it idle or padding, each with the
+    heuristic's ring (at most 8 stages) and with the deepest that fits. Ranked by the model, whose L2 term is the only
+    one that sees multicast: a search, not a prediction."""
+    from dataclasses import replace
+
+    from ..family import configs
+    from ..family import heuristic_sm90 as h
+
+    k_tiles = -(-prob.k // 64)
+    out = []
+    for cl in configs.SM90_CLUSTERS:
+        best = {}
+        for tile_m, tile_n, swap in h._tile_choices(prob):
+            m, n = (prob.n, prob.m) if swap else (prob.m, prob.n)
+            mt, nt = -(-m // tile_m), -(-n // tile_n)
+            if cl[0] > mt or cl[1] > nt:
+                continue
+            for s in range(1, min(h.MAX_SPLITS, k_tiles) + 1):
+                try:
+                    base = h.make_config(prob, tile_m, tile_n, swap=swap, splits=s, num_sms=num_sms)
+                    cmt, cnt = -(-mt // cl[0]), -(-nt // cl[1])
+                    cfg = replace(base, cluster=cl, raster="m" if cmt >= cnt else "n")
+                except ValueError:
+                    continue
+                if cfg.splits != s:
+                    continue
+                clusters = cfg.clusters_on(num_sms)
+                units = cfg.units(prob.m, prob.n, clusters)
+                ctas = units * cfg.cluster_size
+                if units > clusters or ctas < 0.75 * clusters * cfg.cluster_size or mt * nt * s < 0.75 * ctas:
+                    continue
+                c = h.predict(prob, cfg, num_sms, model)
+                key = (tile_m, tile_n, swap)
+                if key not in best or c.time_us < best[key].time_us:
+                    best[key] = c
+        for c in sorted(best.values(), key=lambda c: c.time_us)[:per_cluster]:
+            out.append(c)
+            deep = h._stages(c.config.tile_m, c.config.tile_n, c.config.split_k, prob.dtype, prob.out_dtype, cap=16)
+            if deep > c.config.stages:
+                out.append(h.predict(prob, replace(c.config, stages=deep), num_sms, model))
+    return out
+
+
+def split_pairs(prob, model, num_sms: int = 132, near: float = 1.3) -> list:
+    """The variants ``benchmarks/gemm_family.py split_sweep`` times for ``prob`` (a
+    :class:`~gemmlab.family.problem.GemmProblem`): among the model's candidates within ``near`` times its best
+    predicted time, the best unsplit one and the best split one of each consumer count (one, two or three warpgroups)
+    and of two slices; nothing where none of them splits K."""
+    from ..family import heuristic_sm90 as h
+
+    cands = h.candidates(prob, num_sms, model)
+    close = [c for c in cands if c.time_us <= near * cands[0].time_us]
+    picks = []
+
+    def add(want):
+        c = next((c for c in close if want(c.config)), None)
+        if c is not None and c not in picks:
+            picks.append(c)
+
+    add(lambda g: g.split_k)
+    if not picks:
+        return []
+    add(lambda g: not g.split_k)
+    for consumers in (1, 2, 3):
+        add(lambda g, n=consumers: g.split_k and g.consumers == n)
+    add(lambda g: g.splits == 2)
+    return picks
