@@ -524,8 +524,23 @@ def test_gemm_on_sm90_split_k_passes_a_workspace(fake_machine):
     assert tiles == 9 and dp_tiles == 0
     assert ws.shape == (tiles * splits * cfg.tile_m * cfg.tile_n,) and counters.shape == (tiles,)
     assert not counters.any() and max_clusters == 132
-    gemmlab.gemm(a, b)  # the plan's counters again (the kernel leaves them at zero); a fresh workspace
-    assert calls[1][4] is counters and calls[1][3] is not ws
+    gemmlab.gemm(a, b)  # the plan's counters and workspace again (one set a stream; the kernel zeroes the counters)
+    assert calls[1][4] is counters and calls[1][3] is ws
+
+
+def test_split_counters_keep_one_workspace_and_counter_set_a_stream():
+    sets = plan.SplitCounters(9, 9 * 8 * 64 * 64)
+    ws, counters = sets.buffers(torch.device("cpu"))
+    assert ws.shape == (9 * 8 * 64 * 64,) and ws.dtype == torch.float32
+    assert counters.shape == (9,) and counters.dtype == torch.int32 and not counters.any()
+    again = sets.buffers(torch.device("cpu"))
+    assert again[0] is ws and again[1] is counters and sets.of_stream(torch.device("cpu")) is counters
+    assert len(sets.by_stream) == len(sets.workspaces) == 1
+    assert plan.SplitCounters(3).buffers(torch.device("cpu"))[0] is None  # no workspace asked for
+    with pytest.raises(ValueError, match="^tiles must be >= 1; got 0"):
+        plan.SplitCounters(0)
+    with pytest.raises(ValueError, match="^workspace_floats must be >= 0; got -1"):
+        plan.SplitCounters(1, -1)
 
 
 def test_split_launch_sizes_the_tail_by_hand():

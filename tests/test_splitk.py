@@ -446,6 +446,8 @@ def test_one_plan_on_two_streams_at_once():
     assert torch.equal(outs[0], outs[1]) and _rel(outs[0], a, b) <= 1e-2
     sets = launch.counters.by_stream
     assert len(sets) == 2 and not any(t.any() for t in sets.values())
+    ws = launch.counters.workspaces  # and a workspace a stream: two launches at once never share partial tiles
+    assert len(ws) == 2 and len({t.data_ptr() for t in ws.values()}) == 2
 
 
 def _whole_mask(cfg, m, n, dp_tiles):

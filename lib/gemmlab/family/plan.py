@@ -156,15 +156,14 @@ def _bind(fn, problem: GemmProblem, cfg, arch: str, num_sms: int):
     import torch
 
     splits, dp_tiles, ws_floats, tiles = split_launch(problem, cfg, max_clusters)
-    sets = SplitCounters(tiles)
-    counters = sets.of_stream
-    f32 = torch.float32
+    sets = SplitCounters(tiles, ws_floats)
+    buffers = sets.buffers
 
     def launch_split(a, b, out):
-        # A fresh workspace per call from torch's caching allocator (stream-ordered: safe on any stream); the
-        # counters are the plan's, one set per stream, zero between launches.
-        fn(a, b, out, torch.empty(ws_floats, dtype=f32, device=out.device), counters(out.device), splits, dp_tiles,
-           max_clusters)
+        # The plan's workspace and counters for the current stream: launches on one stream run one after the
+        # other, so one set serves them all (the counters are zero between launches); another stream gets its own.
+        ws, counters = buffers(out.device)
+        fn(a, b, out, ws, counters, splits, dp_tiles, max_clusters)
 
     launch_split.counters = sets  # for tests and the curious: every set is zero between launches
     launch_split.dp_tiles = dp_tiles
@@ -189,7 +188,15 @@ def split_launch(problem: GemmProblem, cfg: Sm90Config, max_clusters: int) -> tu
 
 
 class SplitCounters:
-    """The split-K tile counters of one dense plan: ``tiles`` int32 zeros per (device, stream), made on first use.
+    """The split-K tile counters of one dense plan: ``tiles`` int32 zeros per (device, stream), made on first use,
+    and beside them (``workspace_floats`` > 0) the FP32 workspace of the partial tiles, one per (device, stream) too.
+
+    The workspace is reused, not allocated per call: a launch writes every partial tile it later reads (each unit
+    its own slice before the tile's last unit reads them back), so nothing carries over from one launch to the next,
+    and launches on one stream do not overlap. Allocating it per call from torch's caching allocator cost the public
+    call 3 to 5 us more than an unsplit plan's on the H200 (2026-12-02, ``results/nvidia-h200/gemm_family.json``:
+    256 x 2112 x 7168 in two slices, 24.4 us a call against 18.8 for the launch), where the kernel is as short as the
+    host's work per call.
 
     The kernel counts each tile's units on its counter and the tile's last unit
     puts it back to zero (:mod:`gemmlab.splitk`), so the counters are zeroed
@@ -203,17 +210,34 @@ class SplitCounters:
     graph must not overlap either.
     """
 
-    __slots__ = ("tiles", "by_stream", "_current")
+    __slots__ = ("tiles", "workspace_floats", "by_stream", "workspaces", "_current")
 
-    def __init__(self, tiles: int):
+    def __init__(self, tiles: int, workspace_floats: int = 0):
         import torch
 
-        self.tiles, self.by_stream = tiles, {}
+        self.tiles, self.by_stream = check_int("tiles", tiles, lo=1), {}
+        self.workspace_floats, self.workspaces = check_int("workspace_floats", workspace_floats, lo=0), {}
         # torch's current stream id in one C call (torch.cuda.current_stream builds a Stream object: slower)
         self._current = getattr(torch._C, "_cuda_getCurrentStream", None)
 
     def of_stream(self, device):
         """The counters for ``device`` and the current stream (on a CPU device, one set: the tests' stand-ins)."""
+        return self.buffers(device)[1]
+
+    def buffers(self, device):
+        """``(workspace, counters)`` for ``device`` and the current stream, made on first use (the workspace None when
+        ``workspace_floats`` is 0)."""
+        key = self._key(device)
+        t = self.by_stream.get(key)
+        if t is None:
+            import torch
+
+            t = self.by_stream[key] = torch.zeros(self.tiles, dtype=torch.int32, device=device)
+            self.workspaces[key] = torch.empty(self.workspace_floats, dtype=torch.float32, device=device) \
+                if self.workspace_floats else None
+        return self.workspaces[key], t
+
+    def _key(self, device):
         if device.type == "cuda":
             if self._current is not None:
                 sid = self._current(device.index)  # (stream id, device index, device type) in torch >= 2.1
@@ -224,12 +248,7 @@ class SplitCounters:
                 key = (device.index, torch.cuda.current_stream(device).cuda_stream)
         else:
             key = (str(device), 0)
-        t = self.by_stream.get(key)
-        if t is None:
-            import torch
-
-            t = self.by_stream[key] = torch.zeros(self.tiles, dtype=torch.int32, device=device)
-        return t
+        return key
 
 
 def _call(fn, *tensors):
