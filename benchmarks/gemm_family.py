@@ -492,25 +492,36 @@ def clusters(out_dir, count: int = 16, bases: int = 1) -> list[dict]:
 
 
 #: The shapes :func:`cluster_tiles` searches by default: the family shapes below 0.90x as called on the H200
-#: (2026-12-02), the two closest above it, and chapter 07's weakest.
+#: (2026-12-02), the two closest above it, chapter 07's weakest, and three of the widened family's M = 200.
 CLUSTER_TILE_SHAPES = ((256, 2112, 7168), (1024, 576, 7168), (64, 4096, 7168), (200, 4096, 14336),
-                       (384, 6144, 4096), (4096, 576, 7168), (512, 576, 7168))
+                       (384, 6144, 4096), (4096, 576, 7168), (512, 576, 7168),
+                       (200, 4608, 3584), (200, 4096, 4096), (200, 6144, 4096))
 #: Variants close to what cuBLAS ran on the H100 (``cublas_picks_weak.json``: tile, ring depth, cluster, split-K),
 #: timed beside the grid where the grid's per-cluster cut leaves them out: ``(M, N, K) -> [(tile_m, tile_n, swap,
-#: splits, cluster, stages)]``.
+#: splits, cluster, stages)]`` (stages None: the heuristic's ring).
 CLUSTER_TILE_EXTRAS = {
     (256, 2112, 7168): [(64, 64, False, 1, (2, 1), 13), (64, 64, False, 1, (2, 1), 8)],
-    (200, 4096, 14336): [(128, 104, True, 2, (1, 2), 7), (128, 104, True, 2, (1, 1), 7)],
     (64, 4096, 7168): [(64, 64, True, 2, (2, 1), 13)],
     (1024, 576, 7168): [(64, 96, False, 1, (4, 2), 10), (64, 96, False, 1, (2, 2), 10)],
+    # 200 tokens in three 72-wide token tiles, as cuBLAS cut 200 x 4608 x 3584 on the H100 (128 x 72 tiles, 108 CTAs);
+    # the heuristic's token tiles are at least SWAP_MIN_TOKEN_TILE = 96 wide
+    (200, 4608, 3584): [(128, 72, True, 1, (1, 1), None), (128, 72, True, 1, (2, 1), None),
+                        (64, 72, True, 1, (1, 1), None), (192, 72, True, 1, (1, 1), None)],
+    (200, 4096, 4096): [(128, 72, True, 1, (1, 1), None), (128, 72, True, 1, (2, 1), None),
+                        (192, 72, True, 1, (1, 1), None)],
+    (200, 6144, 4096): [(128, 72, True, 1, (1, 1), None), (128, 72, True, 1, (2, 1), None),
+                        (192, 72, True, 1, (1, 1), None)],
+    (200, 4096, 14336): [(128, 104, True, 2, (1, 2), 7), (128, 104, True, 2, (1, 1), 7),
+                         (128, 72, True, 1, (1, 1), None), (128, 72, True, 2, (1, 1), None)],
 }
 
 
 def cluster_tiles(out_dir, only: str | None = None) -> list[dict]:
-    """Small tiles on wide clusters, unsplit or split, against the model's pick: :func:`~gemmlab.measure.gemm_family.cluster_tile_grid` on each of
-    :data:`CLUSTER_TILE_SHAPES` (``only``: the shapes whose ``MxNxK`` label contains it), kernels alone against
-    torch's in the same run. cuBLAS runs 64 x 96 tiles in clusters of 2 x 4 on 96 CTAs, all of K, at 1024 x 576 x 7168
-    on the H100 (``results/nvidia-h100-80gb-hbm3/cublas_picks_weak.json``), where the model's pick splits K in four.
+    """Small tiles on wide clusters, unsplit or split, against the model's pick:
+    :func:`~gemmlab.measure.gemm_family.cluster_tile_grid` on each of :data:`CLUSTER_TILE_SHAPES` (``only``: the
+    shapes whose ``MxNxK`` label contains it), kernels alone against torch's in the same run. cuBLAS runs 64 x 96
+    tiles in clusters of 2 x 4 on 96 CTAs, all of K, at 1024 x 576 x 7168 on the H100
+    (``results/nvidia-h100-80gb-hbm3/cublas_picks_weak.json``), where the model's pick splits K in four.
     :data:`CLUSTER_TILE_EXTRAS` adds variants like cuBLAS's where the grid leaves them out."""
     from dataclasses import replace
 
@@ -530,7 +541,7 @@ def cluster_tiles(out_dir, only: str | None = None) -> list[dict]:
             base = h.make_config(prob, tm, tn, swap=swap, splits=splits)
             mt, nt = base.tiles(m, n)
             cmt, cnt = -(-mt // cl[0]), -(-nt // cl[1])
-            cfg = replace(base, cluster=cl, stages=stages, raster="m" if cmt >= cnt else "n")
+            cfg = replace(base, cluster=cl, stages=stages or base.stages, raster="m" if cmt >= cnt else "n")
             if all(c.config != cfg for c in grid):
                 grid.append(h.predict(prob, cfg, 132, model))
         for c in grid:
@@ -552,9 +563,9 @@ SPLIT_SWEEP_MAX_M, SPLIT_SWEEP_MAX_US = 1024, 80.0
 
 def split_sweep(out_dir, only: str | None = None) -> list[dict]:
     """Split-K against whole tiles with today's reducer (grouped reads since 2026-12-02; the split-K constants were
-    fitted before it): :func:`~gemmlab.measure.gemm_family.split_pairs` on every shape of both families up to :data:`SPLIT_SWEEP_MAX_M` rows whose
-    best modelled time is at most :data:`SPLIT_SWEEP_MAX_US`, kernels alone against torch's in the same run
-    (``only``: shapes whose label contains it)."""
+    fitted before it): :func:`~gemmlab.measure.gemm_family.split_pairs` on every shape of both families up to
+    :data:`SPLIT_SWEEP_MAX_M` rows whose best modelled time is at most :data:`SPLIT_SWEEP_MAX_US`, kernels alone
+    against torch's in the same run (``only``: shapes whose label contains it)."""
     from gemmlab import hardware
 
     model = h.model_for(hardware.spec_of())

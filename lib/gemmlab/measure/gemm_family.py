@@ -242,9 +242,9 @@ def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
     Split-K rows of runs made before split-K ran in one launch (:data:`SPLITK_ONE_LAUNCH_SINCE`) are left out, pick
     and best alike: they timed a second reduction kernel that the model no longer prices. Rows without a timing (a
     variant that failed in that run, stored with its ``error``) are left out too, and so are variants today's
-    :class:`~gemmlab.family.configs.Sm90Config` refuses (a ring sized for an older epilogue). The variants the heuristic would
-    consider are those of the tile forms of the run's day (:data:`TOKEN8_SINCE`): a sweep timed 208-wide token tiles
-    for M = 200, which today's forms round to 200."""
+    :class:`~gemmlab.family.configs.Sm90Config` refuses (a ring sized for an older epilogue). The variants the
+    heuristic would consider are those of the tile forms of the run's day (:data:`TOKEN8_SINCE`): a sweep timed
+    208-wide token tiles for M = 200, which today's forms round to 200."""
     from ..family import heuristic_sm90 as h
     from ..family.configs import Sm90Config
     from ..family.problem import GemmProblem
