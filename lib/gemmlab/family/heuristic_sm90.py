@@ -203,10 +203,11 @@ class MachineModel:
     # (gemm_family_cluster_tiles.json), the fastest variant of 6 shapes was a 64-row tile in two K slices the model
     # had priced 5 to 15 us too slow (200 x 4096 x 14336 on 64 x 200 tiles: 53.0 us predicted, 43.2 measured). With 4
     # the geomean regret over every stored sweep of both GPUs went 1.0104 -> 1.0080 (H200 1.0133 -> 1.0079; H100
-    # 1.0069 -> 1.0081, all of its sweeps timed before the grouped reducer), and the six H200 picks it changes in the
-    # families were timed old against new in one run (gemm_family_model_splitk_fixed_one_us3_sm_shared_boost1p25.json
-    # and the split sweep): 256 x 2112 x 7168 23.0 -> 18.9 us, 64 x 4096 x 7168 23.2 -> 20.7, 1024 x 576 x 7168
-    # 21.8 -> 20.8, 96 x 4096 x 4096 15.7 -> 15.2.
+    # 1.0069 -> 1.0081, all of its sweeps timed before the grouped reducer). It changes six H200 picks of the
+    # families; five were timed old against new in one run (gemm_family_model_splitk_fixed_one_us3_sm_shared_boost1p25
+    # .json and the split sweep): 256 x 2112 x 7168 23.0 -> 18.9 us, 64 x 4096 x 7168 23.2 -> 20.7, 1024 x 576 x 7168
+    # 21.8 -> 20.8, 96 x 4096 x 4096 15.7 -> 15.2, 96 x 37888 x 3584 75.3 -> 74.6; 64 x 576 x 7168 (11 slices -> 10)
+    # ran 10.4 us both ways in the family runs.
     splitk_fixed_64_us: float = 4.0
     # 192-row tiles (three consumer warpgroups) take this much longer than the rest of the model says. Fitted on
     # ``benchmarks/gemm_family.py tall`` (H100, 60 shapes, the model's best 192-row variant against its best other):
