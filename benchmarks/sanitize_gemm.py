@@ -12,7 +12,8 @@ split-K, a 128-row tile held by one consumer warpgroup, two such warpgroups taki
 (ping-pong), and clusters of 4 and 8 CTAs multicasting along both sides. Each split-K and ping-pong variant also runs on a persistent grid of
 a few SMs (:data:`HYBRID_SMS`), where the tiles outnumber the clusters: for split-K whole tiles in whole waves,
 then only the tail split, its workspace and counters sized for the tail; for ping-pong several tiles a CTA, so
-both warpgroups take turns. ``--only TEXT`` (repeatable) runs the configs whose name contains any TEXT. M, N, K
+both warpgroups take turns; a split-K plan also launches twice, the second time on the workspace and counters the
+first left. ``--only TEXT`` (repeatable) runs the configs whose name contains any TEXT. M, N, K
 are not multiples of any tile, so TMA's
 zero fill and clipped stores are exercised. Without
 ``--report-api-errors no`` memcheck also lists host-side cuGetProcAddress probes made by the
@@ -68,6 +69,11 @@ CONFIGS = (
     Sm90Config(tile_m=128, tile_n=96, stages=6, cluster=(2, 4), swap_ab=True),
     Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(1, 4), swap_ab=True, splits=3),
     Sm90Config(tile_m=64, tile_n=64, stages=8, cluster=(4, 1)),
+    # the H200's split picks since a 64-row tile's split launch was repriced (2026-12-02): 64-row tiles in two slices,
+    # swapped and paired along the token tiles, unswapped and paired along M, swapped alone
+    Sm90Config(tile_m=64, tile_n=128, stages=8, cluster=(1, 2), swap_ab=True, splits=2),
+    Sm90Config(tile_m=64, tile_n=144, stages=8, cluster=(2, 1), epi_n=16, splits=2),
+    Sm90Config(tile_m=64, tile_n=96, stages=8, cluster=(1, 1), swap_ab=True, splits=2),
 )
 
 
@@ -90,7 +96,10 @@ def main(argv=None) -> int:
             for sms in (None, HYBRID_SMS) if cfg.split_k or cfg.pingpong else (None,):
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
                 if sms is None:
-                    prepare(a, b, out, cfg)()
+                    run = prepare(a, b, out, cfg)
+                    run()
+                    if cfg.split_k:
+                        run()  # the plan's workspace and counters again: a second launch reuses them
                     grid = ""
                 else:  # a plan for a GPU of a few SMs: the same kernel on a hybrid grid
                     problem = problem_of(a, b, out)
