@@ -432,18 +432,15 @@ def token8(out_dir, only: str | None = None) -> list[dict]:
 WIDE_CLUSTERS = ((2, 2), (4, 1), (1, 4), (4, 2), (2, 4))
 
 
-def load_active_clusters(path: str) -> dict:
-    """``{(SMs, cluster size): clusters}`` from the occupancy query's output (lines ``... cluster N
-    max_active_clusters C ...`` of the 384-thread block, the dense kernel's common size) into
+def load_active_clusters() -> dict:
+    """``{(SMs, cluster size): clusters}`` for clusters of 4 and 8 CTAs of the dense kernel's common block (384
+    threads, 200 KiB of shared memory), as the driver answers :func:`gemmlab.hardware.max_active_clusters`, into
     :data:`gemmlab.family.configs.ACTIVE_CLUSTERS`, so this run's persistent grids fit the GPU."""
+    from gemmlab import hardware
     from gemmlab.family import configs
 
-    found = {}
-    with open(path) as f:
-        for line in f:
-            p = line.split()
-            if line.startswith("threads 384") and "max_active_clusters" in p:
-                found[(torch.cuda.get_device_properties(0).multi_processor_count, int(p[3]))] = int(p[5])
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    found = {(sms, size): hardware.max_active_clusters(size, threads=384) for size in (4, 8)}
     configs.ACTIVE_CLUSTERS.update(found)
     return found
 
@@ -539,9 +536,7 @@ def cluster_tiles(out_dir, only: str | None = None) -> list[dict]:
         grid = fb.cluster_tile_grid(prob, model)
         for tm, tn, swap, splits, cl, stages in CLUSTER_TILE_EXTRAS.get((m, n, k), ()):
             base = h.make_config(prob, tm, tn, swap=swap, splits=splits)
-            mt, nt = base.tiles(m, n)
-            cmt, cnt = -(-mt // cl[0]), -(-nt // cl[1])
-            cfg = replace(base, cluster=cl, stages=stages or base.stages, raster="m" if cmt >= cnt else "n")
+            cfg = fb.on_cluster(replace(base, stages=stages or base.stages), cl, m, n)
             if all(c.config != cfg for c in grid):
                 grid.append(h.predict(prob, cfg, 132, model))
         for c in grid:
@@ -573,10 +568,10 @@ def split_sweep(out_dir, only: str | None = None) -> list[dict]:
     for case, prob in _unique_problems(fb.family_cases() + fb.wide_cases()):
         if prob.m > SPLIT_SWEEP_MAX_M or (only and only not in case.label):
             continue
-        picks = fb.split_pairs(prob, model)
+        cands = h.candidates(prob, 132, model)
+        picks = fb.split_pairs(prob, model, cands=cands)
         if not picks or picks[0].time_us > SPLIT_SWEEP_MAX_US:
             continue
-        cands = h.candidates(prob, 132, model)
         for c in picks:
             kind = f"split{c.config.splits}" if c.config.split_k else "whole"
             try:
@@ -617,12 +612,14 @@ def model_change(out_dir, changes: list[str]) -> list[dict]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["check", "host", "sweep", "swap", "swap_tiled", "tall", "w128", "stages", "family",
-                                    "quick", "wide", "l2_shared", "token8", "clusters", "cluster_tiles", "split_sweep", "model_change", "all"])
+                                    "quick", "wide", "l2_shared", "token8", "clusters", "cluster_tiles", "split_sweep",
+                                    "model_change", "all"])
     p.add_argument("--out", default=None, help="write JSON here instead of results/<device>/")
     p.add_argument("--wide", action="store_true", help="sweep: the 12 weakest shapes of the stored wide family")
     p.add_argument("--only", default=None, help="token8, cluster_tiles: only the shapes whose label contains this")
     p.add_argument("--set", action="append", default=[], help="model_change: a model constant, name=value")
-    p.add_argument("--occupancy", default=None, help="the cluster occupancy query's output: persistent grids that fit")
+    p.add_argument("--occupancy", action="store_true",
+                   help="ask the driver how many clusters of 4 and 8 fit at once and size the persistent grids by it")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # FP32 references in FP32
     t0 = time.time()
@@ -656,7 +653,7 @@ def main() -> int:
     if args.what == "token8":
         token8(args.out, args.only)
     if args.occupancy:
-        print("active clusters:", load_active_clusters(args.occupancy))
+        print("active clusters:", load_active_clusters())
     if args.what == "clusters":
         clusters(args.out)
     if args.what == "model_change":

@@ -528,19 +528,18 @@ def test_gemm_on_sm90_split_k_passes_a_workspace(fake_machine):
     assert calls[1][4] is counters and calls[1][3] is ws
 
 
-def test_split_counters_keep_one_workspace_and_counter_set_a_stream():
-    sets = plan.SplitCounters(9, 9 * 8 * 64 * 64)
+def test_split_buffers_keep_one_workspace_and_counter_set_a_stream():
+    sets = plan.SplitBuffers(9, 9 * 8 * 64 * 64)
     ws, counters = sets.buffers(torch.device("cpu"))
     assert ws.shape == (9 * 8 * 64 * 64,) and ws.dtype == torch.float32
     assert counters.shape == (9,) and counters.dtype == torch.int32 and not counters.any()
     again = sets.buffers(torch.device("cpu"))
-    assert again[0] is ws and again[1] is counters and sets.of_stream(torch.device("cpu")) is counters
-    assert len(sets.by_stream) == len(sets.workspaces) == 1
-    assert plan.SplitCounters(3).buffers(torch.device("cpu"))[0] is None  # no workspace asked for
+    assert again[0] is ws and again[1] is counters
+    assert list(sets.by_stream.values()) == [counters] and list(sets.workspaces.values()) == [ws]
     with pytest.raises(ValueError, match="^tiles must be >= 1; got 0"):
-        plan.SplitCounters(0)
-    with pytest.raises(ValueError, match="^workspace_floats must be >= 0; got -1"):
-        plan.SplitCounters(1, -1)
+        plan.SplitBuffers(0, 1)
+    with pytest.raises(ValueError, match="^workspace_floats must be >= 1; got 0"):
+        plan.SplitBuffers(1, 0)  # split_launch asks for at least one float, so that no tensor is empty
 
 
 def test_split_launch_sizes_the_tail_by_hand():
@@ -726,6 +725,24 @@ def test_model_regret_ranks_wide_clusters_and_skips_what_configs_refuse():
     # the pick is whichever of the two the model ranks first; the 1 us row is neither pick nor best
     first = min((wide, pair), key=lambda c: h.rank_key(h.predict(p, c)))
     assert got["geomean"] == pytest.approx({wide: 1.0, pair: 22.1 / 21.4}[first])
+
+
+def test_on_cluster_bands_along_the_dimension_with_more_cluster_tiles():
+    """A config moved to a cluster the heuristic does not enumerate takes make_config's raster for its cluster grid,
+    and a tile that does not cut into the cluster's parts is refused."""
+    from gemmlab.measure.gemm_family import on_cluster
+
+    p = GemmProblem(1024, 576, 7168)
+    base = h.make_config(p, 64, 96)  # 16 x 6 tiles
+    wide = on_cluster(base, (4, 2), 1024, 576)  # 4 x 3 cluster tiles: bands along M
+    assert wide.cluster == (4, 2) and wide.raster == "m" and wide.tile_n == base.tile_n
+    tall = on_cluster(base, (1, 4), 1024, 576)  # 16 x 2: bands along M
+    assert tall.raster == "m"
+    swapped = on_cluster(h.make_config(p, 64, 96, swap=True), (4, 1), 1024, 576)  # 9 x 11 tiles: 3 x 11 clusters
+    assert swapped.raster == "n"
+    assert on_cluster(wide, (2, 1), 1024, 576) == replace(base, cluster=(2, 1))  # make_config's own for a pair
+    with pytest.raises(ValueError, match="cluster \\(4, 2\\)"):
+        on_cluster(h.make_config(p, 64, 80), (4, 2), 1024, 576)  # 4 CTAs share a B' panel: tile_n 80 is no 4 x 8k
 
 
 def test_cluster_tile_grid_keeps_one_wave_grids_per_cluster():

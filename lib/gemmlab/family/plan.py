@@ -156,7 +156,7 @@ def _bind(fn, problem: GemmProblem, cfg, arch: str, num_sms: int):
     import torch
 
     splits, dp_tiles, ws_floats, tiles = split_launch(problem, cfg, max_clusters)
-    sets = SplitCounters(tiles, ws_floats)
+    sets = SplitBuffers(tiles, ws_floats)
     buffers = sets.buffers
 
     def launch_split(a, b, out):
@@ -165,7 +165,7 @@ def _bind(fn, problem: GemmProblem, cfg, arch: str, num_sms: int):
         ws, counters = buffers(out.device)
         fn(a, b, out, ws, counters, splits, dp_tiles, max_clusters)
 
-    launch_split.counters = sets  # for tests and the curious: every set is zero between launches
+    launch_split.counters = sets  # for tests and the curious: every set's counters are zero between launches
     launch_split.dp_tiles = dp_tiles
     return launch_split
 
@@ -187,9 +187,9 @@ def split_launch(problem: GemmProblem, cfg: Sm90Config, max_clusters: int) -> tu
             max(1, cfg.split_tiles(problem.m, problem.n, max_clusters)))
 
 
-class SplitCounters:
-    """The split-K tile counters of one dense plan: ``tiles`` int32 zeros per (device, stream), made on first use,
-    and beside them (``workspace_floats`` > 0) the FP32 workspace of the partial tiles, one per (device, stream) too.
+class SplitBuffers:
+    """What a split-K launch of one dense plan needs beside the operands, one set per (device, stream), made on first
+    use: ``tiles`` int32 tile counters (zeros) and the FP32 workspace of ``workspace_floats`` partial-tile floats.
 
     The workspace is reused, not allocated per call: a launch writes every partial tile it later reads (each unit
     its own slice before the tile's last unit reads them back), so nothing carries over from one launch to the next,
@@ -202,42 +202,27 @@ class SplitCounters:
     puts it back to zero (:mod:`gemmlab.splitk`), so the counters are zeroed
     once, when made, and never again: no memset launch per call. The rule for
     concurrent launches: two launches of one plan that may run at the same time
-    must not share counters (they would count each other's units). Launches on
-    one stream run one after the other; launches on two streams get two sets,
+    must not share counters (they would count each other's units) or a workspace.
+    Launches on one stream run one after the other; launches on two streams get two sets,
     keyed by torch's current stream when the call is made. A launch that dies
     midway (a device error) may leave counters non-zero: the context is lost then
-    anyway. A CUDA graph replays the counters it captured: two replays of one
+    anyway. A CUDA graph replays the buffers it captured: two replays of one
     graph must not overlap either.
     """
 
     __slots__ = ("tiles", "workspace_floats", "by_stream", "workspaces", "_current")
 
-    def __init__(self, tiles: int, workspace_floats: int = 0):
+    def __init__(self, tiles: int, workspace_floats: int):
         import torch
 
-        self.tiles, self.by_stream = check_int("tiles", tiles, lo=1), {}
-        self.workspace_floats, self.workspaces = check_int("workspace_floats", workspace_floats, lo=0), {}
+        self.tiles, self.by_stream = check_int("tiles", tiles, lo=1), {}  # the counters of each (device, stream)
+        self.workspace_floats, self.workspaces = check_int("workspace_floats", workspace_floats, lo=1), {}
         # torch's current stream id in one C call (torch.cuda.current_stream builds a Stream object: slower)
         self._current = getattr(torch._C, "_cuda_getCurrentStream", None)
 
-    def of_stream(self, device):
-        """The counters for ``device`` and the current stream (on a CPU device, one set: the tests' stand-ins)."""
-        return self.buffers(device)[1]
-
     def buffers(self, device):
-        """``(workspace, counters)`` for ``device`` and the current stream, made on first use (the workspace None when
-        ``workspace_floats`` is 0)."""
-        key = self._key(device)
-        t = self.by_stream.get(key)
-        if t is None:
-            import torch
-
-            t = self.by_stream[key] = torch.zeros(self.tiles, dtype=torch.int32, device=device)
-            self.workspaces[key] = torch.empty(self.workspace_floats, dtype=torch.float32, device=device) \
-                if self.workspace_floats else None
-        return self.workspaces[key], t
-
-    def _key(self, device):
+        """``(workspace, counters)`` for ``device`` and the current stream (on a CPU device, one set: the tests'
+        stand-ins)."""
         if device.type == "cuda":
             if self._current is not None:
                 sid = self._current(device.index)  # (stream id, device index, device type) in torch >= 2.1
@@ -248,7 +233,13 @@ class SplitCounters:
                 key = (device.index, torch.cuda.current_stream(device).cuda_stream)
         else:
             key = (str(device), 0)
-        return key
+        t = self.by_stream.get(key)
+        if t is None:
+            import torch
+
+            t = self.by_stream[key] = torch.zeros(self.tiles, dtype=torch.int32, device=device)
+            self.workspaces[key] = torch.empty(self.workspace_floats, dtype=torch.float32, device=device)
+        return self.workspaces[key], t
 
 
 def _call(fn, *tensors):

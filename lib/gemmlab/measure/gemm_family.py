@@ -286,6 +286,18 @@ def model_regret(doc: dict, num_sms: int = 132, model=None) -> dict:
             "over_5pct": sum(r > 1.05 for r in regrets)}
 
 
+def on_cluster(cfg, cluster, m: int, n: int):
+    """``cfg`` (an :class:`~gemmlab.family.configs.Sm90Config`) on ``cluster`` for an M x N problem, with the raster
+    :func:`~gemmlab.family.heuristic_sm90.make_config` gives a grid of that many cluster tiles (bands along the
+    dimension with more of them), for clusters the heuristic does not enumerate; a ValueError where the tile does not
+    cut into the cluster's parts."""
+    from dataclasses import replace
+
+    cfg = replace(cfg, cluster=tuple(cluster))
+    cmt, cnt = cfg.cluster_tiles(m, n)
+    return replace(cfg, raster="m" if cmt >= cnt else "n")
+
+
 def cluster_tile_grid(prob, model, num_sms: int = 132, per_cluster: int = 2) -> list:
     """The variants ``benchmarks/gemm_family.py cluster_tiles`` times for ``prob`` (a
     :class:`~gemmlab.family.problem.GemmProblem`; ``model``: a
@@ -310,9 +322,8 @@ def cluster_tile_grid(prob, model, num_sms: int = 132, per_cluster: int = 2) -> 
                 continue
             for s in range(1, min(h.MAX_SPLITS, k_tiles) + 1):
                 try:
-                    base = h.make_config(prob, tile_m, tile_n, swap=swap, splits=s, num_sms=num_sms)
-                    cmt, cnt = -(-mt // cl[0]), -(-nt // cl[1])
-                    cfg = replace(base, cluster=cl, raster="m" if cmt >= cnt else "n")
+                    cfg = on_cluster(h.make_config(prob, tile_m, tile_n, swap=swap, splits=s, num_sms=num_sms), cl,
+                                     prob.m, prob.n)
                 except ValueError:
                     continue
                 if cfg.splits != s:
@@ -334,14 +345,15 @@ def cluster_tile_grid(prob, model, num_sms: int = 132, per_cluster: int = 2) -> 
     return out
 
 
-def split_pairs(prob, model, num_sms: int = 132, near: float = 1.3) -> list:
+def split_pairs(prob, model, num_sms: int = 132, near: float = 1.3, cands=None) -> list:
     """The variants ``benchmarks/gemm_family.py split_sweep`` times for ``prob`` (a
     :class:`~gemmlab.family.problem.GemmProblem`): among the model's candidates within ``near`` times its best
     predicted time, the best unsplit one and the best split one of each consumer count (one, two or three warpgroups)
-    and of two slices; nothing where none of them splits K."""
+    and of two slices; nothing where none of them splits K. ``cands``: the model's candidates for ``prob`` on
+    ``num_sms`` SMs, where the caller already has them (None: they are enumerated here)."""
     from ..family import heuristic_sm90 as h
 
-    cands = h.candidates(prob, num_sms, model)
+    cands = h.candidates(prob, num_sms, model) if cands is None else cands
     close = [c for c in cands if c.time_us <= near * cands[0].time_us]
     picks = []
 
